@@ -1,0 +1,1 @@
+"""The windpipe catalog: datasets, versions, the ML index, splits and window plans."""

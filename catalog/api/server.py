@@ -1,0 +1,74 @@
+"""Run the catalog app under uvicorn in a background thread.
+
+Used by ``windpipe serve``, the demo and the test fixtures: it binds (port 0 picks a
+free port), waits until the server accepts connections, reports the real URL, and
+stops with a deadline.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import uvicorn
+
+from services.settings import Settings
+
+__all__ = ["CatalogServer", "start_catalog_server"]
+
+
+@dataclass
+class CatalogServer:
+    """A running catalog server; ``url`` is where it listens."""
+
+    server: uvicorn.Server
+    thread: threading.Thread
+    host: str
+    port: int
+    _stopped: bool = field(default=False, repr=False)
+
+    @property
+    def url(self) -> str:
+        """Base URL of the REST API."""
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self, *, grace_s: float = 10.0) -> None:
+        """Stop accepting, let in-flight requests finish within ``grace_s``, then exit."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.server.should_exit = True
+        self.thread.join(timeout=grace_s)
+        if self.thread.is_alive():
+            self.server.force_exit = True
+            self.thread.join(timeout=5)
+
+
+def start_catalog_server(
+    settings: Settings, *, port: int | None = None, startup_timeout_s: float = 30.0
+) -> CatalogServer:
+    """Start the catalog on ``settings.host`` and ``port`` (default ``settings.port``)."""
+    from catalog.api.app import create_app  # noqa: PLC0415 - the app only when serving
+
+    config = uvicorn.Config(
+        create_app(settings), host=settings.host,
+        port=settings.port if port is None else port,
+        log_level=settings.log_level.lower(), lifespan="on", access_log=False,
+        timeout_graceful_shutdown=int(settings.shutdown_grace_s),
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="windpipe-catalog", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + startup_timeout_s
+    while not server.started:
+        if not thread.is_alive():
+            msg = "the catalog server failed to start (see the log above)"
+            raise RuntimeError(msg)
+        if time.monotonic() > deadline:
+            server.should_exit = True
+            msg = f"the catalog server did not start within {startup_timeout_s} s"
+            raise RuntimeError(msg)
+        time.sleep(0.02)
+    bound = server.servers[0].sockets[0].getsockname()
+    return CatalogServer(server=server, thread=thread, host=bound[0], port=int(bound[1]))

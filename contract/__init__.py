@@ -1,0 +1,29 @@
+"""The windpipe contract: public value types, error vocabulary, wire format."""
+
+from contract.configs import (
+    DEFAULT_ALIGNMENT_KEY,
+    DEFAULT_GROUP_BY,
+    DEFAULT_GROUP_KEY,
+    IDENTITY_COLUMNS,
+    DatasetProtocolId,
+    LoaderConfig,
+    ScalingSpec,
+    ValidationConfig,
+    WindowConfig,
+)
+from contract.errors import ERROR_TABLE, ErrorType, WindpipeError
+
+__all__ = [
+    "DEFAULT_ALIGNMENT_KEY",
+    "DEFAULT_GROUP_BY",
+    "DEFAULT_GROUP_KEY",
+    "ERROR_TABLE",
+    "IDENTITY_COLUMNS",
+    "DatasetProtocolId",
+    "ErrorType",
+    "LoaderConfig",
+    "ScalingSpec",
+    "ValidationConfig",
+    "WindowConfig",
+    "WindpipeError",
+]

@@ -1,0 +1,411 @@
+"""The user-facing configuration types of ``TYPES.md``.
+
+One definition serves the SDK, the catalog and the Flight server, so a config that
+validates in a notebook validates identically on the server. Every type is an
+immutable pydantic model that checks itself on construction: a bad config fails
+where it is written, not one batch into training.
+
+Checks that need the data (unknown columns, non-numeric columns, unknown split
+names) happen when the catalog plans; everything decidable from the config alone
+happens here.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from typing import Any, ClassVar, Literal, Self, TypeVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "DEFAULT_ALIGNMENT_KEY",
+    "DEFAULT_GROUP_BY",
+    "DEFAULT_GROUP_KEY",
+    "IDENTITY_COLUMNS",
+    "DatasetProtocolId",
+    "LoaderConfig",
+    "ScalingSpec",
+    "Selector",
+    "ValidationConfig",
+    "WindowConfig",
+]
+
+IDENTITY_COLUMNS: tuple[str, str, str, str] = ("set_id", "cell_id", "cidx", "protocol")
+DEFAULT_GROUP_BY: tuple[str, ...] = ("set_id", "cell_id", "cidx")
+DEFAULT_GROUP_KEY: tuple[str, ...] = ("set_id", "cell_id", "cidx", "protocol")
+DEFAULT_ALIGNMENT_KEY: tuple[str, ...] = ("set_id", "cell_id", "cidx")
+
+Selector = dict[str, str | int | float | bool]
+
+_ArrayT = TypeVar("_ArrayT")
+
+
+class DatasetProtocolId(StrEnum):
+    """Built-in protocols; any lower-case name is accepted wherever a protocol is."""
+
+    CYCLING = "cycling"
+    HPPC = "hppc"
+    EIS = "eis"
+
+
+def _protocol_name(value: object) -> str:
+    name = str(value.value if isinstance(value, DatasetProtocolId) else value)
+    if not name or name != name.strip() or name.lower() != name:
+        msg = f"protocol names are non-empty lower-case strings, got {value!r}"
+        raise ValueError(msg)
+    return name
+
+
+def _column_tuple(value: Any, *, what: str, allow_empty: bool = False) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = (value,)
+    cols = tuple(value)
+    if not cols and not allow_empty:
+        msg = f"{what} must name at least one column"
+        raise ValueError(msg)
+    for col in cols:
+        if not isinstance(col, str) or not col:
+            msg = f"{what}: column names are non-empty strings, got {col!r}"
+            raise ValueError(msg)
+    if len(set(cols)) != len(cols):
+        msg = f"{what} names a column twice: {cols}"
+        raise ValueError(msg)
+    return cols
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ValidationConfig(_Frozen):
+    """How a dataset version is split into ``train`` and ``val`` (SEMANTICS section 2)."""
+
+    strategy: Literal["sample", "provide", "merge"]
+    fraction: float = Field(default=0.2, ge=0.0, le=1.0)
+    seed: int = 69
+    group_by: tuple[str, ...] = DEFAULT_GROUP_BY
+    provided: tuple[Selector, ...] = ()
+
+    @field_validator("group_by", mode="before")
+    @classmethod
+    def _group_by(cls, value: Any) -> tuple[str, ...]:
+        return _column_tuple(value, what="group_by")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.strategy in ("provide", "merge") and not self.provided:
+            msg = f"strategy {self.strategy!r} needs at least one selector in 'provided'"
+            raise ValueError(msg)
+        if self.strategy == "sample" and self.provided:
+            msg = "strategy 'sample' takes no selectors; use merge() to combine both"
+            raise ValueError(msg)
+        for selector in self.provided:
+            if not selector:
+                msg = "an empty selector would match every group"
+                raise ValueError(msg)
+        return self
+
+    @classmethod
+    def sample(
+        cls, fraction: float = 0.2, seed: int = 69, *, group_by: tuple[str, ...] = DEFAULT_GROUP_BY
+    ) -> ValidationConfig:
+        """Hold out each group with probability ``fraction``, decided by a hash of the group."""
+        return cls(strategy="sample", fraction=fraction, seed=seed, group_by=group_by)
+
+    @classmethod
+    def provide(
+        cls, provided: tuple[Selector, ...] | list[Selector], *,
+        group_by: tuple[str, ...] = DEFAULT_GROUP_BY,
+    ) -> ValidationConfig:
+        """Hold out exactly the groups that a selector matches."""
+        return cls(strategy="provide", provided=tuple(provided), group_by=group_by)
+
+    @classmethod
+    def merge(
+        cls, provided: tuple[Selector, ...] | list[Selector], fraction: float = 0.2,
+        seed: int = 69, *, group_by: tuple[str, ...] = DEFAULT_GROUP_BY,
+    ) -> ValidationConfig:
+        """Hold out the provided groups and a sampled fraction of the rest."""
+        return cls(
+            strategy="merge", provided=tuple(provided), fraction=fraction, seed=seed,
+            group_by=group_by,
+        )
+
+
+class WindowConfig(_Frozen):
+    """Batch shape of one protocol: ``batch_size`` lanes of ``seq_len`` rows."""
+
+    batch_size: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    drop_incomplete: bool = False
+    step_rows: int | None = Field(default=None, ge=1)
+
+    @property
+    def window_rows(self) -> int:
+        """Rows one plain window covers: ``batch_size * seq_len``."""
+        return self.batch_size * self.seq_len
+
+    @property
+    def step(self) -> int:
+        """Distance between the starts of consecutive plain windows."""
+        return self.step_rows if self.step_rows is not None else self.window_rows
+
+
+class ScalingSpec(_Frozen):
+    """Maps a column from physical units into model space (SEMANTICS section 6)."""
+
+    column: str = Field(min_length=1)
+    input_min: float
+    input_max: float
+    output_min: float = -1.0
+    output_max: float = 1.0
+    clip: bool = False
+    transform: Literal["linear", "log1p"] = "linear"
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        bounds = (self.input_min, self.input_max, self.output_min, self.output_max)
+        if not all(math.isfinite(b) for b in bounds):
+            msg = f"scaling of {self.column!r}: bounds must be finite, got {bounds}"
+            raise ValueError(msg)
+        if self.input_max == self.input_min:
+            msg = f"scaling of {self.column!r}: input_max equals input_min ({self.input_min})"
+            raise ValueError(msg)
+        if self.output_max == self.output_min:
+            msg = f"scaling of {self.column!r}: output_max equals output_min"
+            raise ValueError(msg)
+        if self.transform == "log1p" and min(self.input_min, self.input_max) <= -1.0:
+            msg = f"scaling of {self.column!r}: log1p needs input bounds above -1"
+            raise ValueError(msg)
+        return self
+
+    def _bounds(self) -> tuple[float, float]:
+        if self.transform == "log1p":
+            return math.log1p(self.input_min), math.log1p(self.input_max)
+        return self.input_min, self.input_max
+
+    def forward(self, x: _ArrayT) -> _ArrayT:
+        """Physical units -> model space; works on numpy arrays and torch tensors.
+
+        Non-finite inputs and, for ``log1p``, values ``<= -1`` come out NaN.
+        """
+        lo, hi = self._bounds()
+        gain = (self.output_max - self.output_min) / (hi - lo)
+        if _is_torch(x):
+            t: Any = x
+            v = t.to(dtype=t.dtype if t.is_floating_point() else _torch_float())
+            if self.transform == "log1p":
+                v = torch_log1p_or_nan(v)
+            y = self.output_min + (v - lo) * gain
+            if self.clip:
+                y = y.clamp(min(self.output_min, self.output_max),
+                            max(self.output_min, self.output_max))
+            return y  # type: ignore[no-any-return]
+        arr = np.asarray(x)
+        v_np = arr if np.issubdtype(arr.dtype, np.floating) else arr.astype(np.float64)
+        if self.transform == "log1p":
+            with np.errstate(invalid="ignore", divide="ignore"):
+                v_np = np.where(v_np > -1.0, np.log1p(np.maximum(v_np, -1.0 + 1e-300)), np.nan)
+        y_np = (self.output_min + (v_np - lo) * gain).astype(v_np.dtype, copy=False)
+        if self.clip:
+            lo_o, hi_o = sorted((self.output_min, self.output_max))
+            y_np = np.clip(y_np, lo_o, hi_o)
+        return y_np  # type: ignore[return-value]
+
+    def inverse(self, y: _ArrayT) -> _ArrayT:
+        """Model space -> physical units (clipped values map to the clip bounds)."""
+        lo, hi = self._bounds()
+        gain = (hi - lo) / (self.output_max - self.output_min)
+        if _is_torch(y):
+            t: Any = y
+            v = lo + (t - self.output_min) * gain
+            return (v.expm1() if self.transform == "log1p" else v)  # type: ignore[no-any-return]
+        arr = np.asarray(y)
+        v_np = lo + (arr - self.output_min) * gain
+        return (np.expm1(v_np) if self.transform == "log1p" else v_np)  # type: ignore[return-value]
+
+
+def _is_torch(x: object) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def _torch_float() -> Any:
+    import torch  # noqa: PLC0415 - torch only when a tensor is passed
+
+    return torch.float32
+
+
+def torch_log1p_or_nan(v: Any) -> Any:
+    """``log1p`` that maps ``v <= -1`` to NaN (torch)."""
+    import torch  # noqa: PLC0415
+
+    return torch.where(v > -1.0, torch.log1p(v.clamp(min=-1.0 + 1e-7)), torch.nan)
+
+
+class LoaderConfig(_Frozen):
+    """What to stream and how (SEMANTICS sections 3 to 7).
+
+    The planning fields define a plan's identity; the runtime fields (``data_access``
+    onward) only steer the SDK and the Flight server and never change a batch.
+    """
+
+    split: str = "train"
+    default_window: WindowConfig = WindowConfig(batch_size=8, seq_len=1024)
+    window_by_protocol: dict[str, WindowConfig] = Field(default_factory=dict)
+    seed: int = 69
+    strategy: Literal["sequential", "shuffled"] = "sequential"
+    phase_shift: bool = True
+    protocol_order: tuple[str, ...] | None = None
+    stateful_n_windows: int = Field(default=0, ge=-1)
+    cross_protocol_state_carry: Literal["chain"] | None = None
+    drop_incomplete_batches: bool = False
+    drop_incomplete_distributed: bool = True
+    group_key: tuple[str, ...] = DEFAULT_GROUP_KEY
+    alignment_key: tuple[str, ...] = DEFAULT_ALIGNMENT_KEY
+    inputs: dict[str, tuple[str, ...]]
+    targets: dict[str, tuple[str, ...]]
+    scaling: tuple[ScalingSpec, ...] = ()
+
+    data_access: Literal["windowed", "full_in_mem"] = "windowed"
+    num_workers: int = Field(default=0, ge=0)
+    prefetch_factor: int = Field(default=4, ge=1)
+    persistent_workers: bool = False
+    pin_memory: bool | None = None
+    multiprocessing_context: str | None = None
+    device: str = "auto"
+    prefetch_to_device: bool | None = None
+    non_blocking: bool = True
+
+    PLANNING_FIELDS: ClassVar[tuple[str, ...]] = (
+        "split", "default_window", "window_by_protocol", "seed", "strategy", "phase_shift",
+        "protocol_order", "stateful_n_windows", "cross_protocol_state_carry",
+        "drop_incomplete_batches", "drop_incomplete_distributed", "group_key",
+        "alignment_key", "inputs", "targets", "scaling",
+    )
+
+    @field_validator("window_by_protocol", mode="before")
+    @classmethod
+    def _window_keys(cls, value: Any) -> dict[str, Any]:
+        return {_protocol_name(k): v for k, v in dict(value).items()}
+
+    @field_validator("inputs", "targets", mode="before")
+    @classmethod
+    def _column_map(cls, value: Any) -> dict[str, tuple[str, ...]]:
+        return {
+            _protocol_name(k): _column_tuple(v, what=f"columns of {_protocol_name(k)!r}")
+            for k, v in dict(value).items()
+        }
+
+    @field_validator("protocol_order", mode="before")
+    @classmethod
+    def _order(cls, value: Any) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        return tuple(_protocol_name(v) for v in value)
+
+    @field_validator("group_key", "alignment_key", mode="before")
+    @classmethod
+    def _keys(cls, value: Any) -> tuple[str, ...]:
+        return _column_tuple(value, what="key")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        ok = value in ("auto", "cpu", "cuda") or (
+            value.startswith("cuda:") and value[5:].isdigit()
+        )
+        if not ok:
+            msg = f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}"
+            raise ValueError(msg)
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if not self.inputs:
+            msg = "inputs must name at least one protocol"
+            raise ValueError(msg)
+        if set(self.targets) != set(self.inputs):
+            msg = (
+                "targets must name exactly the protocols of inputs: "
+                f"inputs {sorted(self.inputs)}, targets {sorted(self.targets)}"
+            )
+            raise ValueError(msg)
+        if self.protocol_order is not None and (
+            sorted(self.protocol_order) != sorted(self.inputs)
+            or len(set(self.protocol_order)) != len(self.protocol_order)
+        ):
+            msg = (
+                f"protocol_order {list(self.protocol_order)} must list exactly the protocols "
+                f"of inputs {sorted(self.inputs)}, each once"
+            )
+            raise ValueError(msg)
+        extra = sorted(set(self.window_by_protocol) - set(self.inputs))
+        if extra:
+            msg = f"window_by_protocol names protocols that are not in inputs: {extra}"
+            raise ValueError(msg)
+        columns = [s.column for s in self.scaling]
+        if len(set(columns)) != len(columns):
+            msg = f"scaling names a column twice: {columns}"
+            raise ValueError(msg)
+        used = {c for cols in (*self.inputs.values(), *self.targets.values()) for c in cols}
+        unknown = sorted(set(columns) - used)
+        if unknown:
+            msg = f"scaling names columns that are neither inputs nor targets: {unknown}"
+            raise ValueError(msg)
+        if self.cross_protocol_state_carry == "chain":
+            self._check_chain()
+        return self
+
+    def _check_chain(self) -> None:
+        if self.stateful_n_windows == 0:
+            msg = "cross_protocol_state_carry='chain' carries recurrent state: it needs " \
+                  "stateful_n_windows != 0"
+            raise ValueError(msg)
+        shapes = {(w.batch_size, w.seq_len) for w in map(self.window_for, self.inputs)}
+        if len(shapes) != 1:
+            msg = "chained protocols must share batch_size and seq_len, got " + ", ".join(
+                f"{p}: {self.window_for(p).batch_size}x{self.window_for(p).seq_len}"
+                for p in self.ordered_protocols()
+            )
+            raise ValueError(msg)
+        missing = [k for k in self.alignment_key if k not in self.group_key]
+        if missing:
+            msg = f"chain: alignment_key columns {missing} must be part of group_key"
+            raise ValueError(msg)
+
+    def window_for(self, protocol: str | DatasetProtocolId) -> WindowConfig:
+        """The window of ``protocol``: its own entry, else ``default_window``."""
+        return self.window_by_protocol.get(_protocol_name(protocol), self.default_window)
+
+    def ordered_protocols(self) -> tuple[str, ...]:
+        """The plan's protocols: ``protocol_order`` when given, else sorted names."""
+        return self.protocol_order if self.protocol_order is not None else tuple(
+            sorted(self.inputs)
+        )
+
+    def planning_dict(self) -> dict[str, Any]:
+        """The planning fields as JSON-ready data: what defines a plan."""
+        return self.model_dump(mode="json", include=set(self.PLANNING_FIELDS))
+
+    def input_columns(self, protocol: str) -> tuple[str, ...]:
+        """Input channels of a batch of ``protocol`` (the chained union under chain)."""
+        return self._channels(protocol, self.inputs)
+
+    def target_columns(self, protocol: str) -> tuple[str, ...]:
+        """Target channels of a batch of ``protocol`` (the chained union under chain)."""
+        return self._channels(protocol, self.targets)
+
+    def _channels(self, protocol: str, table: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+        if self.cross_protocol_state_carry != "chain":
+            return table[_protocol_name(protocol)]
+        seen: dict[str, None] = {}
+        for p in self.ordered_protocols():
+            for col in table[p]:
+                seen.setdefault(col, None)
+        return tuple(seen)
+
+    def scaling_for(self, column: str) -> ScalingSpec | None:
+        """The scaling of ``column``, if any."""
+        return next((s for s in self.scaling if s.column == column), None)

@@ -1,0 +1,105 @@
+"""One error vocabulary for REST, Flight and the SDK.
+
+Every failure windpipe reports has a ``type`` from the closed set below. The REST
+API answers ``{"error": {"type", "message", "details"}}`` with the type's HTTP
+status; the Flight server raises the type's Flight error with the same envelope,
+JSON-encoded, in ``extra_info``; the SDK raises the exception class of the same
+name. Adding a type means adding a row here and an SDK class, nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+__all__ = ["ERROR_TABLE", "ErrorInfo", "ErrorType", "WindpipeError", "error_envelope"]
+
+
+class ErrorType(StrEnum):
+    """The closed set of error types (the ``type`` of the error envelope)."""
+
+    INVALID_REQUEST = "invalid_request"
+    INVALID_CONFIG = "invalid_config"
+    INVALID_MANIFEST = "invalid_manifest"
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    UNAUTHENTICATED = "unauthenticated"
+    INVALID_TICKET = "invalid_ticket"
+    SEGMENT_ERROR = "segment_error"
+    RESOURCE_EXHAUSTED = "resource_exhausted"
+    UNAVAILABLE = "unavailable"
+    INTERNAL = "internal"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """How one error type travels: HTTP status and pyarrow.flight error class name."""
+
+    http_status: int
+    flight_error: str
+
+
+ERROR_TABLE: dict[ErrorType, ErrorInfo] = {
+    ErrorType.INVALID_REQUEST: ErrorInfo(422, "FlightServerError"),
+    ErrorType.INVALID_CONFIG: ErrorInfo(422, "FlightServerError"),
+    ErrorType.INVALID_MANIFEST: ErrorInfo(422, "FlightServerError"),
+    ErrorType.NOT_FOUND: ErrorInfo(404, "FlightServerError"),
+    ErrorType.CONFLICT: ErrorInfo(409, "FlightServerError"),
+    ErrorType.UNAUTHENTICATED: ErrorInfo(401, "FlightUnauthenticatedError"),
+    ErrorType.INVALID_TICKET: ErrorInfo(403, "FlightUnauthorizedError"),
+    ErrorType.SEGMENT_ERROR: ErrorInfo(422, "FlightInternalError"),
+    ErrorType.RESOURCE_EXHAUSTED: ErrorInfo(503, "FlightServerError"),
+    ErrorType.UNAVAILABLE: ErrorInfo(503, "FlightUnavailableError"),
+    ErrorType.INTERNAL: ErrorInfo(500, "FlightInternalError"),
+}
+
+
+@dataclass(eq=False)
+class WindpipeError(Exception):
+    """A typed failure raised by the domain code of the catalog and Flight server.
+
+    Routes and Flight handlers turn it into their wire form; nothing below them
+    knows about HTTP or gRPC.
+    """
+
+    type: ErrorType
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+    @property
+    def http_status(self) -> int:
+        """The HTTP status of this error's type."""
+        return ERROR_TABLE[self.type].http_status
+
+    def envelope(self) -> dict[str, Any]:
+        """The REST error envelope."""
+        return error_envelope(self.type, self.message, self.details)
+
+    def to_json(self) -> bytes:
+        """The envelope as compact JSON bytes (Flight ``extra_info``)."""
+        return json.dumps(self.envelope(), separators=(",", ":"), default=str).encode()
+
+    @classmethod
+    def from_envelope(cls, envelope: dict[str, Any]) -> WindpipeError:
+        """Rebuild from a REST or Flight envelope; unknown types become ``internal``."""
+        body = envelope.get("error", {})
+        try:
+            kind = ErrorType(body.get("type"))
+        except ValueError:
+            kind = ErrorType.INTERNAL
+        return cls(kind, str(body.get("message", "")), dict(body.get("details") or {}))
+
+
+def error_envelope(
+    type_: ErrorType, message: str, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``{"error": {"type", "message", "details"}}``."""
+    return {"error": {"type": str(type_), "message": message, "details": details or {}}}

@@ -1,0 +1,1 @@
+"""What the windpipe services share: settings, logging, database engine, CLI."""

@@ -1,0 +1,80 @@
+"""Database engines: SQLite (embedded default) and PostgreSQL (production).
+
+Nothing connects at import; whoever owns a process (the app's lifespan, the CLI,
+a test fixture) calls :func:`create_engine` and disposes of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+__all__ = ["create_engine", "is_postgres", "is_sqlite", "session_scope", "upgrade_database"]
+
+
+def is_sqlite(engine: Engine) -> bool:
+    """Whether ``engine`` talks to SQLite."""
+    return engine.dialect.name == "sqlite"
+
+
+def is_postgres(engine: Engine) -> bool:
+    """Whether ``engine`` talks to PostgreSQL."""
+    return engine.dialect.name == "postgresql"
+
+
+def create_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for ``url`` with windpipe's settings.
+
+    SQLite gets WAL journaling, foreign keys and a busy timeout, so one catalog
+    process can serve many threads; PostgreSQL URLs without a driver use psycopg 3.
+    """
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    if url.startswith("sqlite"):
+        path = sa.engine.make_url(url).database
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": 30})
+        engine = sa.create_engine(url, **kwargs)
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    return sa.create_engine(url, **kwargs)
+
+
+@contextmanager
+def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """A session that commits on success and rolls back on any error."""
+    session = factory()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def upgrade_database(url: str, revision: str = "head") -> None:
+    """Run the Alembic migrations of ``migrations/`` up to ``revision``."""
+    from alembic import command  # noqa: PLC0415 - alembic only when migrating
+
+    from migrations import alembic_config  # noqa: PLC0415
+
+    command.upgrade(alembic_config(url), revision)

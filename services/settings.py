@@ -1,0 +1,57 @@
+"""Service settings, read from ``WINDPIPE_*`` environment variables.
+
+CLI flags override the environment; the environment overrides the defaults. The
+embedded defaults (SQLite and local storage under ``data_dir``) need no setup.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+class Settings(BaseSettings):
+    """Everything a catalog or Flight server process needs to know."""
+
+    model_config = SettingsConfigDict(env_prefix="WINDPIPE_", extra="ignore")
+
+    data_dir: Path = Path(".windpipe")
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; default: SQLite under data_dir"
+    )
+    host: str = "127.0.0.1"
+    port: int = 8000
+    flight_host: str | None = Field(default=None, description="default: host")
+    flight_port: int = 8815
+    flight_public_location: str | None = Field(
+        default=None, description="grpc://host:port clients reach this Flight server at"
+    )
+    catalog_url: str | None = Field(
+        default=None, description="REST URL a Flight server reads plans from (else the database)"
+    )
+    flight_locations: tuple[str, ...] = Field(
+        default=(), description="grpc://host:port of every Flight server, for endpoint routing"
+    )
+    cache_bytes: int = Field(default=1 << 30, ge=1 << 20)
+    ticket_secret: SecretStr = SecretStr("windpipe-dev-secret-change-me")
+    token: SecretStr | None = Field(default=None, description="bearer token required by the API")
+    s3_endpoint: str | None = None
+    s3_region: str = "us-east-1"
+    s3_allow_http: bool = False
+    log_level: str = "INFO"
+    log_json: bool = False
+    shutdown_grace_s: float = 10.0
+
+    def resolved_database_url(self) -> str:
+        """The database URL, defaulting to ``sqlite:///<data_dir>/catalog.db``."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'catalog.db').resolve()}"
+
+    def resolved_flight_host(self) -> str:
+        """Where the Flight server binds (``host`` unless set)."""
+        return self.flight_host or self.host

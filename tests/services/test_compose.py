@@ -1,0 +1,63 @@
+"""docker-compose.yml cannot run here; check it against the CLI and the settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from services.cli import build_parser
+from services.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def test_services_present_with_health_checks(compose):
+    services = compose["services"]
+    for name in ("postgres", "minio", "catalog", "flight-1", "flight-2"):
+        assert name in services, name
+        assert "healthcheck" in services[name], name
+
+
+def test_windpipe_commands_parse(compose):
+    parser = build_parser()
+    built = [s for s in compose["services"].values() if "build" in s]
+    assert len(built) >= 4
+    for service in built:
+        args = parser.parse_args(service["command"])
+        assert args.command in {"serve", "migrate"}
+
+
+def test_environment_names_settings_fields(compose):
+    fields = set(Settings.model_fields)
+    for name, service in compose["services"].items():
+        if "build" not in service:
+            continue
+        for key, value in service["environment"].items():
+            if key.startswith("WINDPIPE_"):
+                field = key.removeprefix("WINDPIPE_").lower()
+                assert field in fields, f"{name}: {key} is not a setting"
+                Settings(**{field: value} if field != "flight_locations" else {})
+    env = compose["services"]["flight-1"]["environment"]
+    monkey = {k: str(v) for k, v in env.items() if k.startswith("WINDPIPE_")}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in monkey.items():
+            mp.setenv(k, v)
+        settings = Settings()
+    assert settings.flight_locations == ("grpc://flight-1:8815", "grpc://flight-2:8815")
+    assert settings.flight_public_location == "grpc://flight-1:8815"
+    assert settings.database_url.startswith("postgresql://")
+
+
+def test_flight_servers_share_secret_and_locations(compose):
+    f1 = compose["services"]["flight-1"]["environment"]
+    f2 = compose["services"]["flight-2"]["environment"]
+    assert f1["WINDPIPE_TICKET_SECRET"] == f2["WINDPIPE_TICKET_SECRET"]
+    assert f1["WINDPIPE_FLIGHT_LOCATIONS"] == f2["WINDPIPE_FLIGHT_LOCATIONS"]
+    assert f1["WINDPIPE_FLIGHT_PUBLIC_LOCATION"] != f2["WINDPIPE_FLIGHT_PUBLIC_LOCATION"]
