@@ -1,0 +1,127 @@
+"""``python -m bench``: every contender side by side on the same data, in one run.
+
+Writes ``<out>/bench.json`` (or ``--json PATH``), a markdown table and a PNG plot
+beside it. ``--quick`` keeps the whole run under about two minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.report import write_markdown, write_plot
+
+__all__ = ["main"]
+
+CONTENDERS = (
+    "windpipe_flight_warm", "windpipe_flight_cold", "windpipe_full_in_mem",
+    "windowed_parquet", "full_in_mem_torch", "torch_dataloader",
+    "flight_ceiling", "memcpy_ceiling",
+)
+
+
+def _machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
+        "python": platform.python_version(), "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+    }
+
+
+def run_contender(
+    name: str, workload_path: Path, *, max_batches: int, max_seconds: float,
+    options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One contender in its own process; returns its result record."""
+    cmd = [
+        sys.executable, "-m", "bench.runner", name, str(workload_path),
+        "--max-batches", str(max_batches), "--max-seconds", str(max_seconds),
+        "--options", json.dumps(options or {}),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max_seconds * 4 + 600,
+                          check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        return {"name": name, "error": (proc.stderr or proc.stdout)[-2000:]}
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    tokens = result["batches"] * result.get("tokens_per_batch", 0)
+    result["batches_per_s"] = result["batches"] / result["seconds"] if result["seconds"] else 0.0
+    result["tokens_per_s"] = tokens / result["seconds"] if result["seconds"] else 0.0
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small data, short runs (< 2 min)")
+    parser.add_argument("--rows", type=int, help="cycling rows (default 20M, 2M with --quick)")
+    parser.add_argument("--out", type=Path, default=Path("bench/out"))
+    parser.add_argument("--json", type=Path, dest="json_path")
+    parser.add_argument("--only", nargs="*", help="run only these contenders")
+    parser.add_argument("--skip-concurrency", action="store_true")
+    parser.add_argument("--skip-planning", action="store_true")
+    args = parser.parse_args(argv)
+
+    from bench.data import ensure_dataset  # noqa: PLC0415
+    from bench.workload import build_workload  # noqa: PLC0415
+
+    rows = args.rows or (2_000_000 if args.quick else 20_000_000)
+    seconds = 6.0 if args.quick else 20.0
+    max_batches = 300 if args.quick else 3000
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    root = ensure_dataset(args.out / f"data-{rows}", cycling_rows=rows)
+    workload = build_workload(root)
+    workload_path = args.out / "workload.npz"
+    workload.save(workload_path)
+    print(f"dataset {root}: {rows} cycling rows, {workload.n_batches} full batches "
+          f"of {workload.batch_size}x{workload.seq_len} ({time.perf_counter() - t0:.1f} s)")
+
+    contenders: dict[str, Any] = {}
+    for name in args.only or CONTENDERS:
+        limit = min(max_batches, 60) if name in ("windowed_parquet", "torch_dataloader") else max_batches
+        result = run_contender(name, workload_path, max_batches=limit, max_seconds=seconds)
+        result.setdefault("tokens_per_batch", workload.tokens_per_batch)
+        contenders[name] = result
+        if "error" in result:
+            print(f"{name:24s} FAILED: {result['error'][-300:]}")
+        else:
+            print(f"{name:24s} {result['tokens_per_s'] / 1e6:9.2f} M tokens/s "
+                  f"{result['batches_per_s']:9.1f} batches/s "
+                  f"peak {result['peak_rss_bytes'] / 2**20:8.0f} MiB cpu {result['cpu_s']:.1f} s")
+
+    record: dict[str, Any] = {
+        "contenders": contenders, "concurrency": None, "planning": None,
+        "machine": _machine(), "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "rows": rows, "batch": {"batch_size": workload.batch_size, "seq_len": workload.seq_len,
+                                "inputs": 3, "targets": 1},
+    }
+    if not args.skip_concurrency and not args.only:
+        from bench.windpipe_contenders import concurrency  # noqa: PLC0415
+
+        record["concurrency"] = concurrency(workload, consumers=(1, 2, 4), max_seconds=seconds)
+    if not args.skip_planning and not args.only:
+        from bench.planning import planning_times  # noqa: PLC0415
+
+        sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
+        record["planning"] = planning_times(sizes=sizes, work_dir=args.out / "planning")
+    json_path = args.json_path or args.out / "bench.json"
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(record, indent=2))
+    write_markdown(record, json_path.with_suffix(".md"))
+    write_plot(record, json_path.with_suffix(".png"))
+    print(f"wrote {json_path} (+ .md, .png) in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""What users would pick instead of windpipe, and the machine's ceilings.
+
+Each contender consumes the shared :class:`~bench.workload.Workload` into torch
+tensors ``inputs (B, T, 3)``, ``targets (B, T, 1)``, ``mask (B, T)`` and returns how
+many batches it produced in how long. They run in their own processes (see
+``bench/runner.py``), so peak memory and CPU time are theirs alone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+import pyarrow.parquet as pq
+import torch
+
+from bench.workload import INPUTS, TARGETS, Workload
+
+__all__ = ["BASELINES"]
+
+COLUMNS = (*INPUTS, *TARGETS)
+
+
+def _timed(batches: Iterator[Any], *, max_batches: int, max_seconds: float) -> dict[str, Any]:
+    start = time.perf_counter()
+    n = 0
+    checksum = 0.0
+    for batch in batches:
+        n += 1
+        checksum += float(batch[0][0, 0, 0])
+        if n >= max_batches or time.perf_counter() - start > max_seconds:
+            break
+    return {"batches": n, "seconds": time.perf_counter() - start, "checksum": checksum}
+
+
+def _window_tensors(cols: np.ndarray, n_rows: int, t: int) -> tuple[torch.Tensor, ...]:
+    """Inputs, targets and mask of one lane from its rows ``[o, o+T+1)`` (T+1 x C)."""
+    x = torch.from_numpy(np.nan_to_num(cols[:t, : len(INPUTS)], nan=-2.0))
+    y = torch.full((t, len(TARGETS)), float("nan"))
+    y[: n_rows - 1] = torch.from_numpy(cols[1:n_rows, len(INPUTS):])
+    if x.shape[0] < t:
+        x = torch.cat([x, torch.full((t - x.shape[0], len(INPUTS)), -2.0)])
+    mask = torch.zeros(t, dtype=torch.bool)
+    mask[: n_rows - 1] = True
+    return x, y, mask
+
+
+def windowed_parquet(w: Workload, *, max_batches: int, max_seconds: float) -> dict[str, Any]:
+    """The seed's "windowed" mode: read only each window's rows from parquet (pyarrow)."""
+    files = {s: pq.ParquetFile(f"{w.root}/{p}") for s, p in enumerate(w.stream_paths)}
+    t = w.seq_len
+
+    def batches() -> Iterator[tuple[torch.Tensor, ...]]:
+        for b in range(w.n_batches):
+            lanes = []
+            for s, o in zip(*w.lanes(b), strict=True):
+                pf = files[int(s)]
+                md = pf.metadata
+                starts = np.cumsum([0] + [md.row_group(i).num_rows for i in range(md.num_row_groups)])
+                first = int(np.searchsorted(starts, o, side="right") - 1)
+                last = int(np.searchsorted(starts, o + t + 1, side="left") - 1)
+                table = pf.read_row_groups(list(range(first, last + 1)), columns=list(COLUMNS))
+                rows = table.slice(int(o - starts[first]), t + 1)
+                cols = np.column_stack([rows[c].to_numpy(zero_copy_only=False) for c in COLUMNS])
+                lanes.append(_window_tensors(cols.astype(np.float32), rows.num_rows, t))
+            yield tuple(torch.stack(parts) for parts in zip(*lanes, strict=True))
+
+    return _timed(batches(), max_batches=max_batches, max_seconds=max_seconds)
+
+
+def _preload(w: Workload) -> tuple[torch.Tensor, np.ndarray]:
+    tables = [pq.read_table(f"{w.root}/{p}", columns=list(COLUMNS)) for p in w.stream_paths]
+    data = torch.cat([
+        torch.from_numpy(np.column_stack([t[c].to_numpy(zero_copy_only=False) for c in COLUMNS])
+                         .astype(np.float32))
+        for t in tables
+    ])
+    starts = np.cumsum([0, *w.stream_rows])
+    return data, starts
+
+
+class _WindowDataset(torch.utils.data.Dataset[tuple[torch.Tensor, ...]]):
+    """A map-style dataset of lane windows, as users write them."""
+
+    def __init__(self, w: Workload, reader: Callable[[int, int], np.ndarray]) -> None:
+        self.w = w
+        self.reader = reader
+
+    def __len__(self) -> int:
+        return int(self.w.lane_stream.shape[0])
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, ...]:
+        s, o = int(self.w.lane_stream[i]), int(self.w.lane_offset[i])
+        cols = self.reader(s, o)
+        return _window_tensors(cols, cols.shape[0], self.w.seq_len)
+
+
+def full_in_mem_torch(w: Workload, *, max_batches: int, max_seconds: float) -> dict[str, Any]:
+    """The seed's "full_in_mem" mode: all columns in CPU float32 tensors, windows cut there."""
+    t0 = time.perf_counter()
+    data, starts = _preload(w)
+    load_s = time.perf_counter() - t0
+    data_np = data.numpy()
+    t = w.seq_len
+
+    def read(s: int, o: int) -> np.ndarray:
+        lo = int(starts[s]) + o
+        return data_np[lo : min(lo + t + 1, int(starts[s + 1]))]
+
+    ds = _WindowDataset(w, read)
+
+    def batches() -> Iterator[tuple[torch.Tensor, ...]]:
+        for b in range(w.n_batches):
+            items = [ds[b * w.batch_size + i] for i in range(w.batch_size)]
+            yield tuple(torch.stack(parts) for parts in zip(*items, strict=True))
+
+    out = _timed(batches(), max_batches=max_batches, max_seconds=max_seconds)
+    out["load_seconds"] = load_s
+    return out
+
+
+class _ParquetWindowReader:
+    """Per-worker parquet handles; each window reads the row groups it spans."""
+
+    def __init__(self, w: Workload) -> None:
+        self.w = w
+        self.files: dict[int, tuple[pq.ParquetFile, np.ndarray]] = {}
+
+    def __call__(self, s: int, o: int) -> np.ndarray:
+        if s not in self.files:
+            pf = pq.ParquetFile(f"{self.w.root}/{self.w.stream_paths[s]}")
+            md = pf.metadata
+            rg = np.cumsum([0] + [md.row_group(i).num_rows for i in range(md.num_row_groups)])
+            self.files[s] = (pf, rg)
+        pf, rg = self.files[s]
+        t = self.w.seq_len
+        first = int(np.searchsorted(rg, o, side="right") - 1)
+        last = int(np.searchsorted(rg, o + t + 1, side="left") - 1)
+        table = pf.read_row_groups(list(range(first, last + 1)), columns=list(COLUMNS))
+        rows = table.slice(int(o - rg[first]), t + 1)
+        return np.column_stack(
+            [rows[c].to_numpy(zero_copy_only=False) for c in COLUMNS]
+        ).astype(np.float32)
+
+
+def torch_dataloader(w: Workload, *, max_batches: int, max_seconds: float) -> dict[str, Any]:
+    """A torch DataLoader over a map-style window dataset reading parquet, 2 workers."""
+    ds = _WindowDataset(w, _ParquetWindowReader(w))
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=w.batch_size, shuffle=False, num_workers=2, drop_last=True,
+        prefetch_factor=4, persistent_workers=False,
+    )
+    return _timed(iter(loader), max_batches=max_batches, max_seconds=max_seconds)
+
+
+class _CeilingServer(flight.FlightServerBase):
+    """Streams one prebuilt record batch of the workload's batch size, again and again."""
+
+    def __init__(self, batch: pa.RecordBatch, count: int) -> None:
+        super().__init__("grpc://127.0.0.1:0")
+        self.batch = batch
+        self.count = count
+
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
+        return flight.GeneratorStream(self.batch.schema, (self.batch for _ in range(self.count)))
+
+
+def _ceiling_batch(w: Workload) -> pa.RecordBatch:
+    b, t = w.batch_size, w.seq_len
+    rng = np.random.default_rng(0)
+    inputs = rng.standard_normal(b * t * len(INPUTS), dtype=np.float32)
+    targets = rng.standard_normal(b * t * len(TARGETS), dtype=np.float32)
+    mask = np.ones(b * t, dtype=np.uint8)
+
+    def lists(values: np.ndarray, width: int) -> pa.Array:
+        offsets = pa.array(np.arange(b + 1, dtype=np.int32) * width)
+        return pa.ListArray.from_arrays(offsets, pa.array(values))
+
+    return pa.record_batch(
+        [lists(inputs, t * len(INPUTS)), lists(targets, t * len(TARGETS)), lists(mask, t)],
+        names=["inputs", "targets", "mask"],
+    )
+
+
+def flight_ceiling(w: Workload, *, max_batches: int, max_seconds: float) -> dict[str, Any]:
+    """Raw pyarrow.flight DoGet of prebuilt record batches of the same size (the transport)."""
+    import multiprocessing as mp  # noqa: PLC0415
+
+    ctx = mp.get_context("spawn")
+    ready = ctx.Queue()
+    proc = ctx.Process(target=_serve_ceiling, args=(w, max_batches, ready), daemon=True)
+    proc.start()
+    port = ready.get(timeout=60)
+    client = flight.connect(f"grpc://127.0.0.1:{port}")
+    b, t = w.batch_size, w.seq_len
+
+    def batches() -> Iterator[tuple[torch.Tensor, ...]]:
+        reader = client.do_get(flight.Ticket(b"x"))
+        for chunk in reader:
+            rb = chunk.data
+            x = torch.from_numpy(rb.column(0).values.to_numpy()).view(b, t, len(INPUTS))
+            y = torch.from_numpy(rb.column(1).values.to_numpy()).view(b, t, len(TARGETS))
+            m = torch.from_numpy(rb.column(2).values.to_numpy()).view(b, t).view(torch.bool)
+            yield x, y, m
+
+    try:
+        return _timed(batches(), max_batches=max_batches, max_seconds=max_seconds)
+    finally:
+        client.close()
+        proc.terminate()
+        proc.join(10)
+
+
+def _serve_ceiling(w: Workload, count: int, ready: Any) -> None:
+    server = _CeilingServer(_ceiling_batch(w), count)
+    ready.put(server.port)
+    threading.Event().wait()
+
+
+def memcpy_ceiling(w: Workload, *, max_batches: int, max_seconds: float) -> dict[str, Any]:
+    """A numpy copy of the same bytes per batch into a preallocated buffer."""
+    b, t = w.batch_size, w.seq_len
+    n_src = 16  # rotate sources so the copies are not served from a warm L2
+    src = np.random.default_rng(0).integers(0, 255, (n_src, w.batch_bytes), dtype=np.uint8)
+    dst = np.empty(w.batch_bytes, dtype=np.uint8)
+    n_in = b * t * len(COLUMNS) * 4
+
+    def batches() -> Iterator[tuple[torch.Tensor, ...]]:
+        i = 0
+        while True:
+            np.copyto(dst, src[i % n_src])
+            x = torch.from_numpy(dst[:n_in].view(np.float32)).view(b, t, len(COLUMNS))
+            yield x, x, x
+            i += 1
+
+    return _timed(batches(), max_batches=max_batches, max_seconds=max_seconds)
+
+
+BASELINES: dict[str, Callable[..., dict[str, Any]]] = {
+    "windowed_parquet": windowed_parquet,
+    "full_in_mem_torch": full_in_mem_torch,
+    "torch_dataloader": torch_dataloader,
+    "flight_ceiling": flight_ceiling,
+    "memcpy_ceiling": memcpy_ceiling,
+}
