@@ -1,0 +1,294 @@
+"""The Arrow Flight wire format of windpipe batches (specified in ``docs/wire.md``).
+
+Clients (the SDK, or a client in any language) depend on this module, never on
+``flight_server``. It defines:
+
+* the request: :class:`FlightCommand`, the JSON command of a ``FlightDescriptor``
+  (plan, epoch, rank, world size, start batch);
+* the stream schema: one Arrow record batch per training batch, ONE ROW PER LANE.
+  A plan may mix protocols whose ``T``, ``C_in``, ``C_out`` and ``B`` differ, and a
+  stream has one schema, so fixed-size lists (or the fixed-shape tensor extension
+  type) cannot describe every batch of a plan. Each lane therefore carries
+  variable-length lists: ``inputs`` ``T*C_in`` float32 values (row-major
+  ``(T, C_in)``), ``targets`` ``T*C_out`` float32, ``mask`` ``T`` uint8 (0/1, so it
+  can be viewed as bool without a copy). The shape of each batch is in its
+  ``app_metadata`` (:class:`BatchMetadata`); :func:`batch_arrays` reshapes the
+  columns into ``(B, T, C)`` numpy views without copying;
+* per-lane provenance columns and the per-batch ``app_metadata`` JSON;
+* the Flight action names and the error envelope decoding of Flight errors.
+
+Tickets are opaque to clients: pass the ``Ticket`` of each endpoint to ``DoGet``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from contract.errors import ErrorType, WindpipeError
+
+__all__ = [
+    "ACTION_CACHE_STATS",
+    "ACTION_HEALTH",
+    "ACTION_WARM",
+    "COLUMNS",
+    "COMMAND_KIND",
+    "INPUT_PAD",
+    "META_PLAN_ID",
+    "META_VERSION_ID",
+    "META_WIRE_VERSION",
+    "WIRE_VERSION",
+    "BatchArrays",
+    "BatchMetadata",
+    "FlightCommand",
+    "batch_arrays",
+    "batch_schema",
+    "error_from_flight",
+]
+
+WIRE_VERSION = 1
+COMMAND_KIND = "windpipe.batches"
+INPUT_PAD = -2.0
+
+ACTION_CACHE_STATS = "cache-stats"
+ACTION_HEALTH = "health"
+ACTION_WARM = "warm"
+
+META_WIRE_VERSION = b"windpipe.wire_version"
+META_PLAN_ID = b"windpipe.plan_id"
+META_VERSION_ID = b"windpipe.version_id"
+
+_STR_LIST = pa.list_(pa.string())
+_I64_LIST = pa.list_(pa.int64())
+
+_FIELDS: tuple[pa.Field, ...] = (
+    pa.field("inputs", pa.list_(pa.float32()), nullable=False),
+    pa.field("targets", pa.list_(pa.float32()), nullable=False),
+    pa.field("mask", pa.list_(pa.uint8()), nullable=False),
+    pa.field("protocol", pa.string(), nullable=False),
+    pa.field("manifest_row_id", pa.int64(), nullable=False),
+    pa.field("manifest_path", pa.string(), nullable=False),
+    pa.field("window_offset", pa.int64(), nullable=False),
+    pa.field("group_key", pa.string(), nullable=False),
+    pa.field("alignment_key", pa.string(), nullable=False),
+    pa.field("seg_path", _STR_LIST, nullable=False),
+    pa.field("seg_row_start", _I64_LIST, nullable=False),
+    pa.field("seg_row_count", _I64_LIST, nullable=False),
+    pa.field("seg_window_row_start", _I64_LIST, nullable=False),
+    pa.field("seg_window_row_count", _I64_LIST, nullable=False),
+)
+
+COLUMNS: tuple[str, ...] = tuple(f.name for f in _FIELDS)
+
+
+def batch_schema(*, plan_id: str | None = None, version_id: str | None = None) -> pa.Schema:
+    """The schema of every record batch of a windpipe stream.
+
+    Schema metadata carries the wire version and, when given, the plan and dataset
+    version ids (a client can check it reads the plan it asked for).
+    """
+    meta = {META_WIRE_VERSION: str(WIRE_VERSION).encode()}
+    if plan_id is not None:
+        meta[META_PLAN_ID] = plan_id.encode()
+    if version_id is not None:
+        meta[META_VERSION_ID] = version_id.encode()
+    return pa.schema(list(_FIELDS), metadata=meta)
+
+
+def _bad(message: str, **details: Any) -> WindpipeError:
+    return WindpipeError(ErrorType.INVALID_REQUEST, message, details=details)
+
+
+def _int_field(body: dict[str, Any], name: str, *, default: int | None, minimum: int) -> int:
+    value = body.get(name, default)
+    if value is None:
+        raise _bad(f"flight command: '{name}' is required", field=name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(f"flight command: '{name}' must be an integer, got {value!r}", field=name)
+    if value < minimum:
+        raise _bad(f"flight command: '{name}' must be >= {minimum}, got {value}", field=name)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class FlightCommand:
+    """What a client asks ``GetFlightInfo`` for: one rank's pass over one epoch of a plan.
+
+    ``start_batch`` resumes a pass: the stream then yields exactly the batches a full
+    pass yields from index ``start_batch`` on (SEMANTICS section 7).
+    """
+
+    plan_id: str
+    epoch: int = 0
+    rank: int = 0
+    world_size: int = 1
+    start_batch: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.plan_id, str) or not self.plan_id:
+            raise _bad("flight command: 'plan_id' must be a non-empty string")
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise _bad(
+                f"flight command: rank {self.rank} is not in [0, world_size={self.world_size})",
+                rank=self.rank, world_size=self.world_size,
+            )
+        if self.epoch < 0 or self.start_batch < 0:
+            raise _bad("flight command: epoch and start_batch must be >= 0")
+
+    def encode(self) -> bytes:
+        """Compact JSON bytes (the descriptor's ``cmd``)."""
+        body = {"kind": COMMAND_KIND, "v": WIRE_VERSION, **asdict(self)}
+        return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> FlightCommand:
+        """Parse and validate a descriptor command; raises ``invalid_request``."""
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise _bad(f"flight command is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise _bad("flight command must be a JSON object")
+        if body.get("kind", COMMAND_KIND) != COMMAND_KIND:
+            raise _bad(f"flight command kind must be {COMMAND_KIND!r}, got {body.get('kind')!r}")
+        if body.get("v", WIRE_VERSION) != WIRE_VERSION:
+            raise _bad(f"unsupported wire version {body.get('v')!r} (server speaks {WIRE_VERSION})")
+        unknown = sorted(set(body) - {"kind", "v", "plan_id", "epoch", "rank", "world_size",
+                                      "start_batch"})
+        if unknown:
+            raise _bad(f"flight command has unknown fields {unknown}", fields=unknown)
+        plan_id = body.get("plan_id")
+        if not isinstance(plan_id, str) or not plan_id:
+            raise _bad("flight command: 'plan_id' must be a non-empty string")
+        return cls(
+            plan_id=plan_id,
+            epoch=_int_field(body, "epoch", default=0, minimum=0),
+            rank=_int_field(body, "rank", default=0, minimum=0),
+            world_size=_int_field(body, "world_size", default=1, minimum=1),
+            start_batch=_int_field(body, "start_batch", default=0, minimum=0),
+        )
+
+    def descriptor(self) -> Any:
+        """A ``pyarrow.flight.FlightDescriptor`` for this command."""
+        import pyarrow.flight as fl  # noqa: PLC0415 - flight only where used
+
+        return fl.FlightDescriptor.for_command(self.encode())
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """The per-batch ``app_metadata`` (compact JSON): batch-level ``BatchState`` fields.
+
+    ``batch_idx`` is the position in the consumer's pass (resume with
+    ``start_batch = batch_idx + 1``); ``global_batch`` the position in the epoch's
+    global order. ``skipped_lanes`` lists lanes turned into padding because their
+    segment could not be read (``on_bad_segment="skip"``): ``{"lane", "path",
+    "error"}`` each.
+    """
+
+    batch_idx: int
+    global_batch: int
+    split: str
+    seq_len: int
+    c_in: int
+    c_out: int
+    input_columns: tuple[str, ...]
+    target_columns: tuple[str, ...]
+    stateful_group_idx: int | None = None
+    stateful_step_idx: int | None = None
+    stateful_steps: int | None = None
+    skipped_lanes: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+
+    def encode(self) -> bytes:
+        """Compact JSON bytes with ``v`` = the wire version."""
+        body = {"v": WIRE_VERSION, **asdict(self)}
+        body["input_columns"] = list(self.input_columns)
+        body["target_columns"] = list(self.target_columns)
+        body["skipped_lanes"] = list(self.skipped_lanes)
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes | memoryview | Any) -> BatchMetadata:
+        """Parse ``app_metadata`` (bytes or a ``pyarrow.Buffer``)."""
+        data = raw.to_pybytes() if hasattr(raw, "to_pybytes") else bytes(raw)
+        body = json.loads(data)
+        if body.get("v") != WIRE_VERSION:
+            raise _bad(f"unsupported batch metadata version {body.get('v')!r}")
+        return cls(
+            batch_idx=int(body["batch_idx"]),
+            global_batch=int(body["global_batch"]),
+            split=str(body["split"]),
+            seq_len=int(body["seq_len"]),
+            c_in=int(body["c_in"]),
+            c_out=int(body["c_out"]),
+            input_columns=tuple(body["input_columns"]),
+            target_columns=tuple(body["target_columns"]),
+            stateful_group_idx=body.get("stateful_group_idx"),
+            stateful_step_idx=body.get("stateful_step_idx"),
+            stateful_steps=body.get("stateful_steps"),
+            skipped_lanes=tuple(body.get("skipped_lanes") or ()),
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class BatchArrays:
+    """The tensor columns of one record batch as numpy views (no copies).
+
+    ``inputs`` ``(B, T, C_in)`` float32, ``targets`` ``(B, T, C_out)`` float32,
+    ``mask`` ``(B, T)`` bool. The arrays are read-only views on the Arrow buffers:
+    keep the record batch alive while using them, copy to keep them longer.
+    """
+
+    inputs: np.ndarray
+    targets: np.ndarray
+    mask: np.ndarray
+
+
+def _flat_values(column: pa.Array, dtype: np.dtype[Any]) -> np.ndarray:
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offsets = arr.offsets
+    start = offsets[0].as_py() if len(offsets) else 0
+    stop = offsets[-1].as_py() if len(offsets) else 0
+    values = arr.values.slice(start, stop - start)
+    buf = values.buffers()[1]
+    if buf is None:
+        return np.empty(0, dtype=dtype)
+    return np.frombuffer(buf, dtype=dtype, count=len(values),
+                         offset=values.offset * dtype.itemsize)
+
+
+def batch_arrays(batch: pa.RecordBatch, meta: BatchMetadata) -> BatchArrays:
+    """Reshape a record batch's list columns into ``(B, T, C)`` views using ``meta``."""
+    lanes, t = batch.num_rows, meta.seq_len
+    inputs = _flat_values(batch.column("inputs"), np.dtype(np.float32))
+    targets = _flat_values(batch.column("targets"), np.dtype(np.float32))
+    mask = _flat_values(batch.column("mask"), np.dtype(np.uint8))
+    expected = (lanes * t * meta.c_in, lanes * t * meta.c_out, lanes * t)
+    if (inputs.size, targets.size, mask.size) != expected:
+        raise _bad(
+            "record batch does not match its metadata",
+            sizes=[inputs.size, targets.size, mask.size], expected=list(expected),
+        )
+    return BatchArrays(
+        inputs=inputs.reshape(lanes, t, meta.c_in),
+        targets=targets.reshape(lanes, t, meta.c_out),
+        mask=mask.view(np.bool_).reshape(lanes, t),
+    )
+
+
+def error_from_flight(exc: BaseException) -> WindpipeError | None:
+    """The windpipe error carried in a Flight error's ``extra_info``, if any."""
+    extra = getattr(exc, "extra_info", None)
+    if not extra:
+        return None
+    try:
+        envelope = json.loads(extra)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(envelope, dict) or "error" not in envelope:
+        return None
+    return WindpipeError.from_envelope(envelope)

@@ -1,0 +1,1 @@
+"""The windpipe Arrow Flight data plane: chunk cache, materialization, tickets, server."""

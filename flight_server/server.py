@@ -1,0 +1,364 @@
+"""The windpipe Arrow Flight server (wire format: ``docs/wire.md``; design: ``docs/flight.md``).
+
+* ``GetFlightInfo``: a :class:`contract.wire.FlightCommand` descriptor -> schema,
+  totals and ordered endpoints with signed tickets. With several configured
+  locations the rank's pass is cut (at unit boundaries) into endpoints whose first
+  location is the server that owns their segments (rendezvous hashing of segment
+  paths), the others listed as fallbacks.
+* ``DoGet``: a ticket -> one record batch per training batch, the batch's
+  :class:`contract.wire.BatchMetadata` as ``app_metadata``.
+* ``DoAction``: ``health``, ``cache-stats``, ``warm``.
+
+Every ``WindpipeError`` leaves as the Flight error of its type with the JSON error
+envelope in ``extra_info``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as fl
+
+from catalog.schedule import Schedule, rank_batches
+from catalog.storage import Storage
+from contract.errors import ERROR_TABLE, ErrorType, WindpipeError
+from contract.identity import hash64
+from contract.wire import (
+    ACTION_CACHE_STATS,
+    ACTION_HEALTH,
+    ACTION_WARM,
+    WIRE_VERSION,
+    FlightCommand,
+    batch_schema,
+)
+from flight_server.cache import ChunkCache, ChunkRequest
+from flight_server.materialize import BadSegmentPolicy, BatchBuilder, chunk_loader
+from flight_server.plans import PlanCache, PlanContext
+from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
+
+__all__ = ["WindpipeFlightServer", "to_flight_error"]
+
+_I64 = np.int64
+
+
+def to_flight_error(exc: BaseException) -> fl.FlightError:
+    """The Flight error of a ``WindpipeError`` (anything else: ``internal``)."""
+    if not isinstance(exc, WindpipeError):
+        exc = WindpipeError(ErrorType.INTERNAL, f"{type(exc).__name__}: {exc}")
+    cls = getattr(fl, ERROR_TABLE[exc.type].flight_error)
+    err: fl.FlightError = cls(exc.message, extra_info=exc.to_json())
+    return err
+
+
+def _guard(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except fl.FlightError:
+        raise
+    except Exception as exc:
+        raise to_flight_error(exc) from exc
+
+
+def rendezvous(key: str, locations: tuple[str, ...]) -> tuple[str, ...]:
+    """``locations`` ordered by highest-random-weight hashing of ``key``."""
+    return tuple(sorted(locations, key=lambda loc: hash64("loc", loc, key), reverse=True))
+
+
+class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
+    """Streams plan batches; plans come from ``plans``, chunks through ``cache``."""
+
+    def __init__(
+        self,
+        location: str,
+        *,
+        plans: PlanCache,
+        cache: ChunkCache,
+        secret: bytes,
+        storage_for: Callable[[str], Storage],
+        locations: tuple[str, ...] = (),
+        on_bad_segment: BadSegmentPolicy = "raise",
+        readahead_batches: int = 2,
+        endpoint_batches: int = 64,
+        ticket_ttl_s: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(location, **kwargs)
+        self.plans = plans
+        self.cache = cache
+        self._secret = secret
+        self._storage_for = storage_for
+        self.locations = tuple(locations)
+        self.on_bad_segment = on_bad_segment
+        self.readahead_batches = readahead_batches
+        self.endpoint_batches = max(1, endpoint_batches)
+        self.ticket_ttl_s = ticket_ttl_s
+        self._stopping = threading.Event()
+        self._active = 0
+        self._active_lock = threading.Lock()
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _schema(self, plan: PlanContext) -> pa.Schema:
+        return batch_schema(plan_id=plan.plan_id, version_id=plan.version_id)
+
+    def _rank_pass(self, plan: PlanContext, epoch: int, rank: int,
+                   world_size: int) -> tuple[Schedule, np.ndarray]:
+        schedule = plan.schedule(epoch)
+        batches = rank_batches(
+            schedule, rank=rank, world_size=world_size,
+            drop_incomplete_distributed=plan.config.drop_incomplete_distributed,
+        )
+        return schedule, np.asarray(batches, dtype=_I64)
+
+    def _homes(self, plan: PlanContext, schedule: Schedule, batches: np.ndarray) -> np.ndarray:
+        """Index into ``self.locations`` of the server owning each batch's first lane."""
+        streams = plan.streams
+        lane = schedule.batch_lane_ptr[batches]
+        s = schedule.lane_stream[lane]
+        row = streams.stream_base[s] + np.maximum(schedule.lane_offset[lane], 0)
+        p_start = streams.stream_base[streams.piece_stream] + streams.piece_start
+        piece = np.clip(np.searchsorted(p_start, row, side="right") - 1, 0, None)
+        uniq, inverse = np.unique(piece, return_inverse=True)
+        home = np.asarray([
+            self.locations.index(rendezvous(
+                f"{plan.root_uri}/{streams.piece_path[int(p)]}", self.locations)[0])
+            for p in uniq.tolist()
+        ], dtype=_I64)
+        return home[inverse] if home.size else np.zeros(0, dtype=_I64)
+
+    def _endpoint_ranges(self, plan: PlanContext, schedule: Schedule, batches: np.ndarray,
+                         start: int) -> list[tuple[int, int, int]]:
+        """``(start, end, home)`` rank-local ranges; cuts only at unit boundaries."""
+        n = int(batches.shape[0])
+        if len(self.locations) <= 1 or n - start <= 0:
+            return [(start, n, 0)]
+        units = schedule.batch_unit[batches[start:]]
+        cuts = np.flatnonzero(np.diff(units) != 0) + 1
+        unit_starts = np.concatenate([[0], cuts]).astype(_I64) + start
+        homes = self._homes(plan, schedule, batches[unit_starts])
+        ranges: list[list[int]] = []
+        ends = np.concatenate([unit_starts[1:], [n]]).tolist()
+        for u0, u1, h in zip(unit_starts.tolist(), ends, homes.tolist(), strict=True):
+            if ranges and (ranges[-1][2] == h or ranges[-1][1] - ranges[-1][0]
+                           < self.endpoint_batches):
+                ranges[-1][1] = u1
+            else:
+                ranges.append([u0, u1, h])
+        if len(ranges) > 1 and ranges[-1][1] - ranges[-1][0] < self.endpoint_batches:
+            last = ranges.pop()
+            ranges[-1][1] = last[1]
+        return [(a, b, h) for a, b, h in ranges]
+
+    def _ticket(self, cmd: FlightCommand, start: int, end: int) -> fl.Ticket:
+        exp = None if self.ticket_ttl_s is None else time.time() + self.ticket_ttl_s
+        payload = TicketPayload(
+            plan_id=cmd.plan_id, epoch=cmd.epoch, rank=cmd.rank, world_size=cmd.world_size,
+            start_batch=start, end_batch=end, exp=exp,
+        )
+        return fl.Ticket(sign_ticket(payload, self._secret))
+
+    # -- Flight methods ---------------------------------------------------------------
+
+    def get_flight_info(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
+        """Schema, totals and endpoints of one rank's pass (see ``docs/wire.md``)."""
+        return _guard(lambda: self._flight_info(descriptor))
+
+    def _flight_info(self, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
+        if descriptor.descriptor_type != fl.DescriptorType.CMD:
+            raise WindpipeError(ErrorType.INVALID_REQUEST,
+                                "windpipe descriptors are commands (FlightCommand JSON)")
+        cmd = FlightCommand.decode(descriptor.command)
+        plan = self.plans.get(cmd.plan_id)
+        schedule, batches = self._rank_pass(plan, cmd.epoch, cmd.rank, cmd.world_size)
+        start = min(cmd.start_batch, int(batches.shape[0]))
+        rest = batches[start:]
+        lanes = (schedule.batch_lane_ptr[rest + 1] - schedule.batch_lane_ptr[rest]).astype(_I64)
+        seq = schedule.batch_seq_len[rest].astype(_I64)
+        channels = np.asarray(
+            [len(plan.config.input_columns(p)) + len(plan.config.target_columns(p)) + 0.25
+             for p in plan.streams.protocols] or [0.0]
+        )
+        per_batch = channels[schedule.batch_protocol[rest]] * 4 * lanes * seq
+        endpoints = []
+        for a, b, home in self._endpoint_ranges(plan, schedule, batches, start):
+            locs: tuple[str, ...] = ()
+            if len(self.locations) > 1:
+                primary = self.locations[home]
+                locs = (primary, *[loc for loc in self.locations if loc != primary])
+            elif self.locations:
+                locs = self.locations
+            endpoints.append(fl.FlightEndpoint(self._ticket(cmd, a, b), list(locs)))
+        return fl.FlightInfo(
+            self._schema(plan), descriptor, endpoints,
+            total_records=int(lanes.sum()), total_bytes=int(per_batch.sum()), ordered=True,
+        )
+
+    def get_schema(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.SchemaResult:
+        """The batch schema of the plan named by the descriptor."""
+        def run() -> fl.SchemaResult:
+            cmd = FlightCommand.decode(descriptor.command)
+            return fl.SchemaResult(self._schema(self.plans.get(cmd.plan_id)))
+
+        return _guard(run)
+
+    def do_get(self, context: Any, ticket: fl.Ticket) -> fl.GeneratorStream:
+        """Stream the batches a ticket grants, one record batch each."""
+        def setup() -> fl.GeneratorStream:
+            payload = verify_ticket(ticket.ticket, self._secret)
+            plan = self.plans.get(payload.plan_id)
+            schedule, batches = self._rank_pass(
+                plan, payload.epoch, payload.rank, payload.world_size
+            )
+            end = min(payload.end_batch, int(batches.shape[0]))
+            schema = self._schema(plan)
+            builder = BatchBuilder(
+                plan, self._storage_for(plan.root_uri), self.cache, schema,
+                on_bad_segment=self.on_bad_segment,
+            )
+            gen = self._stream(context, builder, schedule, batches,
+                               start=payload.start_batch, end=end)
+            return fl.GeneratorStream(schema, gen)
+
+        return _guard(setup)
+
+    def _stream(self, context: Any, builder: BatchBuilder, schedule: Schedule,
+                batches: np.ndarray, *, start: int, end: int) -> Iterator[Any]:
+        with self._active_lock:
+            self._active += 1
+        try:
+            plans: dict[int, Any] = {}
+            for i in range(start, end):
+                if context.is_cancelled():
+                    return
+                if self._stopping.is_set():
+                    raise WindpipeError(ErrorType.UNAVAILABLE,
+                                        "the Flight server is shutting down; resume elsewhere",
+                                        details={"next_batch": i})
+                g = int(batches[i])
+                lp = plans.pop(i, None) or builder.lane_plan(schedule, g)
+                batch, meta = builder.build(schedule, g, batch_idx=i, lp=lp)
+                self._read_ahead(builder, schedule, batches, i=i, end=end, plans=plans)
+                yield batch, pa.py_buffer(meta.encode())
+        except WindpipeError as exc:
+            raise to_flight_error(exc) from exc
+        except (fl.FlightError, GeneratorExit):
+            raise
+        except Exception as exc:
+            raise to_flight_error(exc) from exc
+        finally:
+            with self._active_lock:
+                self._active -= 1
+
+    def _read_ahead(self, builder: BatchBuilder, schedule: Schedule, batches: np.ndarray,
+                    *, i: int, end: int, plans: dict[int, Any]) -> None:
+        if self.readahead_batches <= 0:
+            return
+        requests: list[ChunkRequest] = []
+        for j in range(i + 1, min(end, i + 1 + self.readahead_batches)):
+            if j not in plans:
+                plans[j] = builder.lane_plan(schedule, int(batches[j]))
+            requests.extend(builder.requests(plans[j]))
+        if requests:
+            self.cache.prefetch(requests)
+
+    def list_actions(self, context: Any) -> list[tuple[str, str]]:
+        """The actions of ``docs/wire.md``."""
+        return [
+            (ACTION_HEALTH, "liveness: {status, version}"),
+            (ACTION_CACHE_STATS, "chunk cache counters"),
+            (ACTION_WARM, "load a plan's chunks into the cache: body {plan_id}"),
+        ]
+
+    def do_action(self, context: Any, action: fl.Action) -> Iterator[bytes]:
+        """``health``, ``cache-stats`` and ``warm``."""
+        kind = action.type
+        body = action.body.to_pybytes() if action.body is not None else b""
+        if kind == ACTION_HEALTH:
+            return iter([json.dumps({"status": "ok", "version": WIRE_VERSION,
+                                     "active_streams": self._active}).encode()])
+        if kind == ACTION_CACHE_STATS:
+            return iter([json.dumps(self.cache.stats().as_dict()).encode()])
+        if kind == ACTION_WARM:
+            return self._warm(body)
+        raise to_flight_error(WindpipeError(
+            ErrorType.INVALID_REQUEST, f"unknown action {kind!r}",
+            details={"actions": [ACTION_HEALTH, ACTION_CACHE_STATS, ACTION_WARM]},
+        ))
+
+    def _warm(self, body: bytes) -> Iterator[bytes]:
+        try:
+            args = json.loads(body or b"{}")
+            plan_id = args.get("plan_id") if isinstance(args, dict) else None
+            if not isinstance(plan_id, str) or not plan_id:
+                raise WindpipeError(ErrorType.INVALID_REQUEST,
+                                    "warm needs a JSON body {\"plan_id\": ...}")
+            plan = self.plans.get(plan_id)
+            requests = warm_requests(plan, self._storage_for(plan.root_uri))
+        except Exception as exc:
+            raise to_flight_error(exc) from exc
+        total_bytes = sum(r.nbytes for r in requests)
+        if total_bytes > self.cache.budget_bytes:
+            raise to_flight_error(WindpipeError(
+                ErrorType.RESOURCE_EXHAUSTED,
+                f"plan {plan_id} needs {total_bytes} bytes in memory but the cache budget is "
+                f"{self.cache.budget_bytes} bytes: raise --cache-bytes or use "
+                "data_access='windowed'",
+                details={"needed_bytes": total_bytes, "budget_bytes": self.cache.budget_bytes},
+            ))
+        return self._warm_steps(requests, total_bytes)
+
+    def _warm_steps(self, requests: list[ChunkRequest], total_bytes: int) -> Iterator[bytes]:
+        step = max(1, len(requests) // 20)
+        loaded = done_bytes = 0
+        try:
+            for k in range(0, len(requests), step):
+                part = requests[k : k + step]
+                self.cache.acquire(part).release()
+                loaded += len(part)
+                done_bytes += sum(r.nbytes for r in part)
+                yield json.dumps({"loaded": loaded, "total": len(requests),
+                                  "bytes": done_bytes, "total_bytes": total_bytes}).encode()
+        except WindpipeError as exc:
+            raise to_flight_error(exc) from exc
+        if not requests:
+            yield json.dumps({"loaded": 0, "total": 0, "bytes": 0, "total_bytes": 0}).encode()
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def stop(self, *, grace_s: float = 10.0) -> bool:
+        """Refuse new batches, end open streams, shut down within ``grace_s``.
+
+        Returns True when the server stopped within the deadline.
+        """
+        self._stopping.set()
+        done = threading.Event()
+
+        def _shutdown() -> None:
+            try:
+                self.shutdown()
+            finally:
+                done.set()
+
+        threading.Thread(target=_shutdown, name="windpipe-flight-shutdown", daemon=True).start()
+        ok = done.wait(timeout=grace_s)
+        self.cache.close()
+        return ok
+
+
+def warm_requests(plan: PlanContext, storage: Storage) -> list[ChunkRequest]:
+    """Every chunk of a plan's streams (its split), in stream order."""
+    out: list[ChunkRequest] = []
+    for c, key in enumerate(plan.chunk_keys):
+        spec = plan.specs[int(plan.chunk_spec[c])]
+        info = plan.piece_info(int(plan.chunk_piece[c]))
+        out.append(ChunkRequest(
+            key=key, nbytes=spec.nbytes(int(plan.chunk_len[c])),
+            load=chunk_loader(storage, info, int(plan.chunk_index[c]), spec),
+        ))
+    return out

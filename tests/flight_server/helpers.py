@@ -1,0 +1,240 @@
+"""Test helpers of the Flight data plane: small datasets, servers, a raw Flight consumer.
+
+Datasets are written as real parquet / zarr v3 segments; the reference values are
+read back straight from the files with pyarrow / zarr (never through
+``catalog.segments``), and batches are computed by ``tests.reference.schedule_ref``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as fl
+import pyarrow.parquet as pq
+import zarr
+
+from catalog.segments import inspect_segment
+from catalog.storage import Storage
+from catalog.streams import Streams
+from contract.configs import LoaderConfig
+from contract.errors import ErrorType, WindpipeError
+from contract.identity import manifest_row_id
+from contract.wire import BatchMetadata, FlightCommand, batch_arrays
+from flight_server.plans import PlanContext, build_plan_context
+from flight_server.runner import RunningFlightServer, start_flight_server
+from services.settings import Settings
+from tests.fixtures.data import write_parquet_segment, write_zarr_segment
+from tests.reference.schedule_ref import ref_streams, reference_rank, reference_values
+
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "cycling": ("current_a", "voltage_v", "temperature_c"),
+    "hppc": ("current_a", "voltage_v", "soc_pct"),
+    "eis": ("freq_hz", "z_real_ohm", "z_imag_ohm"),
+}
+
+
+@dataclass
+class StreamSpec:
+    """One stream: identity and the row counts of its pieces (one manifest row each)."""
+
+    protocol: str
+    cell: str
+    cidx: int
+    pieces: tuple[int, ...]
+    set_id: str = "s1"
+
+
+@dataclass
+class Dataset:
+    """A written dataset: root, streams, segment infos and per-stream column data."""
+
+    root: Path
+    streams: Streams
+    segments: dict[str, Any]
+    data: list[dict[str, np.ndarray]] = field(default_factory=list)
+
+    def plan(self, config: LoaderConfig, plan_id: str = "p-test", *,
+             root_uri: str | None = None) -> PlanContext:
+        """A plan context over this dataset (``root_uri``: where a copy of it lives)."""
+        return build_plan_context(
+            plan_id=plan_id, version_id="v-test",
+            root_uri=root_uri or Path(self.root).resolve().as_uri(),
+            config=config, streams=self.streams, segments=self.segments,
+        )
+
+
+def _values(rng: np.random.Generator, protocol: str, n: int) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for k, col in enumerate(COLUMNS[protocol]):
+        v = rng.normal(loc=2.0 + k, scale=1.5, size=n)
+        if col in ("freq_hz", "soc_pct"):
+            v = np.abs(v) * 10.0
+        holes = rng.random(n) < 0.05
+        v[holes] = np.nan
+        out[col] = v
+    return out
+
+
+def write_dataset(
+    root: Path, specs: Sequence[StreamSpec], *, fmt: str = "parquet", chunk_rows: int = 16,
+    seed: int = 0, protocols: Sequence[str] | None = None,
+) -> Dataset:
+    """Write the streams' pieces (``fmt``: parquet, zarr, or mixed alternating)."""
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    storage = Storage.from_uri(root.resolve().as_uri())
+    pieces: list[list[tuple[str, int, int]]] = []
+    data: list[dict[str, np.ndarray]] = []
+    infos: dict[str, Any] = {}
+    k = 0
+    for spec in specs:
+        mine: list[tuple[str, int, int]] = []
+        parts: list[dict[str, np.ndarray]] = []
+        for j, rows in enumerate(spec.pieces):
+            values = _values(rng, spec.protocol, rows)
+            parts.append(values)
+            use = fmt if fmt != "mixed" else ("zarr" if k % 2 else "parquet")
+            k += 1
+            cidx = spec.cidx * 100 + j  # one manifest row per piece
+            rel = f"{spec.protocol}/{spec.set_id}_{spec.cell}_{cidx}"
+            if use == "zarr":
+                rel += ".zarr"
+                write_zarr_segment(root, rel, values, chunk_rows=chunk_rows)
+            else:
+                rel += ".parquet"
+                cols = {c: pa.array(v, mask=np.isnan(v) & (np.arange(rows) % 2 == 0))
+                        for c, v in values.items()}
+                write_parquet_segment(root, rel, cols, row_group_rows=chunk_rows)
+            infos[rel] = inspect_segment(storage, rel)
+            mine.append((rel, manifest_row_id(spec.set_id, spec.cell, cidx, spec.protocol),
+                         rows))
+        pieces.append(mine)
+        data.append({c: np.concatenate([p[c] for p in parts]) for c in COLUMNS[spec.protocol]})
+    protos = tuple(protocols) if protocols else tuple(sorted({s.protocol for s in specs}))
+    streams = Streams.from_pieces(
+        protocols=protos,
+        stream_protocols=[s.protocol for s in specs],
+        group_keys=[(s.set_id, s.cell, s.cidx, s.protocol) for s in specs],
+        alignment_keys=[(s.set_id, s.cell, s.cidx) for s in specs],
+        pieces=pieces,
+    )
+    ds = Dataset(root=root, streams=streams, segments=infos)
+    ds.data = read_back(ds)
+    np.testing.assert_array_equal(  # the generator's values round-trip (NaN = null)
+        np.isnan(ds.data[0][COLUMNS[specs[0].protocol][0]]),
+        np.isnan(data[0][COLUMNS[specs[0].protocol][0]]),
+    )
+    return ds
+
+
+def read_back(ds: Dataset) -> list[dict[str, np.ndarray]]:
+    """Per-stream columns read straight from the files (float64, NaN for null)."""
+    out = []
+    streams = ds.streams
+    for s in range(streams.count):
+        lo, hi = int(streams.piece_ptr[s]), int(streams.piece_ptr[s + 1])
+        cols: dict[str, list[np.ndarray]] = {}
+        for p in range(lo, hi):
+            path = ds.root / streams.piece_path[p]
+            if path.suffix == ".zarr":
+                group = zarr.open_group(str(path), mode="r")
+                parts = {n: np.asarray(a[...], dtype=np.float64) for n, a in group.arrays()}
+            else:
+                table = pq.read_table(path)
+                parts = {
+                    n: np.asarray(table.column(n).cast(pa.float64()).to_numpy(
+                        zero_copy_only=False), dtype=np.float64)
+                    for n in table.column_names
+                }
+            for n, v in parts.items():
+                cols.setdefault(n, []).append(v)
+        out.append({n: np.concatenate(v) for n, v in cols.items()})
+    return out
+
+
+def start_server(plans: dict[str, PlanContext], *, cache_bytes: int = 64 << 20,
+                 locations: tuple[str, ...] = (), port: int = 0,
+                 s3_endpoint: str | None = None, s3_allow_http: bool = False,
+                 **kwargs: Any) -> RunningFlightServer:
+    """A Flight server on loopback serving ``plans`` (no catalog)."""
+    settings = Settings(flight_host="127.0.0.1", flight_port=port,
+                        flight_locations=locations, ticket_secret="test-secret",
+                        s3_endpoint=s3_endpoint, s3_allow_http=s3_allow_http)
+
+    def source(plan_id: str) -> PlanContext:
+        if plan_id not in plans:
+            raise WindpipeError(ErrorType.NOT_FOUND, f"plan {plan_id!r} does not exist")
+        return plans[plan_id]
+
+    return start_flight_server(settings, plan_source=source, cache_bytes=cache_bytes, **kwargs)
+
+
+@dataclass
+class Received:
+    """One received batch."""
+
+    batch: pa.RecordBatch
+    meta: BatchMetadata
+    inputs: np.ndarray
+    targets: np.ndarray
+    mask: np.ndarray
+
+
+def consume(location: str, cmd: FlightCommand) -> list[Received]:
+    """Read every endpoint of a command in order with raw pyarrow.flight."""
+    return list(iter_consume(location, cmd))
+
+
+def iter_consume(location: str, cmd: FlightCommand) -> Iterator[Received]:
+    """Lazily read every endpoint of a command (raw pyarrow.flight)."""
+    client = fl.connect(location)
+    try:
+        info = client.get_flight_info(cmd.descriptor())
+        for ep in info.endpoints:
+            target = fl.connect(ep.locations[0]) if ep.locations else client
+            reader = target.do_get(ep.ticket)
+            for chunk in reader:
+                meta = BatchMetadata.decode(chunk.app_metadata)
+                arrays = batch_arrays(chunk.data, meta)
+                yield Received(chunk.data, meta, arrays.inputs.copy(), arrays.targets.copy(),
+                               arrays.mask.copy())
+            if target is not client:
+                target.close()
+    finally:
+        client.close()
+
+
+def expected_pass(ds: Dataset, config: LoaderConfig, *, epoch: int, rank: int,
+                  world_size: int) -> list[tuple[Any, tuple[np.ndarray, ...]]]:
+    """The reference batches of one rank's pass and their values."""
+    refs = ref_streams(ds.streams)
+    batches = reference_rank(refs, config, epoch, rank=rank, world_size=world_size)
+    return [(b, reference_values(b, refs, ds.data, config)) for b in batches]
+
+
+def assert_pass_equal(got: list[Received], want: list[tuple[Any, tuple[np.ndarray, ...]]],
+                      ds: Dataset) -> None:
+    """Values, masks, window offsets and stateful fields match the reference."""
+    assert len(got) == len(want), (len(got), len(want))
+    for i, (r, (ref, (inputs, targets, mask))) in enumerate(zip(got, want, strict=True)):
+        assert r.meta.batch_idx == i
+        np.testing.assert_array_equal(r.mask, mask, err_msg=f"mask of batch {i}")
+        np.testing.assert_allclose(r.inputs, inputs, rtol=2e-6, atol=1e-6,
+                                   err_msg=f"inputs of batch {i}")
+        np.testing.assert_allclose(r.targets, targets, rtol=2e-6, atol=1e-6,
+                                   err_msg=f"targets of batch {i}")
+        offsets = [-1 if lane is None else lane[1] for lane in ref.lanes]
+        assert r.batch.column("window_offset").to_pylist() == offsets
+        assert r.batch.column("protocol").to_pylist() == list(ref.lane_protocols)
+        assert r.meta.seq_len == ref.seq_len
+        assert r.meta.stateful_group_idx == ref.group
+        assert r.meta.stateful_step_idx == ref.step
+        assert r.meta.stateful_steps == ref.steps
+        keys = [json.loads(k) for k in r.batch.column("group_key").to_pylist()]
+        assert keys == [list(ds.streams.group_keys[s]) for s in ref.lane_streams]
