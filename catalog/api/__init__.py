@@ -1,0 +1,1 @@
+"""The catalog REST API (FastAPI): ``create_app`` builds it."""

@@ -1,0 +1,85 @@
+"""The catalog REST app: ``create_app(settings)``; its lifespan owns the database engine.
+
+Nothing connects at import. On start-up the lifespan creates the engine (unless one
+is passed in, as tests do), migrates the database to the newest schema (Alembic
+``upgrade head``; a no-op when it is current) and builds the :class:`CatalogContext`
+the routes use; on shut-down it disposes of the engine it created.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+
+from fastapi import Depends, FastAPI
+from sqlalchemy.engine import Engine
+
+from catalog.api.deps import require_token
+from catalog.api.errors import install_error_handlers
+from catalog.api.routes import datasets, health, plans, splits, versions
+from catalog.service import CatalogContext, StorageOptions
+from services.database import create_engine
+from services.settings import Settings
+
+__all__ = ["create_app", "migrate", "server_version"]
+
+
+def server_version() -> str:
+    """The installed windpipe version."""
+    try:
+        return version("windpipe")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0+unknown"
+
+
+def migrate(engine: Engine) -> None:
+    """Upgrade the database behind ``engine`` to the newest schema."""
+    from alembic import command  # noqa: PLC0415 - alembic only at start-up
+
+    from migrations import alembic_config  # noqa: PLC0415
+
+    config = alembic_config(engine.url.render_as_string(hide_password=False))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+
+
+def create_app(settings: Settings | None = None, *, engine: Engine | None = None) -> FastAPI:
+    """The FastAPI app; pass ``engine`` to share one (the caller then disposes of it)."""
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own = engine is None
+        bound = engine if engine is not None else create_engine(
+            settings.resolved_database_url()
+        )
+        try:
+            migrate(bound)
+            app.state.engine = bound
+            app.state.catalog = CatalogContext.from_engine(
+                bound,
+                storage=StorageOptions(
+                    s3_endpoint=settings.s3_endpoint, s3_region=settings.s3_region,
+                    s3_allow_http=settings.s3_allow_http,
+                ),
+            )
+            yield
+        finally:
+            if own:
+                bound.dispose()
+
+    app = FastAPI(
+        title="windpipe catalog",
+        version=server_version(),
+        description="Datasets, versions, ML indexes, splits and window plans.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    install_error_handlers(app)
+    app.include_router(health.router)
+    secured = [Depends(require_token)]
+    for module in (health, datasets, versions, splits, plans):
+        app.include_router(module.v1, prefix="/v1", dependencies=secured)
+    return app

@@ -1,0 +1,48 @@
+"""``Annotated`` dependency aliases shared by the routes."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Annotated
+
+from fastapi import Depends, Query, Request
+
+from catalog.api.schemas import MAX_PAGE_SIZE
+from catalog.service import CatalogContext
+from contract.errors import ErrorType, WindpipeError
+from services.settings import Settings
+
+__all__ = ["AppSettings", "Context", "PageSize", "PageToken", "require_token"]
+
+
+def _context(request: Request) -> CatalogContext:
+    return request.app.state.catalog  # type: ignore[no-any-return]
+
+
+def _settings(request: Request) -> Settings:
+    return request.app.state.settings  # type: ignore[no-any-return]
+
+
+Context = Annotated[CatalogContext, Depends(_context)]
+AppSettings = Annotated[Settings, Depends(_settings)]
+PageSize = Annotated[
+    int, Query(ge=1, le=MAX_PAGE_SIZE, description="items per page")
+]
+PageToken = Annotated[
+    str | None, Query(description="next_page_token of the previous page")
+]
+
+
+def require_token(request: Request) -> None:
+    """Bearer-token check when ``settings.token`` is set (401 ``unauthenticated``)."""
+    token = request.app.state.settings.token
+    if token is None:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _sep, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not secrets.compare_digest(
+        value.strip().encode(), token.get_secret_value().encode()
+    ):
+        raise WindpipeError(
+            ErrorType.UNAUTHENTICATED, "missing or wrong bearer token (Authorization: Bearer ...)"
+        )

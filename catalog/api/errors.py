@@ -1,0 +1,144 @@
+"""The error envelope for every non-2xx answer: ``{"error": {"type", "message", "details"}}``.
+
+``WindpipeError`` answers with its type's status. Request validation failures are
+``invalid_request`` (422, pydantic's errors in ``details.errors``), except a config
+body (``ValidationConfig``, ``LoaderConfig``) that parses as JSON but breaks the
+config's own rules: that is ``invalid_config``, as when the data rejects it. Unknown
+paths are ``not_found``, wrong methods ``invalid_request``, and anything unexpected
+is ``internal`` (500) without a traceback on the wire (it goes to the log).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from contract.errors import ErrorType, WindpipeError, error_envelope
+from services.logging import get_logger
+
+__all__ = ["CONFIG_BODY_OPERATIONS", "error_response", "install_error_handlers"]
+
+CONFIG_BODY_OPERATIONS: frozenset[str] = frozenset({"create_split", "create_plan"})
+
+_log = get_logger("catalog.api")
+
+_STATUS_TYPES: dict[int, ErrorType] = {
+    400: ErrorType.INVALID_REQUEST,
+    401: ErrorType.UNAUTHENTICATED,
+    404: ErrorType.NOT_FOUND,
+    405: ErrorType.INVALID_REQUEST,
+    409: ErrorType.CONFLICT,
+    422: ErrorType.INVALID_REQUEST,
+    503: ErrorType.UNAVAILABLE,
+}
+
+
+def error_response(
+    type_: ErrorType, message: str, details: dict[str, Any] | None = None, *, status: int
+) -> JSONResponse:
+    """A JSON error envelope with ``status``."""
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(
+        jsonable_encoder(error_envelope(type_, message, details)), status_code=status,
+        headers=headers,
+    )
+
+
+async def _windpipe_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, WindpipeError)
+    return error_response(exc.type, exc.message, exc.details, status=exc.http_status)
+
+
+_NOT_CONFIG = frozenset({"json_invalid", "model_attributes_type", "dict_type"})
+
+
+def _is_config_body_error(request: Request, errors: list[dict[str, Any]]) -> bool:
+    """A config body that is a JSON object but breaks the config's rules."""
+    route = request.scope.get("route")
+    if getattr(route, "operation_id", None) not in CONFIG_BODY_OPERATIONS:
+        return False
+    for e in errors:
+        loc = tuple(e.get("loc", ()))
+        if loc[:1] != ("body",) or e.get("type") in _NOT_CONFIG:
+            return False
+        if loc == ("body",) and e.get("type") == "missing":
+            return False
+    return bool(errors)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [dict(e) for e in exc.errors()]
+    for e in errors:
+        e.pop("url", None)
+        if "ctx" in e:
+            e["ctx"] = {k: str(v) for k, v in e["ctx"].items()}
+        e.pop("input", None)
+    first = errors[0] if errors else {}
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    message = f"{where}: {first.get('msg', 'invalid request')}" if where else "invalid request"
+    kind = (
+        ErrorType.INVALID_CONFIG if _is_config_body_error(request, errors)
+        else ErrorType.INVALID_REQUEST
+    )
+    return error_response(kind, message, {"errors": errors}, status=422)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    kind = _STATUS_TYPES.get(
+        exc.status_code,
+        ErrorType.INTERNAL if exc.status_code >= 500 else ErrorType.INVALID_REQUEST,
+    )
+    if exc.status_code == 404:
+        message = f"no such resource: {request.method} {request.url.path}"
+    elif exc.status_code == 405:
+        message = f"method {request.method} is not allowed on {request.url.path}"
+    else:
+        message = str(exc.detail)
+    return error_response(kind, message, {}, status=exc.status_code)
+
+
+class InternalErrorMiddleware:
+    """Turns an unexpected exception into a 500 ``internal`` envelope and logs it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def _send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, _send)
+        except Exception as exc:
+            _log.exception("unhandled error", path=scope.get("path"), error=type(exc).__name__)
+            if started:
+                raise
+            response = error_response(
+                ErrorType.INTERNAL, "internal server error; the request's outcome is unknown",
+                {}, status=500,
+            )
+            await response(scope, receive, send)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Install the envelope handlers and the 500 middleware on ``app``."""
+    app.add_exception_handler(WindpipeError, _windpipe_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_middleware(InternalErrorMiddleware)

@@ -1,0 +1,76 @@
+"""Datasets and the registration of their versions."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response, status
+
+from catalog import service
+from catalog.api.deps import Context, PageSize, PageToken
+from catalog.api.schemas import (
+    DEFAULT_PAGE_SIZE,
+    DatasetOut,
+    PageOut,
+    RegisterVersionIn,
+    VersionOut,
+)
+
+__all__ = ["v1"]
+
+v1 = APIRouter(tags=["datasets"])
+
+DatasetName = Annotated[
+    str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$", description="dataset name")
+]
+
+
+@v1.get("/datasets", operation_id="list_datasets", response_model=PageOut[DatasetOut])
+def list_datasets(
+    ctx: Context, page_size: PageSize = DEFAULT_PAGE_SIZE, page_token: PageToken = None
+) -> PageOut[DatasetOut]:
+    """Datasets by name."""
+    page = service.list_datasets(ctx, page_size=page_size, page_token=page_token)
+    return PageOut(
+        items=[DatasetOut.from_row(d) for d in page.items], next_page_token=page.next_page_token
+    )
+
+
+@v1.get("/datasets/{name}", operation_id="get_dataset", response_model=DatasetOut)
+def get_dataset(ctx: Context, name: DatasetName) -> DatasetOut:
+    """One dataset."""
+    return DatasetOut.from_row(service.get_dataset(ctx, name))
+
+
+@v1.post(
+    "/datasets/{name}/versions",
+    operation_id="register_version",
+    status_code=status.HTTP_201_CREATED,
+    response_model=VersionOut,
+    responses={200: {"model": VersionOut, "description": "this content was already registered"}},
+)
+def register_version(
+    ctx: Context, name: DatasetName, body: RegisterVersionIn, response: Response
+) -> VersionOut:
+    """Validate a manifest and every segment, then store the version (201; 200 if known)."""
+    result = service.register_version(
+        ctx, name, root=body.root, manifest=body.manifest, rows=body.rows,
+        description=body.description,
+    )
+    if not result.created:
+        response.status_code = status.HTTP_200_OK
+    return VersionOut.from_row(result.value)
+
+
+@v1.get(
+    "/datasets/{name}/versions", operation_id="list_versions", response_model=PageOut[VersionOut]
+)
+def list_versions(
+    ctx: Context, name: DatasetName, page_size: PageSize = DEFAULT_PAGE_SIZE,
+    page_token: PageToken = None,
+) -> PageOut[VersionOut]:
+    """Versions of a dataset, oldest first."""
+    page = service.list_versions(ctx, name, page_size=page_size, page_token=page_token)
+    return PageOut(
+        items=[VersionOut.from_row(v) for v in page.items], next_page_token=page.next_page_token
+    )

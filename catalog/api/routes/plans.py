@@ -1,0 +1,79 @@
+"""Window plans of a split: create, read, report and schedule."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response, status
+
+from catalog import plans
+from catalog.api.deps import Context, PageSize, PageToken
+from catalog.api.schemas import DEFAULT_PAGE_SIZE, PageOut, PlanOut, ScheduleBatchOut
+from catalog.repository import decode_page_token, encode_page_token
+from contract.configs import LoaderConfig
+from contract.errors import ErrorType, WindpipeError
+
+__all__ = ["v1"]
+
+v1 = APIRouter(tags=["plans"])
+
+Epoch = Annotated[int, Query(ge=0, description="epoch")]
+Rank = Annotated[int, Query(ge=0, description="rank of the consumer")]
+WorldSize = Annotated[int, Query(ge=1, description="number of ranks")]
+
+
+@v1.post(
+    "/splits/{split_id}/plans",
+    operation_id="create_plan",
+    status_code=status.HTTP_201_CREATED,
+    response_model=PlanOut,
+    responses={200: {"model": PlanOut, "description": "this plan already existed"}},
+)
+def create_plan(ctx: Context, split_id: str, body: LoaderConfig, response: Response) -> PlanOut:
+    """Validate a ``LoaderConfig`` against the data and plan it (201; 200 when known).
+
+    Runtime fields in the body are accepted and ignored: they do not change a plan.
+    """
+    result = plans.create_plan(ctx, split_id, body)
+    if not result.created:
+        response.status_code = status.HTTP_200_OK
+    return PlanOut.from_row(result.value)
+
+
+@v1.get("/plans/{plan_id}", operation_id="get_plan", response_model=PlanOut)
+def get_plan(ctx: Context, plan_id: str) -> PlanOut:
+    """One plan."""
+    return PlanOut.from_row(plans.get_plan(ctx, plan_id))
+
+
+@v1.get("/plans/{plan_id}/report", operation_id="get_plan_report")
+def get_plan_report(ctx: Context, plan_id: str, world_size: WorldSize = 1) -> dict[str, Any]:
+    """Batches, tokens, bytes and everything the plan drops, for ``world_size`` ranks."""
+    return plans.plan_report_for(ctx, plan_id, world_size=world_size)
+
+
+@v1.get(
+    "/plans/{plan_id}/schedule", operation_id="get_plan_schedule",
+    response_model=PageOut[ScheduleBatchOut],
+)
+def get_plan_schedule(
+    *, ctx: Context, plan_id: str, epoch: Epoch = 0, rank: Rank = 0, world_size: WorldSize = 1,
+    page_size: PageSize = DEFAULT_PAGE_SIZE, page_token: PageToken = None,
+) -> PageOut[ScheduleBatchOut]:
+    """The batches of one rank's pass of ``epoch``, in order, as lanes (paged)."""
+    if rank >= world_size:
+        raise WindpipeError(
+            ErrorType.INVALID_REQUEST, f"rank {rank} is not below world_size {world_size}",
+            details={"rank": rank, "world_size": world_size},
+        )
+    key = decode_page_token(page_token)
+    start = int(key[0]) if key else 0
+    items, total = plans.rank_schedule_page(
+        ctx, plan_id, epoch=epoch, rank=rank, world_size=world_size, start=start,
+        page_size=page_size,
+    )
+    end = start + len(items)
+    return PageOut(
+        items=[ScheduleBatchOut.model_validate(i) for i in items],
+        next_page_token=encode_page_token([end]) if end < total else None,
+    )

@@ -1,0 +1,52 @@
+"""Splits of a version into ``train`` and ``val``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response, status
+
+from catalog import service
+from catalog.api.deps import Context, PageSize, PageToken
+from catalog.api.routes._index import ARROW_STREAM, IndexFormat, index_response
+from catalog.api.schemas import DEFAULT_PAGE_SIZE, SplitOut
+from contract.configs import ValidationConfig
+
+__all__ = ["v1"]
+
+v1 = APIRouter(tags=["splits"])
+
+
+@v1.post(
+    "/versions/{version_id}/splits",
+    operation_id="create_split",
+    status_code=status.HTTP_201_CREATED,
+    response_model=SplitOut,
+    responses={200: {"model": SplitOut, "description": "this split already existed"}},
+)
+def create_split(
+    ctx: Context, version_id: str, body: ValidationConfig, response: Response
+) -> SplitOut:
+    """Assign every group to ``train`` or ``val`` (201; 200 when the same split exists)."""
+    result = service.create_split(ctx, version_id, body)
+    if not result.created:
+        response.status_code = status.HTTP_200_OK
+    return SplitOut.from_row(result.value)
+
+
+@v1.get("/splits/{split_id}", operation_id="get_split", response_model=SplitOut)
+def get_split(ctx: Context, split_id: str) -> SplitOut:
+    """One split with its counts."""
+    return SplitOut.from_row(service.get_split(ctx, split_id))
+
+
+@v1.get(
+    "/splits/{split_id}/index", operation_id="get_split_index",
+    responses={200: {"description": "JSON page or Arrow IPC stream",
+                     "content": {ARROW_STREAM: {}}}},
+)
+def get_split_index(
+    ctx: Context, split_id: str, format: IndexFormat = "json",
+    page_size: PageSize = DEFAULT_PAGE_SIZE, page_token: PageToken = None,
+) -> Response:
+    """The version's index with this split's ``split`` column."""
+    frame = service.split_index(ctx, split_id)
+    return index_response(frame, fmt=format, page_size=page_size, page_token=page_token)

@@ -1,0 +1,56 @@
+"""Versions: metadata, the ML index and the segment table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+
+from catalog import service
+from catalog.api.deps import Context, PageSize, PageToken
+from catalog.api.routes._index import ARROW_STREAM, IndexFormat, index_response
+from catalog.api.schemas import DEFAULT_PAGE_SIZE, PageOut, SegmentOut, VersionOut
+
+__all__ = ["v1"]
+
+v1 = APIRouter(tags=["versions"])
+
+_INDEX_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "JSON page of index rows, or the Arrow IPC stream with format=arrow",
+        "content": {ARROW_STREAM: {}},
+    }
+}
+
+
+@v1.get("/versions/{version_id}", operation_id="get_version", response_model=VersionOut)
+def get_version(ctx: Context, version_id: str) -> VersionOut:
+    """One version."""
+    return VersionOut.from_row(service.get_version(ctx, version_id))
+
+
+@v1.get(
+    "/versions/{version_id}/index", operation_id="get_version_index", responses=_INDEX_RESPONSES
+)
+def get_version_index(
+    ctx: Context, version_id: str, format: IndexFormat = "json",
+    page_size: PageSize = DEFAULT_PAGE_SIZE, page_token: PageToken = None,
+) -> Response:
+    """The version's ML index, sorted by identity (SEMANTICS section 1)."""
+    frame = service.version_index(ctx, version_id)
+    return index_response(frame, fmt=format, page_size=page_size, page_token=page_token)
+
+
+@v1.get(
+    "/versions/{version_id}/segments", operation_id="list_segments",
+    response_model=PageOut[SegmentOut],
+)
+def list_segments(
+    ctx: Context, version_id: str, page_size: PageSize = DEFAULT_PAGE_SIZE,
+    page_token: PageToken = None,
+) -> PageOut[SegmentOut]:
+    """The version's normalized segments by ``(manifest_row_id, ordinal)``."""
+    page = service.list_segments(ctx, version_id, page_size=page_size, page_token=page_token)
+    return PageOut(
+        items=[SegmentOut.from_row(s) for s in page.items], next_page_token=page.next_page_token
+    )

@@ -1,0 +1,211 @@
+"""Request and response bodies of the REST API.
+
+Config bodies reuse ``contract.configs`` directly (``ValidationConfig`` for splits,
+``LoaderConfig`` for plans; a plan body may carry the runtime fields, which are
+accepted and ignored). Responses are built from ORM rows by the ``from_row``
+constructors.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from catalog.models import Dataset, Plan, Segment, Split, Version
+
+__all__ = [
+    "DEFAULT_PAGE_SIZE",
+    "MAX_PAGE_SIZE",
+    "ConfigOut",
+    "DatasetOut",
+    "HealthOut",
+    "PageOut",
+    "PlanOut",
+    "RegisterVersionIn",
+    "ScheduleBatchOut",
+    "SegmentOut",
+    "SplitOut",
+    "VersionOut",
+]
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+
+ItemT = TypeVar("ItemT")
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    @field_validator("created_at", mode="after", check_fields=False)
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        """SQLite drops the time zone of stored timestamps; they are all UTC."""
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+class PageOut(_Out, Generic[ItemT]):
+    """One page of a list; ``next_page_token`` is null on the last page."""
+
+    items: list[ItemT]
+    next_page_token: str | None = None
+
+
+class HealthOut(_Out):
+    """``/healthz`` and ``/readyz``."""
+
+    status: Literal["ok"] = "ok"
+
+
+class ConfigOut(_Out):
+    """``GET /v1/config``: what this server supports and where its Flight servers are."""
+
+    server_version: str
+    api_version: Literal["v1"] = "v1"
+    limits: dict[str, int]
+    flight_locations: list[str]
+    storage_schemes: list[str]
+    auth: Literal["none", "bearer"]
+
+
+class DatasetOut(_Out):
+    """A dataset."""
+
+    name: str
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Dataset) -> DatasetOut:
+        """From the ORM row."""
+        return cls(name=row.name, created_at=row.created_at)
+
+
+class RegisterVersionIn(BaseModel):
+    """``POST /v1/datasets/{name}/versions``: a manifest path under ``root``, or its rows."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    root: str = Field(min_length=1, description="file:///abs/dir or s3://bucket/prefix")
+    manifest: str | None = Field(default=None, description="manifest path under root")
+    rows: list[dict[str, Any]] | None = Field(default=None, description="manifest rows")
+    description: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RegisterVersionIn:
+        if (self.manifest is None) == (self.rows is None):
+            msg = "give exactly one of 'manifest' (a path under root) and 'rows'"
+            raise ValueError(msg)
+        return self
+
+
+class VersionOut(_Out):
+    """A registered dataset version."""
+
+    id: str
+    dataset: str
+    root_uri: str
+    description: str | None
+    n_manifest_rows: int
+    n_segments: int
+    n_rows: int
+    schema_: dict[str, Any] = Field(alias="schema", serialization_alias="schema")
+    metadata_columns: list[dict[str, Any]]
+    created_at: datetime
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    @classmethod
+    def from_row(cls, row: Version) -> VersionOut:
+        """From the ORM row (its dataset loaded)."""
+        return cls(
+            id=row.id, dataset=row.dataset.name, root_uri=row.root_uri,
+            description=row.description, n_manifest_rows=row.n_manifest_rows,
+            n_segments=row.n_segments, n_rows=row.n_rows, schema=row.schema,
+            metadata_columns=row.metadata_columns, created_at=row.created_at,
+        )
+
+
+class SegmentOut(_Out):
+    """A normalized segment of a version."""
+
+    manifest_row_id: int
+    ordinal: int
+    path: str
+    format: str
+    row_count: int
+    chunk_rows: list[int]
+    fingerprint: str
+
+    @classmethod
+    def from_row(cls, row: Segment) -> SegmentOut:
+        """From the ORM row."""
+        return cls(
+            manifest_row_id=row.manifest_row_id, ordinal=row.ordinal, path=row.path,
+            format=row.format, row_count=row.row_count, chunk_rows=list(row.chunk_rows),
+            fingerprint=row.fingerprint,
+        )
+
+
+class SplitOut(_Out):
+    """A split of a version, with per-split counts (groups, manifest rows, rows)."""
+
+    id: str
+    version_id: str
+    config: dict[str, Any]
+    counts: dict[str, dict[str, int]]
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Split) -> SplitOut:
+        """From the ORM row."""
+        return cls(
+            id=row.id, version_id=row.version_id, config=row.config, counts=row.counts,
+            created_at=row.created_at,
+        )
+
+
+class PlanOut(_Out):
+    """A window plan; planning is synchronous, so a plan that exists is ``completed``."""
+
+    id: str
+    split_id: str
+    version_id: str
+    status: Literal["completed"] = "completed"
+    config: dict[str, Any]
+    n_streams: int
+    n_units: int
+    n_batches: int
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Plan) -> PlanOut:
+        """From the ORM row (its split loaded)."""
+        return cls(
+            id=row.id, split_id=row.split_id, version_id=row.split.version_id,
+            config=row.config, n_streams=row.n_streams, n_units=row.n_units,
+            n_batches=row.n_batches, created_at=row.created_at,
+        )
+
+
+class LaneOut(_Out):
+    """One lane: a lane window of a stream, or padding (``offset`` -1)."""
+
+    stream_idx: int
+    offset: int
+    protocol: str
+
+
+class ScheduleBatchOut(_Out):
+    """One batch of a rank's pass (``batch_idx`` = position in that pass)."""
+
+    batch_idx: int
+    global_batch_idx: int
+    unit_idx: int
+    protocol: str
+    seq_len: int
+    lanes: list[LaneOut]
+    stateful_group_idx: int | None
+    stateful_step_idx: int | None
+    stateful_steps: int | None

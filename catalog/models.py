@@ -1,0 +1,218 @@
+"""The catalog's tables (SQLAlchemy 2 typed ORM), shared by SQLite and PostgreSQL.
+
+Everything the catalog stores is immutable once written: a version, its manifest
+rows and segments, a split and its assignments, a plan with its streams and epoch-0
+units. Ids of versions, splits and plans are content digests, so writing the same
+thing twice finds the existing row instead of creating a new one.
+
+``plan_units`` holds the units (single batches, or whole stateful groups) of epoch 0
+in global order. A ``sequential`` plan is identical in every epoch; the epochs of a
+``shuffled`` plan are the same pure function of ``(plan, seed, epoch)`` and are
+recomputed on demand (``catalog.schedule.epoch_schedule``), never stored.
+
+The naming convention gives every constraint a stable name, which Alembic's batch
+mode needs to alter SQLite tables. ``migrations/versions`` must match this module
+(``tests/catalog/test_migrations.py`` compares them).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+__all__ = [
+    "NAMING_CONVENTION",
+    "Base",
+    "Dataset",
+    "ManifestRow",
+    "Plan",
+    "PlanStream",
+    "PlanUnit",
+    "Segment",
+    "Split",
+    "SplitAssignment",
+    "Version",
+    "utcnow",
+]
+
+NAMING_CONVENTION: dict[str, str] = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base with the naming convention and JSON for ``dict``/``list`` columns."""
+
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {  # noqa: RUF012 - SQLAlchemy reads this class attribute
+        dict[str, Any]: sa.JSON(),
+        list[Any]: sa.JSON(),
+    }
+
+
+_TS = sa.DateTime(timezone=True)
+
+
+class Dataset(Base):
+    """A named dataset; its versions hang below it."""
+
+    __tablename__ = "datasets"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(sa.String(200), unique=True)
+    created_at: Mapped[datetime] = mapped_column(_TS, default=utcnow)
+
+
+class Version(Base):
+    """An immutable dataset version; ``id`` is the digest of its manifest (``v-...``)."""
+
+    __tablename__ = "versions"
+
+    id: Mapped[str] = mapped_column(sa.String(80), primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(
+        sa.Integer, sa.ForeignKey("datasets.id", ondelete="CASCADE"), index=True
+    )
+    seq: Mapped[int] = mapped_column(sa.BigInteger, unique=True)
+    root_uri: Mapped[str] = mapped_column(sa.Text)
+    description: Mapped[str | None] = mapped_column(sa.Text, nullable=True)
+    n_manifest_rows: Mapped[int] = mapped_column(sa.BigInteger)
+    n_segments: Mapped[int] = mapped_column(sa.BigInteger)
+    n_rows: Mapped[int] = mapped_column(sa.BigInteger)
+    schema: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
+    metadata_columns: Mapped[list[Any]] = mapped_column(sa.JSON)
+    created_at: Mapped[datetime] = mapped_column(_TS, default=utcnow)
+
+    dataset: Mapped[Dataset] = relationship(lazy="joined")
+
+
+class ManifestRow(Base):
+    """One manifest row of a version: identity, metadata and row count."""
+
+    __tablename__ = "manifest_rows"
+
+    version_id: Mapped[str] = mapped_column(
+        sa.String(80), sa.ForeignKey("versions.id", ondelete="CASCADE"), primary_key=True
+    )
+    manifest_row_id: Mapped[int] = mapped_column(sa.BigInteger, primary_key=True)
+    position: Mapped[int] = mapped_column(sa.BigInteger)
+    set_id: Mapped[str] = mapped_column(sa.Text)
+    cell_id: Mapped[str] = mapped_column(sa.Text)
+    cidx: Mapped[int] = mapped_column(sa.BigInteger)
+    protocol: Mapped[str] = mapped_column(sa.String(100))
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", sa.JSON)
+    row_count: Mapped[int] = mapped_column(sa.BigInteger)
+
+
+class Segment(Base):
+    """One normalized segment of a manifest row, in stream order (``ordinal``)."""
+
+    __tablename__ = "segments"
+    __table_args__ = (
+        sa.ForeignKeyConstraint(
+            ["version_id", "manifest_row_id"],
+            ["manifest_rows.version_id", "manifest_rows.manifest_row_id"],
+            ondelete="CASCADE",
+        ),
+    )
+
+    version_id: Mapped[str] = mapped_column(sa.String(80), primary_key=True)
+    manifest_row_id: Mapped[int] = mapped_column(sa.BigInteger, primary_key=True)
+    ordinal: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    path: Mapped[str] = mapped_column(sa.Text)
+    format: Mapped[str] = mapped_column(sa.String(20))
+    row_count: Mapped[int] = mapped_column(sa.BigInteger)
+    chunk_rows: Mapped[list[Any]] = mapped_column(sa.JSON)
+    fingerprint: Mapped[str] = mapped_column(sa.Text)
+
+
+class Split(Base):
+    """A train/val split of a version; ``id`` digests the version and the config (``s-...``)."""
+
+    __tablename__ = "splits"
+
+    id: Mapped[str] = mapped_column(sa.String(80), primary_key=True)
+    version_id: Mapped[str] = mapped_column(
+        sa.String(80), sa.ForeignKey("versions.id", ondelete="CASCADE"), index=True
+    )
+    config: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
+    counts: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
+    created_at: Mapped[datetime] = mapped_column(_TS, default=utcnow)
+
+
+class SplitAssignment(Base):
+    """The split (``train`` / ``val``) of one manifest row."""
+
+    __tablename__ = "split_assignments"
+
+    split_id: Mapped[str] = mapped_column(
+        sa.String(80), sa.ForeignKey("splits.id", ondelete="CASCADE"), primary_key=True
+    )
+    manifest_row_id: Mapped[int] = mapped_column(sa.BigInteger, primary_key=True)
+    split: Mapped[str] = mapped_column(sa.String(20))
+
+
+class Plan(Base):
+    """A window plan of a split; ``id`` digests the split and the planning fields (``p-...``)."""
+
+    __tablename__ = "plans"
+
+    id: Mapped[str] = mapped_column(sa.String(80), primary_key=True)
+    split_id: Mapped[str] = mapped_column(
+        sa.String(80), sa.ForeignKey("splits.id", ondelete="CASCADE"), index=True
+    )
+    config: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
+    report: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
+    n_streams: Mapped[int] = mapped_column(sa.BigInteger)
+    n_units: Mapped[int] = mapped_column(sa.BigInteger)
+    n_batches: Mapped[int] = mapped_column(sa.BigInteger)
+    created_at: Mapped[datetime] = mapped_column(_TS, default=utcnow)
+
+    split: Mapped[Split] = relationship(lazy="joined")
+
+
+class PlanStream(Base):
+    """One stream of a plan (``stream_idx`` = position in index order)."""
+
+    __tablename__ = "plan_streams"
+
+    plan_id: Mapped[str] = mapped_column(
+        sa.String(80), sa.ForeignKey("plans.id", ondelete="CASCADE"), primary_key=True
+    )
+    stream_idx: Mapped[int] = mapped_column(sa.BigInteger, primary_key=True)
+    protocol: Mapped[str] = mapped_column(sa.String(100))
+    group_key: Mapped[list[Any]] = mapped_column(sa.JSON)
+    alignment_key: Mapped[list[Any]] = mapped_column(sa.JSON)
+    n_rows: Mapped[int] = mapped_column(sa.BigInteger)
+    manifest_row_ids: Mapped[list[Any]] = mapped_column(sa.JSON)
+
+
+class PlanUnit(Base):
+    """One schedulable unit of an epoch: its batches and where its first lane starts.
+
+    No foreign key to ``plans``: units are written in the plan's own transaction, and
+    a per-row key check made COPY of a million units ~40% slower on PostgreSQL.
+    """
+
+    __tablename__ = "plan_units"
+
+    plan_id: Mapped[str] = mapped_column(sa.String(80), primary_key=True)
+    epoch: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    unit_idx: Mapped[int] = mapped_column(sa.BigInteger, primary_key=True)
+    protocol: Mapped[str] = mapped_column(sa.String(100))
+    n_batches: Mapped[int] = mapped_column(sa.Integer)
+    n_lanes: Mapped[int] = mapped_column(sa.Integer)
+    batch_start: Mapped[int] = mapped_column(sa.BigInteger)
+    stream_idx: Mapped[int] = mapped_column(sa.BigInteger)
+    window_offset: Mapped[int] = mapped_column(sa.BigInteger)

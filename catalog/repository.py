@@ -1,0 +1,410 @@
+"""Every SQL statement of the catalog, over one SQLAlchemy session.
+
+The repository neither commits nor decides anything: the caller (``catalog.service``)
+owns the transaction, so a registration, a split or a plan is written all at once or
+not at all. Bulk tables (manifest rows, segments, split assignments, plan streams
+and units) are written from polars frames: PostgreSQL through ``COPY ... FROM STDIN``
+(psycopg's ``cursor.copy``) on the session's own connection, SQLite through driver
+``executemany`` in large chunks. Lists use keyset pagination: the page token is an
+opaque base64 encoding of the last key of the previous page.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
+
+import polars as pl
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from catalog.models import (
+    Base,
+    Dataset,
+    ManifestRow,
+    Plan,
+    PlanStream,
+    PlanUnit,
+    Segment,
+    Split,
+    SplitAssignment,
+    Version,
+)
+from contract.errors import ErrorType, WindpipeError
+
+__all__ = [
+    "Page",
+    "Repository",
+    "decode_page_token",
+    "encode_page_token",
+]
+
+T = TypeVar("T")
+
+_SQLITE_CHUNK = 100_000
+_UNIT_COLUMNS = (
+    "unit_idx", "protocol", "n_batches", "n_lanes", "batch_start", "stream_idx", "window_offset",
+)
+
+
+def encode_page_token(key: Sequence[Any]) -> str:
+    """The opaque page token of ``key`` (the last key of a page)."""
+    raw = json.dumps(list(key), separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_page_token(token: str | None) -> list[Any] | None:
+    """The key a page token stands for; ``invalid_request`` if it is not one of ours."""
+    if token is None or token == "":
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        key = json.loads(raw)
+    except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
+        raise WindpipeError(
+            ErrorType.INVALID_REQUEST, f"page_token {token!r} is not a valid page token",
+            details={"page_token": token},
+        ) from exc
+    if not isinstance(key, list):
+        raise WindpipeError(
+            ErrorType.INVALID_REQUEST, f"page_token {token!r} is not a valid page token",
+            details={"page_token": token},
+        )
+    return key
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a list: its items and the token of the next page (None at the end)."""
+
+    items: list[T]
+    next_page_token: str | None
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+class Repository:
+    """The catalog's reads and writes within the caller's session (and transaction)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self.session.get_bind().dialect.name
+
+    # -- datasets ---------------------------------------------------------------------
+
+    def get_dataset(self, name: str) -> Dataset | None:
+        """The dataset called ``name``."""
+        return self.session.scalars(sa.select(Dataset).where(Dataset.name == name)).first()
+
+    def get_dataset_by_id(self, dataset_id: int) -> Dataset | None:
+        """The dataset with primary key ``dataset_id``."""
+        return self.session.get(Dataset, dataset_id)
+
+    def add_dataset(self, name: str) -> Dataset:
+        """Insert a dataset (flushed, so its id is known)."""
+        dataset = Dataset(name=name)
+        self.session.add(dataset)
+        self.session.flush()
+        return dataset
+
+    def list_datasets(self, *, page_size: int, page_token: str | None) -> Page[Dataset]:
+        """Datasets by name."""
+        stmt = sa.select(Dataset).order_by(Dataset.name)
+        after = decode_page_token(page_token)
+        if after:
+            stmt = stmt.where(Dataset.name > str(after[0]))
+        rows = list(self.session.scalars(stmt.limit(page_size + 1)))
+        return _page(rows, page_size, lambda d: [d.name])
+
+    # -- versions ---------------------------------------------------------------------
+
+    def get_version(self, version_id: str) -> Version | None:
+        """The version ``version_id``."""
+        return self.session.get(Version, version_id)
+
+    def next_version_seq(self) -> int:
+        """The next free ``versions.seq`` (the caller retries on a unique-key race)."""
+        top = self.session.scalar(sa.select(sa.func.max(Version.seq)))
+        return int(top or 0) + 1
+
+    def add_version(self, version: Version) -> None:
+        """Insert a version row (flushed)."""
+        self.session.add(version)
+        self.session.flush()
+
+    def list_versions(
+        self, dataset_id: int, *, page_size: int, page_token: str | None
+    ) -> Page[Version]:
+        """Versions of a dataset, oldest first."""
+        stmt = sa.select(Version).where(Version.dataset_id == dataset_id).order_by(Version.seq)
+        after = decode_page_token(page_token)
+        if after:
+            stmt = stmt.where(Version.seq > int(after[0]))
+        rows = list(self.session.scalars(stmt.limit(page_size + 1)))
+        return _page(rows, page_size, lambda v: [v.seq])
+
+    def insert_manifest_rows(self, version_id: str, frame: pl.DataFrame) -> None:
+        """Bulk insert; ``frame`` has the identity columns, ``manifest_row_id``,
+        ``position``, ``row_count`` and ``metadata`` (JSON text)."""
+        self._bulk_insert(
+            _table(ManifestRow),
+            frame.select(
+                pl.lit(version_id).alias("version_id"),
+                pl.col("manifest_row_id").cast(pl.Int64),
+                pl.col("position").cast(pl.Int64),
+                pl.col("set_id").cast(pl.String),
+                pl.col("cell_id").cast(pl.String),
+                pl.col("cidx").cast(pl.Int64),
+                pl.col("protocol").cast(pl.String),
+                pl.col("metadata").cast(pl.String),
+                pl.col("row_count").cast(pl.Int64),
+            ),
+        )
+
+    def insert_segments(self, version_id: str, frame: pl.DataFrame) -> None:
+        """Bulk insert of a version's segments (``chunk_rows`` as a list column)."""
+        self._bulk_insert(
+            _table(Segment),
+            frame.select(
+                pl.lit(version_id).alias("version_id"),
+                pl.col("manifest_row_id").cast(pl.Int64),
+                pl.col("ordinal").cast(pl.Int64),
+                pl.col("path").cast(pl.String),
+                pl.col("format").cast(pl.String),
+                pl.col("row_count").cast(pl.Int64),
+                _json_int_list("chunk_rows"),
+                pl.col("fingerprint").cast(pl.String),
+            ),
+        )
+
+    def load_manifest_rows(self, version_id: str) -> list[ManifestRow]:
+        """A version's manifest rows in manifest order."""
+        stmt = (
+            sa.select(ManifestRow)
+            .where(ManifestRow.version_id == version_id)
+            .order_by(ManifestRow.position)
+        )
+        return list(self.session.scalars(stmt))
+
+    def load_segments(self, version_id: str) -> pl.DataFrame:
+        """A version's segments with their manifest row's ``manifest_position``."""
+        seg, man = Segment.__table__, ManifestRow.__table__
+        stmt = (
+            sa.select(
+                seg.c.manifest_row_id, seg.c.ordinal, seg.c.path, seg.c.format,
+                seg.c.row_count, seg.c.chunk_rows, seg.c.fingerprint,
+                man.c.position.label("manifest_position"),
+            )
+            .join(man, sa.and_(
+                man.c.version_id == seg.c.version_id,
+                man.c.manifest_row_id == seg.c.manifest_row_id,
+            ))
+            .where(seg.c.version_id == version_id)
+            .order_by(man.c.position, seg.c.ordinal)
+        )
+        rows = self.session.execute(stmt).all()
+        return pl.DataFrame(
+            [tuple(r) for r in rows],
+            schema={
+                "manifest_row_id": pl.Int64, "ordinal": pl.Int64, "path": pl.String,
+                "format": pl.String, "row_count": pl.Int64,
+                "chunk_rows": pl.List(pl.Int64), "fingerprint": pl.String,
+                "manifest_position": pl.Int64,
+            },
+            orient="row",
+        )
+
+    def list_segments(
+        self, version_id: str, *, page_size: int, page_token: str | None
+    ) -> Page[Segment]:
+        """A version's segments by ``(manifest_row_id, ordinal)``."""
+        stmt = (
+            sa.select(Segment)
+            .where(Segment.version_id == version_id)
+            .order_by(Segment.manifest_row_id, Segment.ordinal)
+        )
+        after = decode_page_token(page_token)
+        if after:
+            stmt = stmt.where(
+                sa.tuple_(Segment.manifest_row_id, Segment.ordinal)
+                > sa.tuple_(sa.literal(int(after[0])), sa.literal(int(after[1])))
+            )
+        rows = list(self.session.scalars(stmt.limit(page_size + 1)))
+        return _page(rows, page_size, lambda s: [s.manifest_row_id, s.ordinal])
+
+    # -- splits -----------------------------------------------------------------------
+
+    def get_split(self, split_id: str) -> Split | None:
+        """The split ``split_id``."""
+        return self.session.get(Split, split_id)
+
+    def add_split(self, split: Split) -> None:
+        """Insert a split row (flushed)."""
+        self.session.add(split)
+        self.session.flush()
+
+    def insert_assignments(self, split_id: str, frame: pl.DataFrame) -> None:
+        """Bulk insert of ``manifest_row_id`` -> ``split``."""
+        self._bulk_insert(
+            _table(SplitAssignment),
+            frame.select(
+                pl.lit(split_id).alias("split_id"),
+                pl.col("manifest_row_id").cast(pl.Int64),
+                pl.col("split").cast(pl.String),
+            ),
+        )
+
+    def load_assignments(self, split_id: str) -> pl.DataFrame:
+        """``manifest_row_id``, ``split`` of a split."""
+        table = SplitAssignment.__table__
+        rows = self.session.execute(
+            sa.select(table.c.manifest_row_id, table.c.split).where(table.c.split_id == split_id)
+        ).all()
+        return pl.DataFrame(
+            [tuple(r) for r in rows],
+            schema={"manifest_row_id": pl.Int64, "split": pl.String}, orient="row",
+        )
+
+    # -- plans ------------------------------------------------------------------------
+
+    def get_plan(self, plan_id: str) -> Plan | None:
+        """The plan ``plan_id``."""
+        return self.session.get(Plan, plan_id)
+
+    def add_plan(self, plan: Plan) -> None:
+        """Insert a plan row (flushed)."""
+        self.session.add(plan)
+        self.session.flush()
+
+    def insert_plan_streams(self, plan_id: str, frame: pl.DataFrame) -> None:
+        """Bulk insert; JSON columns (keys, manifest row ids) as JSON text."""
+        self._bulk_insert(
+            _table(PlanStream),
+            frame.select(
+                pl.lit(plan_id).alias("plan_id"),
+                pl.col("stream_idx").cast(pl.Int64),
+                pl.col("protocol").cast(pl.String),
+                pl.col("group_key").cast(pl.String),
+                pl.col("alignment_key").cast(pl.String),
+                pl.col("n_rows").cast(pl.Int64),
+                _json_int_list("manifest_row_ids"),
+            ),
+        )
+
+    def insert_plan_units(self, plan_id: str, epoch: int, frame: pl.DataFrame) -> None:
+        """Bulk insert of one epoch's units (columns of ``plan_units`` but the keys)."""
+        self._bulk_insert(
+            _table(PlanUnit),
+            frame.select(
+                pl.lit(plan_id).alias("plan_id"),
+                pl.lit(epoch, dtype=pl.Int64).alias("epoch"),
+                *(pl.col(c) for c in _UNIT_COLUMNS),
+            ),
+        )
+
+    def load_plan_units(
+        self, plan_id: str, epoch: int, *, start: int = 0, limit: int | None = None
+    ) -> pl.DataFrame:
+        """Stored units of ``epoch`` from ``unit_idx >= start`` (all columns but the keys)."""
+        table = PlanUnit.__table__
+        stmt = (
+            sa.select(*(table.c[c] for c in _UNIT_COLUMNS))
+            .where(table.c.plan_id == plan_id, table.c.epoch == epoch, table.c.unit_idx >= start)
+            .order_by(table.c.unit_idx)
+        )
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        rows = self.session.execute(stmt).all()
+        return pl.DataFrame(
+            [tuple(r) for r in rows],
+            schema={c: (pl.String if c == "protocol" else pl.Int64) for c in _UNIT_COLUMNS},
+            orient="row",
+        )
+
+    def load_plan_streams(self, plan_id: str) -> list[PlanStream]:
+        """A plan's streams in order."""
+        stmt = (
+            sa.select(PlanStream)
+            .where(PlanStream.plan_id == plan_id)
+            .order_by(PlanStream.stream_idx)
+        )
+        return list(self.session.scalars(stmt))
+
+    # -- maintenance ------------------------------------------------------------------
+
+    def count_rows(self) -> dict[str, int]:
+        """Row count of every catalog table (tests check that failures store nothing)."""
+        return {
+            table.name: int(self.session.scalar(sa.select(sa.func.count()).select_from(table)) or 0)
+            for table in Base.metadata.sorted_tables
+        }
+
+    # -- bulk writes ------------------------------------------------------------------
+
+    def _bulk_insert(self, table: sa.Table, frame: pl.DataFrame) -> None:
+        if frame.height == 0:
+            return
+        columns = [c.name for c in table.columns]
+        frame = frame.select(columns)
+        conn = self.session.connection()
+        if conn.dialect.name == "postgresql":
+            _copy_into(conn, table.name, columns, frame)
+            return
+        placeholders = ", ".join("?" for _ in columns)
+        names = ", ".join(f'"{c}"' for c in columns)
+        sql = f'INSERT INTO "{table.name}" ({names}) VALUES ({placeholders})'
+        for chunk in _chunks(frame, _SQLITE_CHUNK):
+            conn.exec_driver_sql(sql, chunk.rows())
+
+
+def _copy_into(conn: sa.Connection, table: str, columns: list[str], frame: pl.DataFrame) -> None:
+    """``COPY table FROM STDIN`` on the connection's psycopg connection (same transaction)."""
+    buffer = io.BytesIO()
+    frame.write_csv(buffer, include_header=False, null_value="")
+    raw: Any = conn.connection.dbapi_connection
+    names = ", ".join(f'"{c}"' for c in columns)
+    with raw.cursor() as cur, cur.copy(
+        f'COPY "{table}" ({names}) FROM STDIN WITH (FORMAT csv)'
+    ) as copy:
+        view = buffer.getbuffer()
+        step = 8 << 20
+        for offset in range(0, len(view), step):
+            copy.write(view[offset : offset + step])
+        view.release()
+
+
+def _table(model: type[Base]) -> sa.Table:
+    return cast(sa.Table, model.__table__)
+
+
+def _chunks(frame: pl.DataFrame, size: int) -> Iterator[pl.DataFrame]:
+    for offset in range(0, frame.height, size):
+        yield frame.slice(offset, size)
+
+
+def _json_int_list(column: str) -> pl.Expr:
+    """A list-of-integers column as JSON text, vectorized."""
+    return (
+        pl.lit("[")
+        + pl.col(column).cast(pl.List(pl.Int64)).list.eval(pl.element().cast(pl.String))
+        .list.join(",")
+        + pl.lit("]")
+    ).alias(column)
+
+
+def _page(rows: list[T], page_size: int, key: Any) -> Page[T]:
+    if len(rows) > page_size:
+        rows = rows[:page_size]
+        return Page(rows, encode_page_token(key(rows[-1])))
+    return Page(rows, None)

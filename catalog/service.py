@@ -1,0 +1,386 @@
+"""The catalog's rules: register versions, make splits, read indexes (plans: ``catalog.plans``).
+
+Plain functions over a :class:`CatalogContext` (session factory, storage options and
+a cache of immutable frames). Each write is one transaction: a registration that
+fails anywhere stores nothing, and one that loses a race to an identical
+registration returns the winner's version. Versions, splits and plans are
+content-addressed, so repeating a request returns the existing resource
+(``Created.created`` is False, which the REST layer answers with 200 instead of 201).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import polars as pl
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from catalog.index import build_index
+from catalog.manifest import load_manifest, manifest_from_rows
+from catalog.models import Dataset, Split, Version
+from catalog.registration import PreparedVersion, prepare_version
+from catalog.repository import Page, Repository
+from catalog.splits import assign_splits, split_counts
+from catalog.storage import Storage
+from contract.configs import ValidationConfig
+from contract.errors import ErrorType, WindpipeError
+from contract.identity import canonical_json
+from services.database import session_scope
+
+__all__ = [
+    "CatalogContext",
+    "Created",
+    "FrameCache",
+    "StorageOptions",
+    "content_id",
+    "create_split",
+    "get_dataset",
+    "get_split",
+    "get_version",
+    "list_versions",
+    "open_storage",
+    "register_version",
+    "split_index",
+    "version_index",
+]
+
+T = TypeVar("T")
+_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    """How to reach S3-compatible storage (``Settings.s3_*``)."""
+
+    s3_endpoint: str | None = None
+    s3_region: str = "us-east-1"
+    s3_allow_http: bool = False
+
+
+class FrameCache:
+    """A small thread-safe LRU of immutable values (index frames, streams, schedules)."""
+
+    def __init__(self, maxsize: int = 32) -> None:
+        self._maxsize = maxsize
+        self._items: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...], make: Callable[[], T]) -> T:
+        """The cached value of ``key``, made (outside the lock) on a miss."""
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]  # type: ignore[no-any-return]
+        value = make()
+        self.put(key, value)
+        return value
+
+    def put(self, key: tuple[Any, ...], value: Any) -> None:
+        """Store ``value`` under ``key``."""
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._maxsize:
+                self._items.popitem(last=False)
+
+
+@dataclass
+class CatalogContext:
+    """What the rules need: sessions, storage options and the frame cache."""
+
+    sessions: sessionmaker[Session]
+    storage: StorageOptions = field(default_factory=StorageOptions)
+    cache: FrameCache = field(default_factory=FrameCache)
+
+    @classmethod
+    def from_engine(
+        cls, engine: Engine, *, storage: StorageOptions | None = None, cache_size: int = 32
+    ) -> CatalogContext:
+        """A context over ``engine`` (sessions keep loaded rows usable after commit)."""
+        return cls(
+            sessions=sessionmaker(engine, expire_on_commit=False),
+            storage=storage or StorageOptions(),
+            cache=FrameCache(cache_size),
+        )
+
+
+@dataclass(frozen=True)
+class Created(Generic[T]):
+    """A resource and whether this call created it (False: it already existed)."""
+
+    value: T
+    created: bool
+
+
+def content_id(prefix: str, *parts: Any) -> str:
+    """``<prefix>-<32 hex>``: a digest of the canonical JSON of ``parts``."""
+    digest = hashlib.blake2b(canonical_json(list(parts)), digest_size=16).hexdigest()
+    return f"{prefix}-{digest}"
+
+
+def open_storage(root: str, options: StorageOptions) -> Storage:
+    """Open a dataset root; a bad URI is ``invalid_request`` naming it."""
+    try:
+        return Storage.from_uri(
+            root, s3_endpoint=options.s3_endpoint, s3_region=options.s3_region,
+            s3_allow_http=options.s3_allow_http,
+        )
+    except ValueError as exc:
+        raise WindpipeError(
+            ErrorType.INVALID_REQUEST, f"root {root!r}: {exc}", details={"root": root}
+        ) from exc
+
+
+def _not_found(kind: str, key: str) -> WindpipeError:
+    return WindpipeError(ErrorType.NOT_FOUND, f"{kind} {key!r} does not exist", details={kind: key})
+
+
+# -- datasets and versions ------------------------------------------------------------
+
+
+def get_dataset(ctx: CatalogContext, name: str) -> Dataset:
+    """The dataset ``name`` or ``not_found``."""
+    with session_scope(ctx.sessions) as session:
+        dataset = Repository(session).get_dataset(name)
+    if dataset is None:
+        raise _not_found("dataset", name)
+    return dataset
+
+
+def list_datasets(ctx: CatalogContext, *, page_size: int, page_token: str | None) -> Page[Dataset]:
+    """Datasets by name."""
+    with session_scope(ctx.sessions) as session:
+        return Repository(session).list_datasets(page_size=page_size, page_token=page_token)
+
+
+def list_versions(
+    ctx: CatalogContext, name: str, *, page_size: int, page_token: str | None
+) -> Page[Version]:
+    """Versions of dataset ``name``, oldest first."""
+    with session_scope(ctx.sessions) as session:
+        repo = Repository(session)
+        dataset = repo.get_dataset(name)
+        if dataset is None:
+            raise _not_found("dataset", name)
+        return repo.list_versions(dataset.id, page_size=page_size, page_token=page_token)
+
+
+def get_version(ctx: CatalogContext, version_id: str) -> Version:
+    """The version ``version_id`` or ``not_found``."""
+    with session_scope(ctx.sessions) as session:
+        version = Repository(session).get_version(version_id)
+    if version is None:
+        raise _not_found("version", version_id)
+    return version
+
+
+def register_version(
+    ctx: CatalogContext, name: str, *, root: str, manifest: str | None = None,
+    rows: list[dict[str, Any]] | None = None, description: str | None = None,
+) -> Created[Version]:
+    """Validate a manifest and all its segments, then store the version in one transaction.
+
+    Exactly one of ``manifest`` (a path under ``root``) and ``rows`` is given. The
+    same content again returns the existing version (``created=False``); content
+    already registered under another dataset is a ``conflict``.
+    """
+    if (manifest is None) == (rows is None):
+        raise WindpipeError(
+            ErrorType.INVALID_REQUEST, "give exactly one of 'manifest' (a path) and 'rows'"
+        )
+    storage = open_storage(root, ctx.storage)
+    frame = load_manifest(storage, manifest) if manifest is not None else manifest_from_rows(
+        rows or []
+    )
+    prepared = prepare_version(storage, frame)
+    for attempt in range(_RETRIES):
+        try:
+            return _store_version(ctx, name, prepared, description)
+        except IntegrityError:
+            if attempt == _RETRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _store_version(
+    ctx: CatalogContext, name: str, prepared: PreparedVersion, description: str | None
+) -> Created[Version]:
+    with session_scope(ctx.sessions) as session:
+        repo = Repository(session)
+        existing = repo.get_version(prepared.version_id)
+        if existing is not None:
+            if existing.dataset.name != name:
+                raise WindpipeError(
+                    ErrorType.CONFLICT,
+                    f"this content is already registered as version {existing.id!r} of "
+                    f"dataset {existing.dataset.name!r}",
+                    details={"version_id": existing.id, "dataset": existing.dataset.name},
+                )
+            return Created(existing, created=False)
+        dataset = repo.get_dataset(name) or repo.add_dataset(name)
+        manifest_rows = prepared.manifest_rows
+        metadata = list(prepared.metadata_columns)
+        version = Version(
+            id=prepared.version_id,
+            dataset_id=dataset.id,
+            seq=repo.next_version_seq(),
+            root_uri=prepared.root_uri,
+            description=description,
+            n_manifest_rows=manifest_rows.height,
+            n_segments=prepared.segments.height,
+            n_rows=int(manifest_rows["row_count"].sum()),
+            schema=_plain_schema(prepared.schema),
+            metadata_columns=[
+                {"name": c, "dtype": str(manifest_rows.schema[c])} for c in metadata
+            ],
+        )
+        repo.add_version(version)
+        repo.insert_manifest_rows(version.id, _with_metadata_json(manifest_rows, metadata))
+        repo.insert_segments(version.id, prepared.segments)
+        session.flush()
+        session.refresh(version)
+        return Created(version, created=True)
+
+
+def _plain_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        str(p): [dict(c) if not hasattr(c, "as_dict") else c.as_dict() for c in cols]
+        for p, cols in schema.items()
+    }
+
+
+def _with_metadata_json(frame: pl.DataFrame, metadata: list[str]) -> pl.DataFrame:
+    if not metadata:
+        return frame.with_columns(pl.lit("{}").alias("metadata"))
+    return frame.with_columns(pl.struct(metadata).struct.json_encode().alias("metadata"))
+
+
+def _manifest_frame(repo: Repository, version: Version) -> pl.DataFrame:
+    """The manifest rows of a stored version, as ``prepare_version`` produced them."""
+    rows = repo.load_manifest_rows(version.id)
+    dtypes = {m["name"]: _dtype(m["dtype"]) for m in version.metadata_columns}
+    base = pl.DataFrame(
+        {
+            "manifest_row_id": [r.manifest_row_id for r in rows],
+            "position": [r.position for r in rows],
+            "set_id": [r.set_id for r in rows],
+            "cell_id": [r.cell_id for r in rows],
+            "cidx": [r.cidx for r in rows],
+            "protocol": [r.protocol for r in rows],
+            "row_count": [r.row_count for r in rows],
+        },
+        schema={
+            "manifest_row_id": pl.Int64, "position": pl.Int64, "set_id": pl.String,
+            "cell_id": pl.String, "cidx": pl.Int64, "protocol": pl.String, "row_count": pl.Int64,
+        },
+    )
+    meta = {
+        name: pl.Series(name, [r.metadata_.get(name) for r in rows], dtype=dtype, strict=False)
+        for name, dtype in dtypes.items()
+    }
+    return base.with_columns(list(meta.values())) if meta else base
+
+
+def _dtype(name: str) -> pl.DataType | None:
+    value = getattr(pl, name, None)
+    if isinstance(value, type) and issubclass(value, pl.DataType):
+        return value()
+    return None
+
+
+def version_index(ctx: CatalogContext, version_id: str) -> pl.DataFrame:
+    """The ML index of a version (cached: versions never change)."""
+
+    def make() -> pl.DataFrame:
+        with session_scope(ctx.sessions) as session:
+            repo = Repository(session)
+            version = repo.get_version(version_id)
+            if version is None:
+                raise _not_found("version", version_id)
+            return build_index(_manifest_frame(repo, version), repo.load_segments(version_id))
+
+    return ctx.cache.get(("index", version_id), make)
+
+
+def version_segments(ctx: CatalogContext, version_id: str) -> pl.DataFrame:
+    """The segment table of a version (cached)."""
+
+    def make() -> pl.DataFrame:
+        with session_scope(ctx.sessions) as session:
+            repo = Repository(session)
+            if repo.get_version(version_id) is None:
+                raise _not_found("version", version_id)
+            return repo.load_segments(version_id)
+
+    return ctx.cache.get(("segments", version_id), make)
+
+
+def list_segments(
+    ctx: CatalogContext, version_id: str, *, page_size: int, page_token: str | None
+) -> Page[Any]:
+    """A page of a version's segments."""
+    with session_scope(ctx.sessions) as session:
+        repo = Repository(session)
+        if repo.get_version(version_id) is None:
+            raise _not_found("version", version_id)
+        return repo.list_segments(version_id, page_size=page_size, page_token=page_token)
+
+
+# -- splits ---------------------------------------------------------------------------
+
+
+def get_split(ctx: CatalogContext, split_id: str) -> Split:
+    """The split ``split_id`` or ``not_found``."""
+    with session_scope(ctx.sessions) as session:
+        split = Repository(session).get_split(split_id)
+    if split is None:
+        raise _not_found("split", split_id)
+    return split
+
+
+def create_split(ctx: CatalogContext, version_id: str, config: ValidationConfig) -> Created[Split]:
+    """Assign every manifest row of a version to ``train`` or ``val`` and store it.
+
+    Unknown columns and selectors that match nothing are ``invalid_config``.
+    """
+    config_json = config.model_dump(mode="json")
+    split_id = content_id("s", version_id, config_json)
+    with session_scope(ctx.sessions) as session:
+        existing = Repository(session).get_split(split_id)
+    if existing is not None:
+        return Created(existing, created=False)
+    assigned = assign_splits(version_index(ctx, version_id), config)
+    counts = split_counts(assigned, group_by=config.group_by)
+    try:
+        with session_scope(ctx.sessions) as session:
+            repo = Repository(session)
+            split = Split(id=split_id, version_id=version_id, config=config_json, counts=counts)
+            repo.add_split(split)
+            repo.insert_assignments(split_id, assigned)
+            session.flush()
+            session.refresh(split)
+            return Created(split, created=True)
+    except IntegrityError:
+        return Created(get_split(ctx, split_id), created=False)
+
+
+def split_index(ctx: CatalogContext, split_id: str) -> pl.DataFrame:
+    """The version's index with the split's ``split`` column (cached)."""
+
+    def make() -> pl.DataFrame:
+        split = get_split(ctx, split_id)
+        index = version_index(ctx, split.version_id)
+        with session_scope(ctx.sessions) as session:
+            assignments = Repository(session).load_assignments(split_id)
+        return index.drop("split", strict=False).join(
+            assignments, on="manifest_row_id", how="left", maintain_order="left"
+        )
+
+    return ctx.cache.get(("split_index", split_id), make)
