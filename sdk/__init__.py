@@ -1,0 +1,79 @@
+"""windpipe SDK: register, split and plan in a notebook; stream torch batches in training.
+
+```python
+from sdk import Catalog, ValidationConfig, WindowConfig, LoaderConfig, ScalingSpec
+
+cat = Catalog("http://127.0.0.1:8000")
+ver = cat.register("demo", root="file:///data/demo", manifest="manifest.parquet")
+split = ver.split(ValidationConfig.sample(fraction=0.2, seed=69))
+plan = split.plan(LoaderConfig(inputs=..., targets=...))
+for batch in plan.loader(device="auto"):
+    ...
+```
+
+See ``docs/sdk.md``. Errors are the tree in ``sdk._exceptions``.
+"""
+
+from contract.configs import (
+    DatasetProtocolId,
+    LoaderConfig,
+    ScalingSpec,
+    ValidationConfig,
+    WindowConfig,
+)
+from sdk._batch import Batch, BatchSegmentRef, BatchState, batch_from_arrow
+from sdk._catalog import Catalog
+from sdk._exceptions import (
+    Conflict,
+    InternalError,
+    InvalidConfig,
+    InvalidManifest,
+    InvalidRequest,
+    InvalidTicket,
+    NotFound,
+    ResourceExhausted,
+    SegmentError,
+    Unauthenticated,
+    Unavailable,
+    WindpipeError,
+)
+from sdk._handles import DatasetVersion, Plan, Split
+from sdk._loader import DeviceLoader, resolve_device
+from sdk._models import DatasetInfo, MlDatasetIndex, PlanReport
+from sdk._stats import LoaderStats
+from sdk._torch import WindpipeIterableDataset
+
+__all__ = [
+    "Batch",
+    "BatchSegmentRef",
+    "BatchState",
+    "Catalog",
+    "Conflict",
+    "DatasetInfo",
+    "DatasetProtocolId",
+    "DatasetVersion",
+    "DeviceLoader",
+    "InternalError",
+    "InvalidConfig",
+    "InvalidManifest",
+    "InvalidRequest",
+    "InvalidTicket",
+    "LoaderConfig",
+    "LoaderStats",
+    "MlDatasetIndex",
+    "NotFound",
+    "Plan",
+    "PlanReport",
+    "ResourceExhausted",
+    "ScalingSpec",
+    "SegmentError",
+    "Split",
+    "Unauthenticated",
+    "Unavailable",
+    "ValidationConfig",
+    "WindowConfig",
+    "WindpipeError",
+    "WindpipeIterableDataset",
+    "batch_from_arrow",
+    "resolve_device",
+]

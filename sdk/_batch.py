@@ -1,0 +1,232 @@
+"""``Batch``, ``BatchState`` and ``BatchSegmentRef`` (TYPES.md), rebuilt from the wire.
+
+A batch arriving over Flight is one Arrow record batch (one row per lane, see
+``contract/wire.py``). :func:`batch_from_arrow` turns it into torch tensors WITHOUT
+copying on the CPU: ``inputs``/``targets``/``mask`` are DLPack views on the Arrow
+value buffers, reshaped to ``(B, T, C)``; the mask's uint8 values are viewed as bool.
+Such tensors share memory with the record batch (which they keep alive); treat them
+as read-only, or ``.clone()`` before writing in place.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+import torch
+
+from contract.configs import DatasetProtocolId
+from contract.wire import BatchMetadata
+
+__all__ = ["Batch", "BatchSegmentRef", "BatchState", "batch_from_arrow"]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSegmentRef:
+    """One (lane, segment) range a batch read (SEMANTICS section 8).
+
+    ``row_start``/``row_count``: the rows read from the segment at ``path`` (the
+    extra target row included); ``window_row_start``/``window_row_count``: where those
+    rows sit, counted from the lane's first input row.
+    """
+
+    lane: int
+    path: str
+    row_start: int
+    row_count: int
+    window_row_start: int
+    window_row_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchState:
+    """Provenance of one batch; stays on the CPU. Lane-aligned tuples have length B.
+
+    ``window_offsets[b]`` is the source row of lane b's first input (-1 for a padded
+    lane). The ``stateful_*`` fields are set only on batches of a stateful group
+    (SEMANTICS section 4): reset recurrent state where ``stateful_step_idx == 0``.
+    """
+
+    split: str
+    batch_idx: int
+    protocols: tuple[str, ...]
+    manifest_paths: tuple[str, ...]
+    manifest_row_ids: tuple[int, ...]
+    group_keys: tuple[tuple[Any, ...], ...]
+    alignment_keys: tuple[tuple[Any, ...], ...]
+    window_offsets: tuple[int, ...]
+    segments: tuple[BatchSegmentRef, ...] = ()
+    stateful_group_idx: int | None = None
+    stateful_step_idx: int | None = None
+    stateful_steps: int | None = None
+    global_batch: int | None = field(default=None, compare=False)
+    input_columns: tuple[str, ...] = field(default=(), compare=False)
+    target_columns: tuple[str, ...] = field(default=(), compare=False)
+    skipped_lanes: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+
+    def segments_of(self, lane: int) -> tuple[BatchSegmentRef, ...]:
+        """The segment ranges lane ``lane`` read, in window order."""
+        return tuple(s for s in self.segments if s.lane == lane)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Batch:
+    """One training batch: tensors in model space plus its provenance.
+
+    ``inputs`` float32 ``(B, T, C_in)``; ``targets`` float32 ``(B, T, C_out)`` (the rows
+    one ahead); ``mask`` bool ``(B, T)``, True where the target row is a real source
+    row; ``all_valid``: every mask entry True and every target finite.
+    """
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    mask: torch.Tensor
+    all_valid: bool
+    state: BatchState
+
+    @property
+    def batch_size(self) -> int:
+        """Lanes in this batch (B; a stream's last window can have fewer)."""
+        return int(self.inputs.shape[0])
+
+    @property
+    def seq_len(self) -> int:
+        """Time steps per lane (T)."""
+        return int(self.inputs.shape[1])
+
+    @property
+    def tokens(self) -> int:
+        """``B * T``: one token is one time step of one lane."""
+        return self.batch_size * self.seq_len
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the three tensors."""
+        return sum(t.numel() * t.element_size() for t in (self.inputs, self.targets, self.mask))
+
+    @property
+    def device(self) -> torch.device:
+        """Where the tensors live."""
+        return self.inputs.device
+
+    def is_protocol(self, protocol: str | DatasetProtocolId) -> bool:
+        """True when any lane belongs to ``protocol``."""
+        name = protocol.value if isinstance(protocol, DatasetProtocolId) else str(protocol)
+        return name in self.state.protocols
+
+    def pin_memory(self) -> Batch:
+        """A copy in page-locked memory (needs CUDA; the state stays as is)."""
+        return replace(
+            self, inputs=self.inputs.pin_memory(), targets=self.targets.pin_memory(),
+            mask=self.mask.pin_memory(),
+        )
+
+    def to(self, device: str | torch.device, *, non_blocking: bool = False) -> Batch:
+        """The tensors on ``device``; ``state`` stays on the CPU."""
+        return replace(
+            self,
+            inputs=self.inputs.to(device, non_blocking=non_blocking),
+            targets=self.targets.to(device, non_blocking=non_blocking),
+            mask=self.mask.to(device, non_blocking=non_blocking),
+        )
+
+    def __repr__(self) -> str:
+        protos = ",".join(sorted(set(self.state.protocols)))
+        stateful = ""
+        if self.state.stateful_steps is not None:
+            stateful = (
+                f", group={self.state.stateful_group_idx} "
+                f"step={self.state.stateful_step_idx}/{self.state.stateful_steps}"
+            )
+        return (
+            f"Batch(idx={self.state.batch_idx}, split={self.state.split!r}, "
+            f"inputs={tuple(self.inputs.shape)}, targets={tuple(self.targets.shape)}, "
+            f"protocols={protos}, all_valid={self.all_valid}, device={self.device}{stateful})"
+        )
+
+
+def _list_values(column: pa.Array) -> pa.Array:
+    """The values of a list column covered by its (possibly sliced) offsets."""
+    arr: Any = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if len(arr) == 0:
+        return arr.values.slice(0, 0)
+    offsets = arr.offsets
+    start, stop = offsets[0].as_py(), offsets[len(offsets) - 1].as_py()
+    return arr.values.slice(start, stop - start)
+
+
+def _tensor(values: pa.Array, shape: tuple[int, ...], what: str) -> torch.Tensor:
+    expected = 1
+    for dim in shape:
+        expected *= dim
+    if len(values) != expected:
+        msg = f"{what}: the record batch holds {len(values)} values, its metadata says {shape}"
+        raise ValueError(msg)
+    if expected == 0:
+        dtype = torch.uint8 if pa.types.is_uint8(values.type) else torch.float32
+        return torch.empty(shape, dtype=dtype)
+    return torch.from_dlpack(values).view(shape)
+
+
+def _key(text: str) -> tuple[Any, ...]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return (text,)
+    return tuple(value) if isinstance(value, list) else (value,)
+
+
+def _segments(batch: pa.RecordBatch) -> tuple[BatchSegmentRef, ...]:
+    paths = batch.column("seg_path")
+    lens = paths.value_lengths().to_numpy(zero_copy_only=False)
+    flat = [
+        _list_values(batch.column(name)).to_pylist()
+        for name in ("seg_path", "seg_row_start", "seg_row_count", "seg_window_row_start",
+                     "seg_window_row_count")
+    ]
+    lanes = [lane for lane, n in enumerate(lens.tolist()) for _ in range(int(n or 0))]
+    return tuple(
+        BatchSegmentRef(lane, p, rs, rc, ws, wc)
+        for lane, p, rs, rc, ws, wc in zip(lanes, *flat, strict=True)
+    )
+
+
+def batch_state(batch: pa.RecordBatch, meta: BatchMetadata) -> BatchState:
+    """The provenance of a wire record batch."""
+    return BatchState(
+        split=meta.split,
+        batch_idx=meta.batch_idx,
+        protocols=tuple(batch.column("protocol").to_pylist()),
+        manifest_paths=tuple(batch.column("manifest_path").to_pylist()),
+        manifest_row_ids=tuple(batch.column("manifest_row_id").to_pylist()),
+        group_keys=tuple(_key(k) for k in batch.column("group_key").to_pylist()),
+        alignment_keys=tuple(_key(k) for k in batch.column("alignment_key").to_pylist()),
+        window_offsets=tuple(batch.column("window_offset").to_pylist()),
+        segments=_segments(batch),
+        stateful_group_idx=meta.stateful_group_idx,
+        stateful_step_idx=meta.stateful_step_idx,
+        stateful_steps=meta.stateful_steps,
+        global_batch=meta.global_batch,
+        input_columns=meta.input_columns,
+        target_columns=meta.target_columns,
+        skipped_lanes=meta.skipped_lanes,
+    )
+
+
+def batch_from_arrow(batch: pa.RecordBatch, meta: BatchMetadata | bytes | Any) -> Batch:
+    """Rebuild a :class:`Batch` from one wire record batch and its ``app_metadata``.
+
+    No CPU copy: the tensors are views on the record batch's buffers.
+    """
+    info = meta if isinstance(meta, BatchMetadata) else BatchMetadata.decode(meta)
+    lanes, t = batch.num_rows, info.seq_len
+    inputs = _tensor(_list_values(batch.column("inputs")), (lanes, t, info.c_in), "inputs")
+    targets = _tensor(_list_values(batch.column("targets")), (lanes, t, info.c_out), "targets")
+    mask = _tensor(_list_values(batch.column("mask")), (lanes, t), "mask").view(torch.bool)
+    all_valid = bool(mask.all()) and bool(torch.isfinite(targets).all())
+    return Batch(
+        inputs=inputs, targets=targets, mask=mask, all_valid=all_valid,
+        state=batch_state(batch, info),
+    )

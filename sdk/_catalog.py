@@ -1,0 +1,293 @@
+"""``Catalog``: the entry point of the SDK (REST for metadata, Flight for batches).
+
+```python
+cat = Catalog("http://127.0.0.1:8000", token=None)
+ver = cat.register("demo", root="file:///data/demo", manifest="manifest.parquet")
+```
+
+Flight locations come from the catalog's ``GET /v1/config`` unless given with
+``flight_locations=[...]``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+import pyarrow as pa
+
+from contract.wire import FlightCommand
+from sdk._batch import Batch, batch_from_arrow
+from sdk._exceptions import InvalidRequest
+from sdk._handles import DatasetVersion, Plan, Split
+from sdk._models import DatasetInfo
+from sdk._rest import RestClient
+
+if TYPE_CHECKING:
+    import httpx
+
+    from sdk._loader import DeviceLoader
+    from sdk._stream import FlightStream
+
+__all__ = ["Catalog"]
+
+_ARROW_STREAM = "application/vnd.apache.arrow.stream"
+
+
+def _flight_locations(config: dict[str, Any]) -> list[str]:
+    for key in ("flight_locations", "flight_endpoints", "flight"):
+        value = config.get(key)
+        if isinstance(value, dict):
+            value = value.get("locations") or value.get("endpoints")
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list | tuple) and value:
+            return [str(v["uri"] if isinstance(v, dict) else v) for v in value]
+    return []
+
+
+class Catalog:
+    """A client of one windpipe deployment.
+
+    ``url``: the catalog's REST base URL. ``token``: bearer token, sent to the catalog
+    and to the Flight servers. ``flight_locations``: ``grpc://host:port`` of the Flight
+    servers, when the catalog's ``/v1/config`` should not be asked.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        timeout: float = 30.0,
+        retries: int = 3,
+        flight_locations: Sequence[str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._token = token
+        self._timeout = timeout
+        self._rest = RestClient(
+            self.url, token=token, timeout=timeout, retries=retries, transport=transport
+        )
+        self._flight_locations = list(flight_locations) if flight_locations else None
+        self._stream: FlightStream | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Catalog({self.url!r})"
+
+    def __enter__(self) -> Catalog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the HTTP and Flight connections."""
+        self._rest.close()
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    # -- metadata -------------------------------------------------------------------
+
+    def config(self) -> dict[str, Any]:
+        """The deployment's ``/v1/config``: limits, features, Flight locations."""
+        return dict(self._rest.get_json("/v1/config"))
+
+    def health(self) -> bool:
+        """True when the catalog answers ``/readyz``."""
+        self._rest.get_json("/readyz")
+        return True
+
+    def register(
+        self,
+        name: str,
+        *,
+        root: str,
+        manifest: str | None = None,
+        rows: Sequence[dict[str, Any]] | pl.DataFrame | None = None,
+        description: str | None = None,
+        progress: bool | None = None,
+    ) -> DatasetVersion:
+        """Register a dataset version (idempotent: the same content returns the same version).
+
+        Give either ``manifest`` (a parquet or CSV file relative to ``root``) or ``rows``
+        (one dict per segment: ``set_id``, ``cell_id``, ``cidx``, ``protocol``,
+        ``segment_path``, optional ``row_count`` and metadata). Every segment is
+        validated before anything is stored; problems raise :class:`InvalidManifest`
+        with ``details["problems"]``.
+        """
+        if (manifest is None) == (rows is None):
+            msg = "register() takes exactly one of manifest= (a path under root) or rows="
+            raise InvalidRequest(msg)
+        body: dict[str, Any] = {"root": root}
+        if manifest is not None:
+            body["manifest"] = manifest
+        else:
+            frame_rows = rows.to_dicts() if isinstance(rows, pl.DataFrame) else list(rows or ())
+            body["rows"] = frame_rows
+        if description is not None:
+            body["description"] = description
+        answer, status = _with_spinner(
+            lambda: self._rest.post_json(f"/v1/datasets/{name}/versions", body),
+            desc=f"registering {name}", progress=progress,
+        )
+        return DatasetVersion.from_json(self, answer, created=status == 201, dataset=name)
+
+    def datasets(self) -> list[DatasetInfo]:
+        """Every dataset, by name."""
+        return [DatasetInfo.from_json(item) for item in self._rest.pages("/v1/datasets")]
+
+    def versions(self, name: str) -> list[DatasetVersion]:
+        """The versions of dataset ``name``, oldest first."""
+        return [
+            DatasetVersion.from_json(self, item, dataset=name)
+            for item in self._rest.pages(f"/v1/datasets/{name}/versions")
+        ]
+
+    def version(self, version_id: str) -> DatasetVersion:
+        """A version by id."""
+        return DatasetVersion.from_json(self, self._rest.get_json(f"/v1/versions/{version_id}"))
+
+    def split(self, split_id: str) -> Split:
+        """A split by id."""
+        return Split.from_json(self, self._rest.get_json(f"/v1/splits/{split_id}"))
+
+    def plan(self, plan_id: str) -> Plan:
+        """A plan by id (its config rebuilt from the stored planning fields)."""
+        return Plan.from_json(self, self._rest.get_json(f"/v1/plans/{plan_id}"))
+
+    def _arrow_frame(self, path: str) -> pl.DataFrame:
+        response = self._rest.request(
+            "GET", path, params={"format": "arrow"}, accept=_ARROW_STREAM
+        )
+        table = pa.ipc.open_stream(response.content).read_all()
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        return frame
+
+    # -- streaming --------------------------------------------------------------------
+
+    def flight(self) -> FlightStream:
+        """The Flight client (created on first use from ``/v1/config``)."""
+        with self._lock:
+            if self._stream is None:
+                from sdk._stream import FlightStream  # noqa: PLC0415
+
+                locations = self._flight_locations or _flight_locations(self.config())
+                self._stream = FlightStream(locations, token=self._token, timeout=self._timeout)
+            return self._stream
+
+    def _records(
+        self, plan_id: str, *, epoch: int, rank: int, world_size: int, start_batch: int
+    ) -> Iterator[Any]:
+        command = FlightCommand(
+            plan_id=plan_id, epoch=epoch, rank=rank, world_size=world_size,
+            start_batch=start_batch,
+        )
+        return self.flight().batches(command)
+
+    def _batches(
+        self, plan_id: str, *, epoch: int, rank: int, world_size: int, start_batch: int
+    ) -> Iterator[Batch]:
+        records = self._records(
+            plan_id, epoch=epoch, rank=rank, world_size=world_size, start_batch=start_batch
+        )
+        for record, meta in records:
+            yield batch_from_arrow(record, meta)
+
+    def _worker_source(self, plan_id: str) -> Callable[..., Iterator[Batch]]:
+        return _PlanSource(
+            plan_id, url=self.url, token=self._token, timeout=self._timeout,
+            flight_locations=self._flight_locations, catalog=self,
+        )
+
+    def _loader(self, plan: Plan, **options: Any) -> DeviceLoader:
+        from sdk._loader import DeviceLoader  # noqa: PLC0415
+
+        epoch, rank = options.pop("epoch"), options.pop("rank")
+        world_size, start = options.pop("world_size"), options.pop("start_batch")
+        cap = options.pop("pinned_bytes_cap")
+        if cap is not None:
+            options["pinned_bytes_cap"] = cap
+        stream = self.flight()
+        before = stream.counters.failovers
+        return DeviceLoader(
+            lambda: self._batches(
+                plan.id, epoch=epoch, rank=rank, world_size=world_size, start_batch=start
+            ),
+            failovers=lambda: stream.counters.failovers - before,
+            desc=f"epoch {epoch}", **options,
+        )
+
+
+class _PlanSource:
+    """The batches of a plan for :class:`WindpipeIterableDataset`; picklable.
+
+    A DataLoader worker is another process: the pickled copy drops the catalog and
+    opens its own connections there.
+    """
+
+    def __init__(
+        self, plan_id: str, *, url: str, token: str | None, timeout: float,
+        flight_locations: list[str] | None, catalog: Catalog | None,
+    ) -> None:
+        self.plan_id = plan_id
+        self._args = (url, token, timeout, flight_locations)
+        self._catalog = catalog
+        self._pid = os.getpid()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"plan_id": self.plan_id, "_args": self._args, "_catalog": None, "_pid": 0}
+
+    def __call__(
+        self, *, epoch: int, rank: int, world_size: int, start_batch: int, worker: int = 0,
+        num_workers: int = 1,
+    ) -> Iterator[Batch]:
+        if self._catalog is None or self._pid != os.getpid():
+            # never reuse gRPC channels across a fork (DataLoader workers)
+            self._pid = os.getpid()
+            url, token, timeout, locations = self._args
+            self._catalog = Catalog(
+                url, token=token, timeout=timeout, flight_locations=locations
+            )
+        records = self._catalog._records(
+            self.plan_id, epoch=epoch, rank=rank, world_size=world_size,
+            start_batch=start_batch,
+        )
+        for record, meta in records:
+            if (meta.batch_idx - start_batch) % num_workers == worker:
+                yield batch_from_arrow(record, meta)
+
+
+def _with_spinner(
+    call: Callable[[], tuple[Any, int]], *, desc: str, progress: bool | None
+) -> tuple[Any, int]:
+    """Run ``call`` while a tqdm spinner shows the elapsed time (long registrations)."""
+    from tqdm.auto import tqdm  # noqa: PLC0415
+
+    result: list[tuple[Any, int]] = []
+    error: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except BaseException as exc:
+            error.append(exc)
+
+    thread = threading.Thread(target=run, name="windpipe-register", daemon=True)
+    disable = True if progress is False else None if progress is None else False
+    fmt = "{desc}: {elapsed}"
+    with tqdm(desc=desc, total=None, unit="s", disable=disable, bar_format=fmt) as bar:
+        thread.start()
+        while thread.is_alive():
+            thread.join(timeout=0.2)
+            bar.refresh()
+    if error:
+        raise error[0]
+    return result[0]

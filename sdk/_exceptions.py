@@ -1,0 +1,218 @@
+"""The SDK's exception tree: one class per :class:`contract.errors.ErrorType`.
+
+Every failure the catalog (REST) or a Flight server reports reaches the user as one
+of these, whatever transport carried it::
+
+    WindpipeError                 (also a contract.errors.WindpipeError)
+     +-- InvalidRequest           invalid_request     a malformed request
+     +-- InvalidConfig            invalid_config      a config the data cannot honour
+     +-- InvalidManifest          invalid_manifest    registration refused; details.problems
+     +-- NotFound                 not_found           unknown dataset, version, split, plan
+     +-- Conflict                 conflict            the request contradicts stored state
+     +-- Unauthenticated          unauthenticated     missing or wrong token
+     +-- InvalidTicket            invalid_ticket      forged, altered or expired Flight ticket
+     +-- SegmentError             segment_error       a segment is missing or corrupt
+     +-- ResourceExhausted        resource_exhausted  e.g. the server's cache budget
+     +-- Unavailable              unavailable         a server cannot be reached
+     +-- InternalError            internal            a server bug; please report it
+
+Each carries ``type`` (the :class:`ErrorType`), ``message`` (names the problem),
+``details`` (a dict, e.g. the offending manifest rows) and ``status`` (the HTTP
+status, when REST carried it). Catch :class:`WindpipeError` to handle them all.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from contract.errors import ErrorType
+from contract.errors import WindpipeError as _ContractError
+
+__all__ = [
+    "Conflict",
+    "InternalError",
+    "InvalidConfig",
+    "InvalidManifest",
+    "InvalidRequest",
+    "InvalidTicket",
+    "NotFound",
+    "ResourceExhausted",
+    "SegmentError",
+    "Unauthenticated",
+    "Unavailable",
+    "WindpipeError",
+    "error_class",
+    "error_from_envelope",
+    "error_from_flight",
+]
+
+
+class WindpipeError(_ContractError):
+    """Base of every SDK exception (see the module docstring for the tree)."""
+
+    error_type: ClassVar[ErrorType] = ErrorType.INTERNAL
+
+    def __init__(
+        self, message: str, *, details: dict[str, Any] | None = None, status: int | None = None
+    ) -> None:
+        super().__init__(self.error_type, message, dict(details or {}))
+        self.status = status
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.details, self.status))
+
+
+def _rebuild(
+    cls: type[WindpipeError], message: str, details: dict[str, Any], status: int | None
+) -> WindpipeError:
+    return cls(message, details=details, status=status)
+
+
+class InvalidRequest(WindpipeError):  # noqa: N818 - the names of ErrorType
+    """The request itself is malformed (bad parameter, bad body)."""
+
+    error_type = ErrorType.INVALID_REQUEST
+
+
+class InvalidConfig(WindpipeError):  # noqa: N818 - the names of ErrorType
+    """A config that the data or this machine cannot honour (unknown column, no CUDA)."""
+
+    error_type = ErrorType.INVALID_CONFIG
+
+
+class InvalidManifest(WindpipeError):  # noqa: N818 - the names of ErrorType
+    """Registration refused; ``details["problems"]`` lists every problem found."""
+
+    error_type = ErrorType.INVALID_MANIFEST
+
+
+class NotFound(WindpipeError):  # noqa: N818 - the names of ErrorType
+    """An unknown dataset, version, split or plan."""
+
+    error_type = ErrorType.NOT_FOUND
+
+
+class Conflict(WindpipeError):  # noqa: N818 - the names of ErrorType
+    """The request contradicts what is stored."""
+
+    error_type = ErrorType.CONFLICT
+
+
+class Unauthenticated(WindpipeError):  # noqa: N818 - the names of ErrorType
+    """The server wants a token (``Catalog(url, token=...)``) or refused the one given."""
+
+    error_type = ErrorType.UNAUTHENTICATED
+
+
+class InvalidTicket(WindpipeError):  # noqa: N818 - the names of ErrorType
+    """A Flight ticket was forged, altered, expired or signed for another deployment."""
+
+    error_type = ErrorType.INVALID_TICKET
+
+
+class SegmentError(WindpipeError):
+    """A segment could not be read; the message names it."""
+
+    error_type = ErrorType.SEGMENT_ERROR
+
+
+class ResourceExhausted(WindpipeError):  # noqa: N818 - the names of ErrorType
+    """A server limit was hit (for example a cache budget too small for one batch)."""
+
+    error_type = ErrorType.RESOURCE_EXHAUSTED
+
+
+class Unavailable(WindpipeError):  # noqa: N818 - the names of ErrorType
+    """A server cannot be reached or is shutting down; retrying later may work."""
+
+    error_type = ErrorType.UNAVAILABLE
+
+
+class InternalError(WindpipeError):
+    """A bug on the server side; the message says what failed."""
+
+    error_type = ErrorType.INTERNAL
+
+
+_BY_TYPE: dict[ErrorType, type[WindpipeError]] = {
+    cls.error_type: cls
+    for cls in (
+        InvalidRequest, InvalidConfig, InvalidManifest, NotFound, Conflict, Unauthenticated,
+        InvalidTicket, SegmentError, ResourceExhausted, Unavailable, InternalError,
+    )
+}
+assert set(_BY_TYPE) == set(ErrorType), "every ErrorType needs an SDK exception"
+
+
+def error_class(error_type: ErrorType | str) -> type[WindpipeError]:
+    """The exception class of an error type; unknown types map to :class:`InternalError`."""
+    try:
+        return _BY_TYPE[ErrorType(error_type)]
+    except ValueError:
+        return InternalError
+
+
+def error_from_envelope(
+    envelope: Any, *, status: int | None = None, fallback: str = ""
+) -> WindpipeError:
+    """Build the exception of a ``{"error": {"type", "message", "details"}}`` envelope.
+
+    Anything that is not an envelope (a proxy's HTML page, say) becomes an
+    :class:`InternalError` (or :class:`Unavailable` for 502-504) quoting ``fallback``.
+    """
+    body = envelope.get("error") if isinstance(envelope, dict) else None
+    if not isinstance(body, dict) or "type" not in body:
+        cls: type[WindpipeError] = (
+            Unavailable if status in (502, 503, 504) else InternalError
+        )
+        text = fallback.strip()[:500] or "no error envelope in the answer"
+        where = f"HTTP {status}: " if status is not None else ""
+        return cls(f"{where}{text}", status=status)
+    details = body.get("details")
+    return error_class(str(body.get("type")))(
+        str(body.get("message") or body.get("type")),
+        details=details if isinstance(details, dict) else {"details": details},
+        status=status,
+    )
+
+
+def error_from_flight(exc: BaseException, *, where: str = "") -> WindpipeError:
+    """Translate a ``pyarrow.flight`` error (or a socket error) into the SDK tree.
+
+    The Flight server puts the JSON envelope in ``extra_info``; without one the
+    Flight error class decides (unavailable, unauthenticated, unauthorized, ...).
+    """
+    if isinstance(exc, WindpipeError):
+        return exc
+    extra = getattr(exc, "extra_info", None)
+    if extra:
+        try:
+            envelope = json.loads(bytes(extra))
+        except (ValueError, TypeError):
+            envelope = None
+        if isinstance(envelope, dict) and isinstance(envelope.get("error"), dict):
+            return error_from_envelope(envelope)
+    import pyarrow.flight as fl  # noqa: PLC0415 - flight only when a stream is used
+
+    prefix = f"{where}: " if where else ""
+    text = f"{prefix}{_flight_text(exc)}"
+    if isinstance(exc, fl.FlightUnauthenticatedError):
+        return Unauthenticated(text)
+    if isinstance(exc, fl.FlightUnauthorizedError):
+        return InvalidTicket(text)
+    if isinstance(exc, fl.FlightUnavailableError | fl.FlightTimedOutError | OSError):
+        return Unavailable(text)
+    if isinstance(exc, fl.FlightCancelledError):
+        return Unavailable(text)
+    return InternalError(text)
+
+
+def _flight_text(exc: BaseException) -> str:
+    text = str(exc).strip()
+    # gRPC appends a long debug context; the first line says what happened.
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first.split(". Detail:")[0]

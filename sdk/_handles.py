@@ -1,0 +1,252 @@
+"""``DatasetVersion``, ``Split`` and ``Plan``: what the catalog returns, with the next step.
+
+A version gives its index and makes splits; a split gives its index (with a
+``split`` column) and makes plans; a plan reports and streams. Each is a frozen
+dataclass over the server's JSON answer (``raw``) plus the catalog it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from contract.configs import LoaderConfig, ValidationConfig
+from sdk._html import html_table, human_count, text_table
+from sdk._models import MlDatasetIndex, PlanReport
+
+if TYPE_CHECKING:
+    from sdk._batch import Batch
+    from sdk._catalog import Catalog
+    from sdk._loader import DeviceLoader
+    from sdk._torch import WindpipeIterableDataset
+
+__all__ = ["DatasetVersion", "Plan", "Split"]
+
+
+def _first(body: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for key in keys:
+        if body.get(key) is not None:
+            return body[key]
+    return default
+
+
+@dataclass(frozen=True, eq=False)
+class DatasetVersion:
+    """An immutable registered version of a dataset (id = digest of its content)."""
+
+    id: str
+    dataset: str
+    root: str
+    created: bool
+    raw: dict[str, Any] = field(repr=False)
+    _catalog: Catalog = field(repr=False)
+
+    @classmethod
+    def from_json(
+        cls, catalog: Catalog, body: dict[str, Any], *, created: bool = False,
+        dataset: str | None = None,
+    ) -> DatasetVersion:
+        """From a ``register_version`` / ``get_version`` answer."""
+        return cls(
+            id=str(_first(body, "version_id", "id")),
+            dataset=str(_first(body, "dataset", "dataset_name", "name", default=dataset or "")),
+            root=str(_first(body, "root_uri", "root", default="")),
+            created=created, raw=body, _catalog=catalog,
+        )
+
+    def index(self) -> MlDatasetIndex:
+        """The ML index (SEMANTICS section 1) as a polars frame."""
+        return MlDatasetIndex(self._catalog._arrow_frame(f"/v1/versions/{self.id}/index"))
+
+    def segments(self) -> list[dict[str, Any]]:
+        """Every normalized segment of the version (path, format, rows, ...)."""
+        return list(self._catalog._rest.pages(f"/v1/versions/{self.id}/segments"))
+
+    def split(self, config: ValidationConfig) -> Split:
+        """Split into ``train`` / ``val`` (idempotent: the same config returns the same split)."""
+        body, status = self._catalog._rest.post_json(
+            f"/v1/versions/{self.id}/splits", config.model_dump(mode="json")
+        )
+        return Split.from_json(self._catalog, body, created=status == 201, version=self)
+
+    def _rows(self) -> list[tuple[str, Any]]:
+        keys = ("n_manifest_rows", "n_segments", "n_rows", "metadata_columns", "created_at")
+        return [("dataset", self.dataset), ("root", self.root)] + [
+            (k, self.raw[k]) for k in keys if k in self.raw
+        ]
+
+    def __repr__(self) -> str:
+        return text_table(f"DatasetVersion {self.id}", self._rows())
+
+    def _repr_html_(self) -> str:
+        return html_table(f"DatasetVersion {self.id}", self._rows())
+
+
+@dataclass(frozen=True, eq=False)
+class Split:
+    """A train/val split of a version; ``counts`` has the group and row counts per split."""
+
+    id: str
+    version_id: str
+    config: ValidationConfig
+    counts: dict[str, Any]
+    created: bool
+    raw: dict[str, Any] = field(repr=False)
+    _catalog: Catalog = field(repr=False)
+
+    @classmethod
+    def from_json(
+        cls, catalog: Catalog, body: dict[str, Any], *, created: bool = False,
+        version: DatasetVersion | None = None,
+    ) -> Split:
+        """From a ``create_split`` / ``get_split`` answer."""
+        config = body.get("config")
+        return cls(
+            id=str(_first(body, "split_id", "id")),
+            version_id=str(_first(body, "version_id", default=version.id if version else "")),
+            config=ValidationConfig.model_validate(config) if isinstance(config, dict)
+            else ValidationConfig.sample(),
+            counts=dict(body.get("counts") or {}), created=created, raw=body,
+            _catalog=catalog,
+        )
+
+    def index(self) -> MlDatasetIndex:
+        """The version's ML index with a ``split`` column."""
+        return MlDatasetIndex(self._catalog._arrow_frame(f"/v1/splits/{self.id}/index"))
+
+    def plan(self, config: LoaderConfig) -> Plan:
+        """A window plan of this split (idempotent for the same planning fields)."""
+        body, status = self._catalog._rest.post_json(
+            f"/v1/splits/{self.id}/plans", config.planning_dict()
+        )
+        return Plan.from_json(self._catalog, body, created=status == 201, config=config)
+
+    def _rows(self) -> list[tuple[str, Any]]:
+        rows: list[tuple[str, Any]] = [
+            ("version", self.version_id), ("strategy", self.config.strategy),
+            ("fraction", self.config.fraction), ("seed", self.config.seed),
+            ("group_by", self.config.group_by),
+        ]
+        rows += [(f"counts[{k}]", v) for k, v in self.counts.items()]
+        return rows
+
+    def __repr__(self) -> str:
+        return text_table(f"Split {self.id}", self._rows())
+
+    def _repr_html_(self) -> str:
+        return html_table(f"Split {self.id}", self._rows())
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """A stored window plan: report it, stream it, feed a device or a torch DataLoader.
+
+    ``config`` is the :class:`LoaderConfig` given to ``split.plan`` (its runtime
+    fields steer :meth:`loader`), or rebuilt from the stored planning fields.
+    """
+
+    id: str
+    split_id: str
+    config: LoaderConfig
+    created: bool
+    raw: dict[str, Any] = field(repr=False)
+    _catalog: Catalog = field(repr=False)
+
+    @classmethod
+    def from_json(
+        cls, catalog: Catalog, body: dict[str, Any], *, created: bool = False,
+        config: LoaderConfig | None = None,
+    ) -> Plan:
+        """From a ``create_plan`` / ``get_plan`` answer."""
+        if config is None:
+            stored = body.get("config") or {}
+            config = LoaderConfig.model_validate(stored)
+        return cls(
+            id=str(_first(body, "plan_id", "id")), split_id=str(body.get("split_id", "")),
+            config=config, created=created, raw=body, _catalog=catalog,
+        )
+
+    @property
+    def n_batches(self) -> int | None:
+        """Batches per epoch over all ranks, as the catalog counted them."""
+        value = _first(self.raw, "n_batches", "batches_per_epoch")
+        return None if value is None else int(value)
+
+    def report(self, world_size: int = 1) -> PlanReport:
+        """Batches, tokens and bytes per epoch and per rank, and everything dropped."""
+        body = self._catalog._rest.get_json(
+            f"/v1/plans/{self.id}/report", world_size=world_size
+        )
+        return PlanReport(plan_id=self.id, world_size=world_size, raw=dict(body))
+
+    def batches(
+        self, epoch: int = 0, rank: int = 0, world_size: int = 1, start_batch: int = 0,
+    ) -> Iterator[Batch]:
+        """One rank's pass over ``epoch`` as CPU :class:`Batch` es, from ``start_batch`` on."""
+        return self._catalog._batches(
+            self.id, epoch=epoch, rank=rank, world_size=world_size, start_batch=start_batch
+        )
+
+    def loader(
+        self,
+        device: str | None = None,
+        epoch: int = 0,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        start_batch: int = 0,
+        prefetch_factor: int | None = None,
+        pin_memory: bool | None = None,
+        non_blocking: bool | None = None,
+        prefetch_to_device: bool | None = None,
+        pinned_bytes_cap: int | None = None,
+        progress: bool | None = None,
+    ) -> DeviceLoader:
+        """Batches on ``device`` (default ``config.device``), read ahead in the background.
+
+        Options left as None come from the plan's :class:`LoaderConfig`.
+        """
+        return self._catalog._loader(
+            self, device=device or self.config.device, epoch=epoch, rank=rank,
+            world_size=world_size, start_batch=start_batch,
+            prefetch_factor=prefetch_factor or self.config.prefetch_factor,
+            pin_memory=self.config.pin_memory if pin_memory is None else pin_memory,
+            non_blocking=self.config.non_blocking if non_blocking is None else non_blocking,
+            prefetch_to_device=(
+                self.config.prefetch_to_device if prefetch_to_device is None
+                else prefetch_to_device
+            ),
+            pinned_bytes_cap=pinned_bytes_cap, progress=progress,
+        )
+
+    def torch_dataset(
+        self, epoch: int = 0, *, rank: int | None = None, world_size: int | None = None,
+        transform: Any = None,
+    ) -> WindpipeIterableDataset:
+        """An ``IterableDataset`` for ``DataLoader(ds, batch_size=None)`` (see ``sdk._torch``)."""
+        from sdk._torch import WindpipeIterableDataset  # noqa: PLC0415
+
+        return WindpipeIterableDataset(
+            self._catalog._worker_source(self.id), plan_id=self.id, epoch=epoch, rank=rank,
+            world_size=world_size, transform=transform,
+        )
+
+    def _rows(self) -> list[tuple[str, Any]]:
+        c = self.config
+        rows: list[tuple[str, Any]] = [
+            ("split", f"{self.split_id} [{c.split}]"), ("strategy", c.strategy),
+            ("window", f"{c.default_window.batch_size}x{c.default_window.seq_len}"),
+            ("inputs", {p: list(v) for p, v in c.inputs.items()}),
+            ("targets", {p: list(v) for p, v in c.targets.items()}),
+            ("stateful_n_windows", c.stateful_n_windows),
+        ]
+        if self.n_batches is not None:
+            rows.append(("batches/epoch", human_count(self.n_batches)))
+        return rows
+
+    def __repr__(self) -> str:
+        return text_table(f"Plan {self.id}", self._rows())
+
+    def _repr_html_(self) -> str:
+        return html_table(f"Plan {self.id}", self._rows())

@@ -1,0 +1,333 @@
+"""The device feed: batches read ahead in a background thread and put on the device.
+
+How a batch reaches the GPU (CUDA, ``pin_memory`` and ``prefetch_to_device`` on):
+
+1. the reader thread takes the next record batch off the Flight stream (zero-copy
+   CPU tensors over the Arrow buffers);
+2. it copies the tensors into a page-locked buffer from a bounded pool (total
+   page-locked bytes never exceed ``pinned_bytes_cap``; when the pool is full the
+   reader waits for a buffer to come back);
+3. it issues non-blocking host-to-device copies on a side CUDA stream and records
+   an event after them;
+4. the consumer's stream waits on that event before the batch is handed out, so the
+   copy overlaps the consumer's compute of earlier batches;
+5. a buffer returns to the pool only after its copy's event has completed.
+
+At most ``prefetch_factor`` batches are read ahead. Without CUDA (``device="auto"``
+or ``"cpu"``) the same thread reads ahead and the batches are CPU tensors. Asking
+for ``"cuda"`` on a machine without CUDA raises :class:`InvalidConfig`: there is no
+silent fall-back to the CPU.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from sdk._batch import Batch
+from sdk._exceptions import InvalidConfig, ResourceExhausted
+from sdk._stats import LoaderStats
+
+__all__ = ["DeviceLoader", "PinnedPool", "resolve_device"]
+
+_DEFAULT_PINNED_CAP = 512 << 20
+_ALIGN = 1 << 20
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``"auto"`` -> CUDA when available else CPU; CUDA without CUDA -> InvalidConfig."""
+    name = str(device)
+    if name == "auto":
+        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    try:
+        resolved = torch.device(name)
+    except RuntimeError as exc:
+        msg = f"unknown device {name!r}: use 'auto', 'cpu', 'cuda' or 'cuda:N'"
+        raise InvalidConfig(msg) from exc
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            msg = (
+                f"device={name!r} was asked for but CUDA is not available on this machine "
+                "(torch.cuda.is_available() is False); use device='auto' or 'cpu'"
+            )
+            raise InvalidConfig(msg)
+        count = torch.cuda.device_count()
+        if resolved.index is not None and resolved.index >= count:
+            msg = f"device={name!r}: this machine has {count} CUDA device(s)"
+            raise InvalidConfig(msg)
+    elif resolved.type != "cpu":
+        msg = f"device {name!r} is not supported: use 'auto', 'cpu', 'cuda' or 'cuda:N'"
+        raise InvalidConfig(msg)
+    return resolved
+
+
+class PinnedPool:
+    """Reusable page-locked byte buffers whose total size never exceeds ``cap_bytes``."""
+
+    def __init__(self, cap_bytes: int) -> None:
+        self.cap_bytes = cap_bytes
+        self.allocated = 0
+        self.peak = 0
+        self._free: list[torch.Tensor] = []
+        self._busy: list[tuple[torch.Tensor, Any]] = []
+
+    def _reclaim(self, *, wait: bool) -> None:
+        still: list[tuple[torch.Tensor, Any]] = []
+        for i, (buf, event) in enumerate(self._busy):
+            if event.query():
+                self._free.append(buf)
+            elif wait and i == 0 and not still:
+                event.synchronize()
+                self._free.append(buf)
+            else:
+                still.append((buf, event))
+        self._busy = still
+
+    def take(self, nbytes: int) -> torch.Tensor | None:
+        """A page-locked uint8 buffer of at least ``nbytes``, or None while the pool is full.
+
+        None means every byte under the cap is held by batches not yet handed to the
+        consumer; try again once the consumer has taken one.
+        """
+        if nbytes > self.cap_bytes:
+            msg = (
+                f"one batch needs {nbytes} page-locked bytes, more than the cap of "
+                f"{self.cap_bytes}; raise pinned_bytes_cap"
+            )
+            raise ResourceExhausted(msg)
+        self._reclaim(wait=False)
+        fits = [b for b in self._free if b.numel() >= nbytes]
+        if not fits and self._busy:
+            self._reclaim(wait=True)
+            fits = [b for b in self._free if b.numel() >= nbytes]
+        if fits:
+            buf = min(fits, key=lambda b: b.numel())
+            self._free = [b for b in self._free if b is not buf]
+            return buf
+        size = min(-(-nbytes // _ALIGN) * _ALIGN, self.cap_bytes)
+        while self._free and self.allocated + size > self.cap_bytes:
+            self.allocated -= self._free.pop(0).numel()
+        if self.allocated + size > self.cap_bytes:
+            return None
+        self.allocated += size
+        self.peak = max(self.peak, self.allocated)
+        return torch.empty(size, dtype=torch.uint8, pin_memory=True)
+
+    def give_back(self, buf: torch.Tensor, event: Any) -> None:
+        """Return ``buf`` once ``event`` (the copy out of it) has completed."""
+        self._busy.append((buf, event))
+
+
+def _pin(batch: Batch, buf: torch.Tensor) -> Batch:
+    """Copy the batch's tensors into views of the page-locked ``buf``."""
+    out: dict[str, torch.Tensor] = {}
+    offset = 0
+    for name in ("inputs", "targets", "mask"):
+        src: torch.Tensor = getattr(batch, name)
+        n = src.numel() * src.element_size()
+        view = buf[offset:offset + n].view(src.dtype).view(src.shape)
+        view.copy_(src)
+        out[name] = view
+        offset += -(-n // 64) * 64
+    return replace(batch, inputs=out["inputs"], targets=out["targets"], mask=out["mask"])
+
+
+def _pinned_nbytes(batch: Batch) -> int:
+    return sum(
+        -(-(t.numel() * t.element_size()) // 64) * 64
+        for t in (batch.inputs, batch.targets, batch.mask)
+    )
+
+
+@dataclass
+class _Item:
+    batch: Batch | None = None
+    event: Any = None
+    buf: torch.Tensor | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+class DeviceLoader:
+    """Iterate batches on ``device``, read ahead by a background thread (see module doc).
+
+    ``source`` makes the batch iterator (it runs in the reader thread). After a full
+    pass, ``stats`` holds a :class:`LoaderStats` with a one-line verdict.
+    ``timeline=True`` records a timing event pair around every host-to-device copy
+    (``copy_events``; see ``bench/gpu_check.py``).
+    """
+
+    def __init__(
+        self,
+        source: Callable[[], Iterator[Batch]],
+        *,
+        device: str | torch.device = "auto",
+        prefetch_factor: int = 4,
+        pin_memory: bool | None = None,
+        non_blocking: bool = True,
+        prefetch_to_device: bool | None = None,
+        pinned_bytes_cap: int = _DEFAULT_PINNED_CAP,
+        failovers: Callable[[], int] | None = None,
+        progress: bool | None = None,
+        total: int | None = None,
+        desc: str = "batches",
+        timeline: bool = False,
+    ) -> None:
+        if prefetch_factor < 1:
+            msg = f"prefetch_factor must be >= 1, got {prefetch_factor}"
+            raise InvalidConfig(msg)
+        self.device = resolve_device(device)
+        cuda = self.device.type == "cuda"
+        if pin_memory and not torch.cuda.is_available():
+            msg = "pin_memory=True needs CUDA (page-locked memory); leave it unset on CPU"
+            raise InvalidConfig(msg)
+        self.pin_memory = cuda if pin_memory is None else bool(pin_memory)
+        self.prefetch_to_device = cuda if prefetch_to_device is None else bool(
+            prefetch_to_device
+        )
+        self.non_blocking = non_blocking
+        self.prefetch_factor = prefetch_factor
+        self.pinned_bytes_cap = pinned_bytes_cap
+        self._source = source
+        self._failovers = failovers
+        self._progress = progress
+        self._total = total
+        self._desc = desc
+        self.timeline = timeline
+        self.copy_events: list[tuple[Any, Any]] = []
+        self.stats: LoaderStats | None = None
+        self.pool: PinnedPool | None = None
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self._run()
+
+    def _run(self) -> Iterator[Batch]:
+        from tqdm.auto import tqdm  # noqa: PLC0415 - tqdm only when iterating
+
+        cuda = self.device.type == "cuda"
+        pinned = cuda and self.pin_memory
+        self.pool = PinnedPool(self.pinned_bytes_cap) if pinned else None
+        self.copy_events = []
+        side = torch.cuda.Stream(self.device) if cuda and self.prefetch_to_device else None
+        q: queue.Queue[_Item] = queue.Queue(maxsize=self.prefetch_factor)
+        stop = threading.Event()
+        stats = LoaderStats(device=str(self.device))
+        pool_lock = threading.Lock()
+
+        def put(item: _Item) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.05)
+                except queue.Full:
+                    continue
+                return True
+            return False
+
+        def reader() -> None:
+            it = self._source()
+            try:
+                while not stop.is_set():
+                    t0 = time.perf_counter()
+                    try:
+                        batch = next(it)
+                    except StopIteration:
+                        break
+                    stats.server_wait_s += time.perf_counter() - t0
+                    item = _Item(batch=batch)
+                    if self.pool is not None:
+                        buf = self._take(_pinned_nbytes(batch), pool_lock, stop)
+                        if buf is None:
+                            return
+                        item.buf = buf
+                        batch = item.batch = _pin(batch, buf)
+                    if side is not None:
+                        t1 = time.perf_counter()
+                        with torch.cuda.stream(side):
+                            begin = None
+                            if self.timeline:
+                                begin = torch.cuda.Event(enable_timing=True)
+                                begin.record(side)
+                            item.batch = batch.to(self.device, non_blocking=self.non_blocking)
+                            item.event = torch.cuda.Event(enable_timing=self.timeline)
+                            item.event.record(side)
+                            if begin is not None:
+                                self.copy_events.append((begin, item.event))
+                        stats.h2d_s += time.perf_counter() - t1
+                    if not put(item):
+                        return
+                put(_Item(done=True))
+            except BaseException as exc:
+                put(_Item(error=exc))
+            finally:
+                close = getattr(it, "close", None)
+                if close is not None:
+                    close()
+
+        thread = threading.Thread(target=reader, name="windpipe-loader", daemon=True)
+        bar = tqdm(total=self._total, desc=self._desc, unit="batch",
+                   disable=True if self._progress is False else None if
+                   self._progress is None else False)
+        start = time.perf_counter()
+        thread.start()
+        try:
+            while True:
+                t0 = time.perf_counter()
+                item = q.get()
+                stats.consumer_wait_s += time.perf_counter() - t0
+                if item.error is not None:
+                    raise item.error
+                if item.done or item.batch is None:
+                    break
+                batch = self._deliver(item, pool_lock)
+                stats.batches += 1
+                stats.tokens += batch.tokens
+                stats.bytes += batch.nbytes
+                bar.update(1)
+                t1 = time.perf_counter()
+                yield batch
+                stats.consumer_s += time.perf_counter() - t1
+            stats.wall_s = time.perf_counter() - start
+            stats.failovers = self._failovers() if self._failovers else 0
+            self.stats = stats
+        finally:
+            stop.set()
+            bar.close()
+            thread.join(timeout=2)
+
+    def _take(
+        self, nbytes: int, lock: threading.Lock, stop: threading.Event
+    ) -> torch.Tensor | None:
+        assert self.pool is not None
+        while not stop.is_set():
+            with lock:
+                buf = self.pool.take(nbytes)
+            if buf is not None:
+                return buf
+            time.sleep(0.0005)
+        return None
+
+    def _deliver(self, item: _Item, pool_lock: threading.Lock) -> Batch:
+        batch = item.batch
+        assert batch is not None
+        if self.device.type != "cuda":
+            return batch
+        current = torch.cuda.current_stream(self.device)
+        if item.event is not None:
+            current.wait_event(item.event)
+            for t in (batch.inputs, batch.targets, batch.mask):
+                t.record_stream(current)
+            done_event = item.event
+        else:
+            batch = batch.to(self.device, non_blocking=self.non_blocking)
+            done_event = torch.cuda.Event()
+            done_event.record(current)
+        if item.buf is not None and self.pool is not None:
+            with pool_lock:
+                self.pool.give_back(item.buf, done_event)
+        return batch

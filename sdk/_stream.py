@@ -1,0 +1,209 @@
+"""Reading one rank's pass of a plan from Flight servers, with failover.
+
+``GetFlightInfo`` (on the first live server) returns endpoints; each endpoint's
+locations are equivalent replicas, tried in order, and every endpoint is consumed
+in order. When a server dies mid-pass (unavailable, connection reset, timed out),
+the stream asks another server for a new ``FlightInfo`` with ``start_batch`` = the
+batches already received, so the pass continues with the next batch: nothing is
+duplicated or skipped (each batch's ``batch_idx`` is checked). Errors that carry a
+windpipe envelope (a bad segment, a refused ticket) are not retried: they raise the
+SDK exception of their type.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as fl
+
+from contract.wire import BatchMetadata, FlightCommand
+from sdk._exceptions import InternalError, Unavailable, WindpipeError, error_from_flight
+
+__all__ = ["FlightInfoSummary", "FlightStream"]
+
+_TRANSPORT_ERRORS = (
+    fl.FlightUnavailableError, fl.FlightTimedOutError, fl.FlightCancelledError, OSError,
+)
+
+
+@dataclass(frozen=True)
+class FlightInfoSummary:
+    """What ``GetFlightInfo`` said about a pass (for reports and progress bars)."""
+
+    total_records: int
+    total_bytes: int
+    endpoints: int
+    schema: pa.Schema
+
+
+@dataclass
+class _Counters:
+    """``failovers``: times a location failed and another one took over."""
+
+    failovers: int = 0
+    dead: list[str] = field(default_factory=list)
+
+
+class FlightStream:
+    """A Flight client over a set of equivalent servers (``grpc://host:port``)."""
+
+    def __init__(
+        self,
+        locations: Sequence[str],
+        *,
+        token: str | None = None,
+        timeout: float = 30.0,
+        max_failovers: int = 8,
+    ) -> None:
+        if not locations:
+            msg = "no Flight location is known: pass flight_locations= or configure the catalog"
+            raise Unavailable(msg)
+        self.locations = [str(loc) for loc in locations]
+        self.max_failovers = max_failovers
+        headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+        self._info_options = fl.FlightCallOptions(headers=headers, timeout=timeout)
+        self._get_options = fl.FlightCallOptions(headers=headers)
+        self._clients: dict[str, fl.FlightClient] = {}
+        self.counters = _Counters()
+
+    def close(self) -> None:
+        """Close every connection."""
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    def _client(self, location: str) -> fl.FlightClient:
+        client = self._clients.get(location)
+        if client is None:
+            client = self._clients[location] = fl.FlightClient(location)
+        return client
+
+    def _ordered(self, locations: Sequence[str], dead: set[str]) -> list[str]:
+        live = [loc for loc in locations if loc not in dead]
+        return live + [loc for loc in locations if loc in dead]
+
+    def flight_info(
+        self, command: FlightCommand, *, dead: set[str] | None = None
+    ) -> tuple[fl.FlightInfo, str]:
+        """``GetFlightInfo`` on the first server that answers; returns it and its location."""
+        dead = dead if dead is not None else set()
+        last: BaseException | None = None
+        for location in self._ordered(self.locations, dead):
+            try:
+                info = self._client(location).get_flight_info(
+                    command.descriptor(), self._info_options
+                )
+            except _TRANSPORT_ERRORS as exc:
+                dead.add(location)
+                last = exc
+                continue
+            except fl.FlightError as exc:
+                raise error_from_flight(exc, where=f"GetFlightInfo on {location}") from exc
+            return info, location
+        msg = f"no Flight server answered GetFlightInfo (tried {', '.join(self.locations)})"
+        raise Unavailable(msg, details={"last_error": str(last)}) from last
+
+    def summary(self, command: FlightCommand) -> FlightInfoSummary:
+        """Totals of a pass without streaming it."""
+        info, _ = self.flight_info(command)
+        return FlightInfoSummary(
+            total_records=int(info.total_records), total_bytes=int(info.total_bytes),
+            endpoints=len(info.endpoints), schema=info.schema,
+        )
+
+    def batches(
+        self, command: FlightCommand
+    ) -> Generator[tuple[pa.RecordBatch, BatchMetadata], None, None]:
+        """Every record batch of the pass from ``command.start_batch`` on, in order."""
+        next_batch = command.start_batch
+        dead: set[str] = set()
+        failovers = 0
+        while True:
+            info, info_location = self.flight_info(
+                replace(command, start_batch=next_batch), dead=dead
+            )
+            try:
+                for endpoint in info.endpoints:
+                    uris = [_uri(loc) for loc in endpoint.locations] or [info_location]
+                    for batch, meta in self._endpoint(endpoint.ticket, uris, dead):
+                        if meta.batch_idx < next_batch:
+                            continue  # a replica repeated what another already sent
+                        if meta.batch_idx != next_batch:
+                            msg = (
+                                f"the stream skipped from batch {next_batch} to "
+                                f"{meta.batch_idx}; refusing to continue"
+                            )
+                            raise InternalError(msg)
+                        yield batch, meta
+                        next_batch += 1
+            except _Failover as exc:
+                failovers += 1
+                if failovers > self.max_failovers:
+                    msg = f"gave up after {failovers - 1} failovers at batch {next_batch}"
+                    raise Unavailable(msg, details={"dead": sorted(dead)}) from exc.cause
+                time.sleep(min(0.05 * failovers, 0.5))
+                continue
+            return
+
+    def _endpoint(
+        self, ticket: fl.Ticket, uris: list[str], dead: set[str]
+    ) -> Iterator[tuple[pa.RecordBatch, BatchMetadata]]:
+        """One endpoint's batches; raises :class:`_Failover` when its server dies mid-way."""
+        ordered = self._ordered(uris, dead)
+        for i, uri in enumerate(ordered):
+            started = False
+            reader: Any = None
+            try:
+                reader = self._client(uri).do_get(ticket, self._get_options)
+                while True:
+                    try:
+                        chunk = reader.read_chunk()
+                    except StopIteration:
+                        return
+                    if chunk.data is None:
+                        continue
+                    if chunk.app_metadata is None:
+                        msg = f"a record batch from {uri} has no app_metadata"
+                        raise InternalError(msg)
+                    started = True
+                    yield chunk.data, BatchMetadata.decode(chunk.app_metadata)
+            except _TRANSPORT_ERRORS as exc:
+                dead.add(uri)
+                self.counters.failovers += 1
+                self.counters.dead.append(uri)
+                if started or i == len(ordered) - 1:
+                    # The ticket's start is now stale (or no replica is left): re-plan.
+                    raise _Failover(uri, exc) from exc
+            except fl.FlightError as exc:
+                err = error_from_flight(exc, where=f"DoGet on {uri}")
+                if type(err) is Unavailable:
+                    dead.add(uri)
+                    self.counters.failovers += 1
+                    self.counters.dead.append(uri)
+                    raise _Failover(uri, exc) from exc
+                raise err from exc
+            finally:
+                if reader is not None:
+                    _cancel(reader)
+
+
+class _Failover(WindpipeError):  # noqa: N818 - internal signal
+    def __init__(self, location: str, cause: BaseException) -> None:
+        super().__init__(f"Flight server {location} failed: {cause}")
+        self.location = location
+        self.cause = cause
+
+
+def _uri(location: Any) -> str:
+    uri = location.uri
+    return uri.decode() if isinstance(uri, bytes) else str(uri)
+
+
+def _cancel(reader: Any) -> None:
+    with contextlib.suppress(fl.FlightError, OSError):
+        reader.cancel()

@@ -1,0 +1,139 @@
+"""A torch ``IterableDataset`` over a plan, for ``DataLoader(ds, batch_size=None)``.
+
+* Rank and world size come from ``torch.distributed`` when it is initialized (else
+  the values given, default 0 of 1); every rank gets the same number of batches
+  when the plan trims distributed tails (SEMANTICS section 7).
+* ``set_epoch(e)`` before each epoch (shuffled plans differ per epoch).
+* Mid-epoch resumption: ``state_dict()`` is ``{"plan_id", "epoch", "batch"}`` where
+  ``batch`` is the rank-local index of the next batch to yield;
+  ``load_state_dict(sd)`` makes the next iteration yield exactly the rest of that
+  epoch. With ``num_workers=0`` the dataset tracks the cursor itself; with workers
+  (each in its own process) pass the last batch you consumed:
+  ``ds.state_dict(after=batch)``.
+* ``num_workers = n > 0``: the rank's pass is dealt out by batch index, worker ``w``
+  yielding the batches with ``batch_idx % n == w``. torch's DataLoader takes one
+  batch from each worker in turn, so the consumer sees exactly the same order as
+  with ``num_workers=0`` (stateful groups stay consecutive). Each worker reads the
+  rank's stream and decodes only its own batches, so workers help when decoding or
+  a ``transform`` is the bottleneck, not the transport.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from sdk._batch import Batch
+from sdk._exceptions import InvalidConfig
+
+__all__ = ["WindpipeIterableDataset"]
+
+BatchSource = Callable[..., Iterator[Batch]]
+
+
+def _dist_rank_world() -> tuple[int, int] | None:
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank()), int(dist.get_world_size())
+    return None
+
+
+class WindpipeIterableDataset(IterableDataset[Batch]):
+    """Batches of one rank's pass over a plan (see the module docstring).
+
+    ``source(epoch=, rank=, world_size=, start_batch=, worker=, num_workers=)`` yields
+    the batches; ``Plan.torch_dataset`` wires it to the Flight stream.
+    """
+
+    def __init__(
+        self,
+        source: BatchSource,
+        *,
+        plan_id: str,
+        epoch: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        transform: Callable[[Batch], Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self._source = source
+        self.plan_id = plan_id
+        self.epoch = epoch
+        self._rank = rank
+        self._world_size = world_size
+        self.transform = transform
+        self._start = 0
+        self._cursor = 0
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (torch.distributed when initialized)."""
+        return self._rank_world()[0]
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks (torch.distributed when initialized)."""
+        return self._rank_world()[1]
+
+    def _rank_world(self) -> tuple[int, int]:
+        from_dist = _dist_rank_world()
+        if from_dist is not None:
+            if self._rank is not None and (self._rank, self._world_size) != from_dist:
+                msg = (
+                    f"rank {self._rank}/world {self._world_size} was given, but "
+                    f"torch.distributed says {from_dist[0]}/{from_dist[1]}"
+                )
+                raise InvalidConfig(msg)
+            return from_dist
+        rank = 0 if self._rank is None else self._rank
+        world = 1 if self._world_size is None else self._world_size
+        if world < 1 or not 0 <= rank < world:
+            msg = f"rank {rank} is not in [0, world_size={world})"
+            raise InvalidConfig(msg)
+        return rank, world
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration streams (from its first batch)."""
+        if epoch < 0:
+            msg = f"epoch must be >= 0, got {epoch}"
+            raise InvalidConfig(msg)
+        self.epoch = epoch
+        self._start = 0
+        self._cursor = 0
+
+    def state_dict(self, *, after: Batch | None = None) -> dict[str, Any]:
+        """``{"plan_id", "epoch", "batch"}``: where to resume (``after`` = last batch consumed)."""
+        cursor = self._cursor if after is None else after.state.batch_idx + 1
+        return {"plan_id": self.plan_id, "epoch": self.epoch, "batch": cursor}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next iteration yields the rest of ``state``'s epoch."""
+        if state.get("plan_id") != self.plan_id:
+            msg = (
+                f"this state belongs to plan {state.get('plan_id')!r}, "
+                f"not to {self.plan_id!r}"
+            )
+            raise InvalidConfig(msg)
+        epoch, batch = int(state["epoch"]), int(state["batch"])
+        if epoch < 0 or batch < 0:
+            msg = f"invalid state: epoch {epoch}, batch {batch}"
+            raise InvalidConfig(msg)
+        self.epoch = epoch
+        self._start = batch
+        self._cursor = batch
+
+    def __iter__(self) -> Iterator[Any]:
+        rank, world = self._rank_world()
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        start = self._start
+        self._start = 0
+        for batch in self._source(
+            epoch=self.epoch, rank=rank, world_size=world, start_batch=start,
+            worker=worker, num_workers=workers,
+        ):
+            self._cursor = batch.state.batch_idx + 1
+            yield batch if self.transform is None else self.transform(batch)

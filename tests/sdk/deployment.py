@@ -1,0 +1,58 @@
+"""A real windpipe deployment for SDK tests: catalog (uvicorn) + Flight servers.
+
+``Deployment`` starts the Flight servers on pre-picked free loopback ports (so every
+server and the catalog's ``/v1/config`` know all locations), reading plans from the
+same database as the catalog.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from flight_server.runner import RunningFlightServer, start_flight_server
+from services.settings import Settings
+from tests.fixtures.servers import run_catalog_server
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Deployment:
+    url: str
+    flights: list[RunningFlightServer]
+    locations: list[str]
+    settings: Settings
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@contextmanager
+def deployment(
+    database_url: str, data_dir: Path, *, n_flight: int = 1, token: str | None = None,
+    endpoint_batches: int = 64,
+) -> Iterator[Deployment]:
+    ports = [free_port() for _ in range(n_flight)]
+    locations = [f"grpc://127.0.0.1:{p}" for p in ports]
+    settings = Settings(
+        database_url=database_url, data_dir=data_dir, flight_host="127.0.0.1",
+        flight_locations=tuple(locations),
+        token=SecretStr(token) if token else None, log_level="WARNING",
+    )
+    with ExitStack() as stack:
+        url = stack.enter_context(run_catalog_server(settings))
+        flights = []
+        for port in ports:
+            running = start_flight_server(settings, port=port, endpoint_batches=endpoint_batches)
+            stack.callback(running.stop, grace_s=5.0)
+            flights.append(running)
+        yield Deployment(url=url, flights=flights, locations=locations, settings=settings)

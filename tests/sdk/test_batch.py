@@ -1,0 +1,106 @@
+"""Batch rebuilt from a hand-built wire record batch (contract/wire.py), without copies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from contract.configs import DatasetProtocolId
+from contract.wire import batch_arrays
+from sdk import Batch, BatchSegmentRef, batch_from_arrow
+from tests.sdk.wire_toys import make_record
+
+
+def _arrays(b=3, t=5, c_in=2, c_out=1, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(b, t, c_in)).astype(np.float32)
+    y = rng.normal(size=(b, t, c_out)).astype(np.float32)
+    m = np.ones((b, t), np.uint8)
+    return x, y, m
+
+
+def test_tensors_equal_the_wire_and_share_its_memory():
+    x, y, m = _arrays()
+    record, meta = make_record(x, y, m, batch_idx=4, global_batch=9)
+    batch = batch_from_arrow(record, meta.encode())
+    assert batch.inputs.dtype == torch.float32
+    assert batch.mask.dtype == torch.bool
+    assert tuple(batch.inputs.shape) == (3, 5, 2)
+    assert tuple(batch.targets.shape) == (3, 5, 1)
+    np.testing.assert_array_equal(batch.inputs.numpy(), x)
+    np.testing.assert_array_equal(batch.targets.numpy(), y)
+    assert batch.mask.all()
+    assert batch.all_valid
+    # zero copy: the tensor's memory is the Arrow values buffer
+    values = record.column("inputs").values
+    assert batch.inputs.data_ptr() == values.buffers()[1].address + values.offset * 4
+    ref = batch_arrays(record, meta)
+    np.testing.assert_array_equal(ref.inputs, batch.inputs.numpy())
+
+
+def test_sliced_record_batches_are_honoured():
+    x, y, m = _arrays(b=4)
+    record, meta = make_record(x, y, m)
+    batch = batch_from_arrow(record.slice(1, 2), meta)
+    np.testing.assert_array_equal(batch.inputs.numpy(), x[1:3])
+    assert batch.state.manifest_row_ids == (101, 102)
+
+
+def test_all_valid_false_on_mask_or_nan():
+    x, y, m = _arrays()
+    m[1, 4] = 0
+    batch = batch_from_arrow(*make_record(x, y, m))
+    assert not batch.all_valid
+    assert batch.mask[1].tolist() == [True, True, True, True, False]
+    x, y, m = _arrays()
+    y[0, 0, 0] = np.nan
+    assert not batch_from_arrow(*make_record(x, y, m)).all_valid
+
+
+def test_state_carries_provenance():
+    x, y, m = _arrays(b=2, t=3)
+    record, meta = make_record(
+        x, y, m, batch_idx=7, global_batch=15, split="val", protocols=["cycling", "hppc"],
+        stateful=(3, 1, 4),
+    )
+    state = batch_from_arrow(record, meta).state
+    assert (state.split, state.batch_idx, state.global_batch) == ("val", 7, 15)
+    assert state.protocols == ("cycling", "hppc")
+    assert state.group_keys == (("s", "c0", 1, "cycling"), ("s", "c1", 1, "hppc"))
+    assert state.alignment_keys[1] == ("s", "c1", 1)
+    assert state.window_offsets == (0, 3)
+    assert state.manifest_paths == ("seg/0.parquet", "seg/1.parquet")
+    assert (state.stateful_group_idx, state.stateful_step_idx, state.stateful_steps) == (3, 1, 4)
+    assert state.segments_of(1) == (BatchSegmentRef(1, "seg/1.parquet", 3, 4, 0, 4),)
+    assert state.input_columns == ("in0", "in1")
+
+
+def test_is_protocol_to_and_repr():
+    x, y, m = _arrays()
+    batch = batch_from_arrow(*make_record(x, y, m, protocols=["cycling", "cycling", "eis"]))
+    assert batch.is_protocol("eis")
+    assert batch.is_protocol(DatasetProtocolId.CYCLING)
+    assert not batch.is_protocol(DatasetProtocolId.HPPC)
+    moved = batch.to("cpu", non_blocking=True)
+    assert isinstance(moved, Batch)
+    assert moved.state is batch.state
+    assert batch.tokens == 15
+    assert batch.nbytes == 3 * 5 * 2 * 4 + 3 * 5 * 4 + 3 * 5
+    assert "inputs=(3, 5, 2)" in repr(batch)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
+def test_pin_memory_needs_cuda():
+    x, y, m = _arrays()
+    batch = batch_from_arrow(*make_record(x, y, m))
+    with pytest.raises(RuntimeError):
+        batch.pin_memory()
+
+
+def test_metadata_mismatch_is_refused():
+    x, y, m = _arrays()
+    record, meta = make_record(x, y, m)
+    bad = type(meta)(**{**{f: getattr(meta, f) for f in meta.__dataclass_fields__}, "c_in": 3})
+    with pytest.raises(ValueError, match="inputs"):
+        batch_from_arrow(record, bad)

@@ -1,0 +1,194 @@
+"""The SDK surface of issue 4, end to end against the real catalog and Flight servers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+import torch
+
+import sdk
+from contract.wire import FlightCommand
+from flight_server.runner import start_flight_server
+from sdk import Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
+from tests.sdk.deployment import deployment, free_port
+
+CONFIG = LoaderConfig(
+    split="train", default_window=WindowConfig(batch_size=4, seq_len=32),
+    inputs={"cycling": ("current_a", "temperature_c")}, targets={"cycling": ("voltage_v",)},
+    scaling=(ScalingSpec(column="current_a", input_min=-10.0, input_max=10.0),),
+)
+
+
+def _key(batch: sdk.Batch) -> tuple[Any, ...]:
+    return (batch.state.batch_idx, batch.state.global_batch, batch.inputs.numpy().tobytes(),
+            batch.targets.numpy().tobytes(), batch.mask.numpy().tobytes())
+
+
+@pytest.mark.postgres
+def test_surface_as_written(database_url: str, tmp_path: Path, synth_dataset: Any) -> None:
+    root = synth_dataset.path.resolve().as_uri()
+    with deployment(database_url, tmp_path / "state") as dep:
+        cat = Catalog(dep.url)
+        ver = cat.register("demo", root=root, manifest="manifest.parquet")
+        assert ver.created
+        again = cat.register("demo", root=root, manifest="manifest.parquet")
+        assert again.id == ver.id
+        assert not again.created
+        assert [d.name for d in cat.datasets()] == ["demo"]
+        assert [v.id for v in cat.versions("demo")] == [ver.id]
+        assert cat.version(ver.id).raw["n_rows"] == synth_dataset.n_rows
+        frame = ver.index().frame
+        assert isinstance(frame, pl.DataFrame)
+        assert frame.height == ver.raw["n_manifest_rows"]
+        split = ver.split(ValidationConfig.sample(fraction=0.2, seed=69))
+        sframe = split.index().frame
+        assert set(sframe.get_column("split").unique()) <= {"train", "val"}
+        val = split.index().filter_split("val").frame
+        assert val.height == int((sframe.get_column("split") == "val").sum())
+        with pytest.raises(sdk.InvalidRequest, match="no 'split' column"):
+            ver.index().filter_split("val")
+        plan = split.plan(CONFIG)
+        assert split.plan(CONFIG).id == plan.id
+        report = plan.report()
+        assert "PlanReport" in repr(report)
+        assert "<table>" in report._repr_html_()
+        assert "DatasetVersion" in repr(ver)
+        assert "<table>" in split._repr_html_()
+        assert "<table>" in plan._repr_html_()
+        assert plan.id in repr(plan)
+        batches = list(plan.batches(epoch=0, rank=0, world_size=1, start_batch=0))
+        assert [len(batches)] == report["batches_per_rank"]
+        assert len(batches) == report["batches"] == plan.n_batches
+        for batch in batches:
+            assert batch.inputs.shape[1:] == (32, 2)
+            assert batch.targets.shape[2] == 1
+            assert batch.mask.dtype == torch.bool
+            assert isinstance(batch.all_valid, bool)
+            assert batch.state.split == "train"
+            assert batch.is_protocol("cycling")
+        loader = plan.loader(device="auto", epoch=0)
+        got = list(loader)
+        assert [_key(b) for b in got] == [_key(b) for b in batches]
+        assert loader.stats is not None
+        assert loader.stats.batches == len(batches)
+        assert loader.stats.tokens == sum(b.tokens for b in batches)
+        cat.close()
+
+
+@pytest.fixture(scope="module")
+def dep(tmp_path_factory: pytest.TempPathFactory, synth_dataset: Any) -> Any:
+    tmp = tmp_path_factory.mktemp("sdk-e2e")
+    with deployment(f"sqlite:///{tmp / 'catalog.db'}", tmp / "state", n_flight=2,
+                    endpoint_batches=3) as d:
+        cat = Catalog(d.url)
+        ver = cat.register("synth", root=synth_dataset.path.resolve().as_uri(),
+                           manifest="manifest.parquet")
+        split = ver.split(ValidationConfig.sample(fraction=0.3, seed=1))
+        d.extra.update(cat=cat, version=ver, split=split, plan=split.plan(CONFIG))
+        yield d
+        cat.close()
+
+
+def test_loader_equals_batches_and_resumption(dep: Any) -> None:
+    plan = dep.extra["plan"]
+    full = list(plan.batches(epoch=1))
+    assert len(full) > 6
+    assert [_key(b) for b in plan.loader(device="cpu", epoch=1, prefetch_factor=2)] == [
+        _key(b) for b in full
+    ]
+    tail = list(plan.batches(epoch=1, start_batch=5))
+    assert [_key(b) for b in tail] == [_key(b) for b in full[5:]]
+    ds = plan.torch_dataset(epoch=1)
+    seen = []
+    for batch in torch.utils.data.DataLoader(ds, batch_size=None):
+        seen.append(_key(batch))
+        if len(seen) == 3:
+            break
+    state = ds.state_dict()
+    assert state == {"plan_id": plan.id, "epoch": 1, "batch": 3}
+    resumed = plan.torch_dataset()
+    resumed.load_state_dict(state)
+    assert seen + [_key(b) for b in resumed] == [_key(b) for b in full]
+
+
+def test_ranks_disjoint_with_equal_counts(dep: Any) -> None:
+    plan = dep.extra["plan"]
+    world = 3
+    passes = [list(plan.batches(epoch=0, rank=r, world_size=world)) for r in range(world)]
+    counts = {len(p) for p in passes}
+    assert len(counts) == 1
+    assert counts.pop() > 0
+    globals_ = [b.state.global_batch for p in passes for b in p]
+    assert len(globals_) == len(set(globals_))
+    trimmed = plan.report(world_size=world)["dropped"]["distributed_trimmed_batches"]
+    assert len(globals_) + trimmed == len(list(plan.batches(epoch=0)))
+
+
+def test_failover_when_a_flight_server_dies_mid_epoch(dep: Any, tmp_path: Path) -> None:
+    plan = dep.extra["plan"]
+    reference = [_key(b) for b in plan.batches(epoch=2)]
+    assert len(reference) > 6
+    # a fresh pair of servers so the module's deployment stays intact
+
+    ports = [free_port(), free_port()]
+    locs = [f"grpc://127.0.0.1:{p}" for p in ports]
+    settings = dep.settings.model_copy(update={"flight_locations": tuple(locs)})
+    servers = [start_flight_server(settings, port=p, endpoint_batches=3) for p in ports]
+    try:
+        cat = Catalog(dep.url, flight_locations=locs)
+        stream = cat.flight()
+        info, _ = stream.flight_info(FlightCommand(plan.id, epoch=2))
+        first_home = info.endpoints[0].locations[0].uri.decode()
+        victim = servers[locs.index(first_home)]
+        got = []
+        for batch in cat.plan(plan.id).batches(epoch=2):
+            got.append(_key(batch))
+            if len(got) == 2:
+                victim.stop(grace_s=2.0)
+        assert got == reference
+        assert stream.counters.failovers >= 1
+        cat.close()
+    finally:
+        for s in servers:
+            s.stop(grace_s=2.0)
+
+
+def test_errors_surface_as_the_tree(dep: Any, tmp_path: Path, synth_dataset: Any) -> None:
+    cat: Catalog = dep.extra["cat"]
+    with pytest.raises(sdk.NotFound):
+        cat.version("v-does-not-exist")
+    with pytest.raises(sdk.NotFound):
+        cat.versions("no-such-dataset")
+    with pytest.raises(sdk.InvalidManifest) as bad:
+        cat.register("broken", root=synth_dataset.path.resolve().as_uri(),
+                     rows=[{"set_id": "s", "cell_id": "c", "cidx": 0, "protocol": "cycling",
+                            "segment_path": "missing/segment.parquet"}])
+    assert "missing/segment.parquet" in str(bad.value.details)
+    split = dep.extra["split"]
+    with pytest.raises(sdk.InvalidConfig, match="no_such_column"):
+        split.plan(LoaderConfig(inputs={"cycling": ("no_such_column",)},
+                                targets={"cycling": ("voltage_v",)}))
+    with pytest.raises(sdk.NotFound):
+        list(cat._batches("p-unknown", epoch=0, rank=0, world_size=1, start_batch=0))
+    if not torch.cuda.is_available():
+        with pytest.raises(sdk.InvalidConfig, match="CUDA is not available"):
+            dep.extra["plan"].loader(device="cuda")
+    down = Catalog("http://127.0.0.1:9", retries=1)
+    with pytest.raises(sdk.Unavailable, match="cannot reach the catalog"):
+        down.datasets()
+    nowhere = Catalog(dep.url, flight_locations=["grpc://127.0.0.1:9"])
+    with pytest.raises(sdk.Unavailable):
+        list(nowhere.plan(dep.extra["plan"].id).batches())
+
+
+def test_token_is_required_and_sent(tmp_path: Path, synth_dataset: Any) -> None:
+    with deployment(f"sqlite:///{tmp_path / 'c.db'}", tmp_path / "state",
+                    token="s3cret") as d:
+        with pytest.raises(sdk.Unauthenticated, match="bearer token"):
+            Catalog(d.url).datasets()
+        cat = Catalog(d.url, token="s3cret")
+        assert cat.datasets() == []
+        cat.close()
