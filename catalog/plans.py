@@ -49,6 +49,7 @@ __all__ = [
     "create_plan",
     "get_plan",
     "load_plan",
+    "chunk_geometry",
     "plan_report_for",
     "plan_schedule",
     "rank_schedule_page",
@@ -201,9 +202,12 @@ def create_plan(ctx: CatalogContext, split_id: str, config: LoaderConfig) -> Cre
     version = get_version(ctx, split.version_id)
     index = split_index(ctx, split_id)
     validate_plan(config, schema=version.schema, index=index, split_id=split_id)
-    streams = build_streams(index, version_segments(ctx, version.id), config)
+    segments = version_segments(ctx, version.id)
+    streams = build_streams(index, segments, config)
     schedule = epoch_schedule(streams, config, 0)
-    report = plan_report(streams, config, schedule, world_size=1)
+    report = plan_report(
+        streams, config, schedule, world_size=1, **chunk_geometry(config, index, segments)
+    )
     units = units_frame(schedule, streams)
     try:
         with session_scope(ctx.sessions) as session:
@@ -222,6 +226,31 @@ def create_plan(ctx: CatalogContext, split_id: str, config: LoaderConfig) -> Cre
         return Created(get_plan(ctx, plan_id), created=False)
     ctx.cache.put(("schedule", plan_id, 0), schedule)
     return Created(plan, created=True)
+
+
+def chunk_geometry(
+    config: LoaderConfig, index: pl.DataFrame, segments: pl.DataFrame
+) -> dict[str, dict[str, int]]:
+    """Per protocol, the largest chunk (rows) and the bytes one cached row takes.
+
+    The Flight server caches a chunk as float32 input and target matrices, so a row
+    costs ``(C_in + C_out) * 4`` bytes; the report's working-set bound uses both.
+    """
+    protocols = index.select("manifest_row_id", "protocol").unique()
+    joined = segments.select("manifest_row_id", "chunk_rows").join(
+        protocols, on="manifest_row_id", how="inner"
+    )
+    chunk_rows: dict[str, int] = {}
+    for protocol, rows in zip(
+        joined["protocol"].to_list(), joined["chunk_rows"].to_list(), strict=True
+    ):
+        if protocol in config.inputs and rows:
+            chunk_rows[protocol] = max(chunk_rows.get(protocol, 0), max(rows))
+    bytes_per_row = {
+        p: 4 * (len(config.input_columns(p)) + len(config.target_columns(p)))
+        for p in config.inputs
+    }
+    return {"chunk_bytes_per_row": bytes_per_row, "chunk_rows": chunk_rows}
 
 
 def _json_ready(value: Any) -> Any:
@@ -276,8 +305,9 @@ def plan_report_for(ctx: CatalogContext, plan_id: str, *, world_size: int) -> di
         return get_plan(ctx, plan_id).report
     loaded = load_plan(ctx, plan_id)
     schedule = plan_schedule(ctx, plan_id, 0)
+    geometry = chunk_geometry(loaded.config, loaded.index, loaded.segments)
     return _json_ready(
-        plan_report(loaded.streams, loaded.config, schedule, world_size=world_size)
+        plan_report(loaded.streams, loaded.config, schedule, world_size=world_size, **geometry)
     )
 
 

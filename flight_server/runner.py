@@ -121,8 +121,9 @@ def start_flight_server(
         endpoint_batches=endpoint_batches,
         readahead_batches=readahead_batches,
     )
-    return RunningFlightServer(server=server, location=f"grpc://{host}:{server.port}",
-                               _owned_engine=owned)
+    reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104
+    location = settings.flight_public_location or f"grpc://{reachable}:{server.port}"
+    return RunningFlightServer(server=server, location=location, _owned_engine=owned)
 
 
 def serve_flight(settings: Settings) -> None:

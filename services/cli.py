@@ -104,18 +104,20 @@ def _serve(args: argparse.Namespace) -> int:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     running: list[Any] = []
     try:
+        if args.service in ("all", "flight"):
+            from flight_server.runner import start_flight_server  # noqa: PLC0415
+
+            flight = start_flight_server(settings)
+            running.append(flight)
+            if not settings.flight_locations:
+                settings = settings.model_copy(update={"flight_locations": (flight.location,)})
+            print(f"windpipe flight ready at {flight.location}", flush=True)
         if args.service in ("all", "catalog"):
             from catalog.api.server import start_catalog_server  # noqa: PLC0415
 
             catalog = start_catalog_server(settings)
             running.append(catalog)
             print(f"windpipe catalog ready at {catalog.url}", flush=True)
-        if args.service in ("all", "flight"):
-            from flight_server.runner import start_flight_server  # noqa: PLC0415
-
-            flight = start_flight_server(settings)
-            running.append(flight)
-            print(f"windpipe flight ready at {flight.location}", flush=True)
         _wait_for_stop()
     finally:
         for service in reversed(running):

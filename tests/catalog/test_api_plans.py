@@ -149,6 +149,9 @@ def test_plan_matches_reference(
 
     report = client.get(f"/v1/plans/{plan['id']}/report").json()
     assert report["batches"] == len(expected)
+    # The working set bounds what one batch pins: at least its lanes' input rows.
+    widest = max(len(b.lanes) * b.seq_len for b in expected)
+    assert report["cache_working_set_bytes"] >= widest * 4
     two = client.get(f"/v1/plans/{plan['id']}/report", params={"world_size": 2}).json()
     assert len(two["batches_per_rank"]) == 2
     assert two["batches_per_rank"][0] == len(

@@ -1,0 +1,277 @@
+"""Registration: validate a manifest and every segment it lists, before anything is stored.
+
+:func:`prepare_version` collects *all* problems (paths, missing or corrupt
+segments, row counts, column names and types per protocol, duplicate segments,
+metadata that disagrees within an identity) and raises one
+``WindpipeError(invalid_manifest)`` listing them, each naming its 0-based manifest
+row. On success the caller stores the returned :class:`PreparedVersion` as is.
+
+A manifest *row* of SEMANTICS section 1 is an identity ``(set_id, cell_id, cidx,
+protocol)``: all segment rows sharing it, in listed order, even when they are not
+adjacent in the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from catalog.manifest import (
+    IDENTITY_COLUMNS,
+    manifest_error,
+    metadata_columns,
+    normalize_manifest,
+)
+from catalog.segments import ColumnInfo, SegmentInfo, SegmentProblem, inspect_segment
+from catalog.storage import PathEscapeError, Storage
+from contract.identity import canonical_json, manifest_row_id
+
+__all__ = ["PreparedVersion", "prepare_version"]
+
+_IDENT = list(IDENTITY_COLUMNS)
+_MAX_WORKERS = 8
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedVersion:
+    """A validated dataset version, ready to store.
+
+    ``manifest_rows``: one row per identity (``manifest_row_id``, identity,
+    metadata, ``row_count`` summed over its segments, ``position`` = order of first
+    appearance in the manifest). ``segments``: one row per segment in manifest
+    order (``manifest_row_id``, ``ordinal`` within its identity, ``path``
+    (normalized), ``format``, ``row_count``, ``chunk_rows`` list[int64],
+    ``fingerprint``, ``manifest_position`` = the segment's 0-based manifest row).
+    ``schema``: per protocol, its columns as ``{"name", "dtype", "numeric"}``.
+    """
+
+    version_id: str
+    root_uri: str
+    manifest_rows: pl.DataFrame
+    segments: pl.DataFrame
+    schema: dict[str, list[dict[str, Any]]]
+    metadata_columns: tuple[str, ...]
+
+    @property
+    def total_rows(self) -> int:
+        """Rows over all segments."""
+        return int(self.segments.get_column("row_count").sum())
+
+    def segment_info(self, ordinal_row: int) -> SegmentInfo:
+        """The :class:`SegmentInfo` of row ``ordinal_row`` of ``segments``."""
+        row = self.segments.row(ordinal_row, named=True)
+        protocol = self.manifest_rows.filter(
+            pl.col("manifest_row_id") == row["manifest_row_id"]
+        ).get_column("protocol")[0]
+        return SegmentInfo(
+            path=row["path"],
+            format=row["format"],
+            row_count=int(row["row_count"]),
+            columns=tuple(ColumnInfo(**c) for c in self.schema[protocol]),
+            chunk_rows=tuple(int(x) for x in row["chunk_rows"]),
+            fingerprint=row["fingerprint"],
+        )
+
+
+def _problem(row: int, path: Any, text: str) -> dict[str, Any]:
+    return {"row": int(row), "segment_path": path, "problem": text}
+
+
+def _metadata_problems(frame: pl.DataFrame, meta: tuple[str, ...]) -> list[dict[str, Any]]:
+    problems: list[dict[str, Any]] = []
+    if not meta:
+        return problems
+    indexed = frame.with_row_index("_row")
+    flags = indexed.select(
+        "_row",
+        "segment_path",
+        *[pl.col(c).first().over(_IDENT).alias(f"_first_{c}") for c in meta],
+        *[pl.col("_row").first().over(_IDENT).alias("_first_row")],
+        *[pl.col(c).ne_missing(pl.col(c).first().over(_IDENT)).alias(f"_bad_{c}") for c in meta],
+        *[pl.col(c) for c in meta],
+    )
+    for c in meta:
+        bad = flags.filter(pl.col(f"_bad_{c}"))
+        for rec in bad.iter_rows(named=True):
+            problems.append(_problem(
+                rec["_row"], rec["segment_path"],
+                f"metadata {c!r} is {rec[c]!r} here but {rec[f'_first_{c}']!r} in row "
+                f"{rec['_first_row']} of the same identity",
+            ))
+    return problems
+
+
+def _schema_key(info: SegmentInfo) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((c.name, c.dtype) for c in info.columns))
+
+
+def _schema_diff(here: SegmentInfo, ref: SegmentInfo) -> str:
+    mine = {c.name: c.dtype for c in here.columns}
+    theirs = {c.name: c.dtype for c in ref.columns}
+    parts = []
+    if missing := sorted(set(theirs) - set(mine)):
+        parts.append(f"missing columns {missing}")
+    if extra := sorted(set(mine) - set(theirs)):
+        parts.append(f"extra columns {extra}")
+    for name in sorted(set(mine) & set(theirs)):
+        if mine[name] != theirs[name]:
+            parts.append(f"column {name!r} is {mine[name]} here but {theirs[name]} there")
+    return "; ".join(parts)
+
+
+def _inspect_all(
+    storage: Storage, paths: list[str], progress: Callable[[int, int], None] | None
+) -> dict[str, SegmentInfo | SegmentProblem]:
+    results: dict[str, SegmentInfo | SegmentProblem] = {}
+    total = len(paths)
+    if not paths:
+        return results
+    with ThreadPoolExecutor(max_workers=min(_MAX_WORKERS, total)) as pool:
+        futures = {pool.submit(inspect_segment, storage, p): p for p in paths}
+        for done, fut in enumerate(as_completed(futures), start=1):
+            path = futures[fut]
+            try:
+                results[path] = fut.result()
+            except SegmentProblem as exc:
+                results[path] = exc
+            if progress is not None:
+                progress(done, total)
+    return results
+
+
+def prepare_version(
+    storage: Storage,
+    manifest: pl.DataFrame,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> PreparedVersion:
+    """Validate ``manifest`` against ``storage`` and describe the version it makes.
+
+    ``progress(done, total)`` is called after each segment is inspected. Raises
+    ``WindpipeError(invalid_manifest)`` with ``details["problems"]`` (``row``,
+    ``segment_path``, ``problem``) when anything is wrong; nothing is partial.
+    """
+    frame = normalize_manifest(manifest)
+    meta = metadata_columns(frame)
+    raw_paths = frame.get_column("segment_path").to_list()
+    claimed = (
+        frame.get_column("row_count").to_list() if "row_count" in frame.columns
+        else [None] * frame.height
+    )
+    problems: list[dict[str, Any]] = []
+    canon: list[str | None] = []
+    first_row: dict[str, int] = {}
+    for row, raw in enumerate(raw_paths):
+        try:
+            path = storage.validate_relative_path(raw)
+        except PathEscapeError as exc:
+            problems.append(_problem(row, raw, f"invalid segment path: {exc}"))
+            canon.append(None)
+            continue
+        if path in first_row:
+            problems.append(_problem(
+                row, raw, f"segment listed twice (first in row {first_row[path]})"
+            ))
+            canon.append(None)
+            continue
+        first_row[path] = row
+        canon.append(path)
+    problems += _metadata_problems(frame, meta)
+
+    infos = _inspect_all(storage, list(first_row), progress)
+    protocols = frame.get_column("protocol").to_list()
+    by_protocol: dict[str, list[tuple[int, SegmentInfo]]] = {}
+    for row, cpath in enumerate(canon):
+        if cpath is None:
+            continue
+        info = infos[cpath]
+        if isinstance(info, SegmentProblem):
+            problems.append(_problem(row, raw_paths[row], info.message))
+            continue
+        want = claimed[row]
+        if want is not None and int(want) != info.row_count:
+            problems.append(_problem(
+                row, raw_paths[row],
+                f"row_count is {want} in the manifest but the segment has "
+                f"{info.row_count} rows",
+            ))
+        by_protocol.setdefault(protocols[row], []).append((row, info))
+
+    for protocol, members in by_protocol.items():
+        counts = Counter(_schema_key(info) for _, info in members)
+        best = max(counts.values())
+        ref_row, ref = next((r, i) for r, i in members if counts[_schema_key(i)] == best)
+        for row, info in members:
+            if _schema_key(info) != _schema_key(ref):
+                problems.append(_problem(
+                    row, raw_paths[row],
+                    f"columns differ from the other {protocol!r} segments (row {ref_row}, "
+                    f"{ref.path!r}): {_schema_diff(info, ref)}",
+                ))
+    if problems:
+        problems.sort(key=lambda p: p["row"])
+        raise manifest_error(problems)
+
+    good: list[SegmentInfo] = [infos[p] for p in canon]  # type: ignore[misc,index]
+    return _build(storage, frame, meta, good)
+
+
+def _build(
+    storage: Storage, frame: pl.DataFrame, meta: tuple[str, ...], infos: list[SegmentInfo]
+) -> PreparedVersion:
+    seg = frame.select(*_IDENT, *meta).with_columns(
+        pl.Series("path", [i.path for i in infos], dtype=pl.String),
+        pl.Series("format", [i.format for i in infos], dtype=pl.String),
+        pl.Series("row_count", [i.row_count for i in infos], dtype=pl.Int64),
+        pl.Series("chunk_rows", [list(i.chunk_rows) for i in infos], dtype=pl.List(pl.Int64)),
+        pl.Series("fingerprint", [i.fingerprint for i in infos], dtype=pl.String),
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("manifest_position"),
+    ).with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over(_IDENT).alias("ordinal"))
+
+    rows = (
+        seg.group_by(_IDENT, maintain_order=True)
+        .agg(*[pl.col(c).first() for c in meta], pl.col("row_count").sum())
+        .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("position"))
+    )
+    ids = [
+        manifest_row_id(s, c, i, p)
+        for s, c, i, p in rows.select(_IDENT).iter_rows()
+    ]
+    rows = rows.with_columns(pl.Series("manifest_row_id", ids, dtype=pl.Int64)).select(
+        "manifest_row_id", *_IDENT, *meta, "row_count", "position"
+    )
+    seg = seg.join(rows.select("manifest_row_id", *_IDENT), on=_IDENT, how="left",
+                   maintain_order="left")
+
+    canonical = seg.sort([*_IDENT, "ordinal"]).select(
+        *_IDENT, *meta, "path", "format", "row_count", "fingerprint"
+    )
+    payload = {
+        "kind": "windpipe-version-v1",
+        "root": storage.uri,
+        "columns": canonical.columns,
+        "rows": [list(r) for r in canonical.iter_rows()],
+    }
+    version_id = "v-" + hashlib.sha256(canonical_json(payload)).hexdigest()[:32]
+
+    schema: dict[str, list[dict[str, Any]]] = {}
+    for protocol, info in zip(seg.get_column("protocol").to_list(), infos, strict=True):
+        schema.setdefault(protocol, [c.as_dict() for c in info.columns])
+    segments = seg.select(
+        "manifest_row_id", "ordinal", "path", "format", "row_count", "chunk_rows",
+        "fingerprint", "manifest_position",
+    )
+    return PreparedVersion(
+        version_id=version_id,
+        root_uri=storage.uri,
+        manifest_rows=rows,
+        segments=segments,
+        schema=schema,
+        metadata_columns=meta,
+    )
