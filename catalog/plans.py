@@ -46,10 +46,10 @@ from services.database import session_scope
 
 __all__ = [
     "LoadedPlan",
+    "chunk_geometry",
     "create_plan",
     "get_plan",
     "load_plan",
-    "chunk_geometry",
     "plan_report_for",
     "plan_schedule",
     "rank_schedule_page",
@@ -245,7 +245,7 @@ def chunk_geometry(
         joined["protocol"].to_list(), joined["chunk_rows"].to_list(), strict=True
     ):
         if protocol in config.inputs and rows:
-            chunk_rows[protocol] = max(chunk_rows.get(protocol, 0), max(rows))
+            chunk_rows[protocol] = max(chunk_rows.get(protocol, 0), *rows)
     bytes_per_row = {
         p: 4 * (len(config.input_columns(p)) + len(config.target_columns(p)))
         for p in config.inputs

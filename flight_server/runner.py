@@ -121,7 +121,7 @@ def start_flight_server(
         endpoint_batches=endpoint_batches,
         readahead_batches=readahead_batches,
     )
-    reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104
+    reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     location = settings.flight_public_location or f"grpc://{reachable}:{server.port}"
     return RunningFlightServer(server=server, location=location, _owned_engine=owned)
 

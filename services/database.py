@@ -35,7 +35,7 @@ def create_engine(url: str, **kwargs: Any) -> Engine:
     SQLite gets WAL journaling, foreign keys and a busy timeout, so one catalog
     process can serve many threads; PostgreSQL URLs without a driver use psycopg 3.
     """
-    if url.startswith("postgresql://") or url.startswith("postgres://"):
+    if url.startswith(("postgresql://", "postgres://")):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     if url.startswith("sqlite"):
         path = sa.engine.make_url(url).database
