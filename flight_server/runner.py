@@ -120,6 +120,7 @@ def start_flight_server(
         on_bad_segment=on_bad_segment,
         endpoint_batches=endpoint_batches,
         readahead_batches=readahead_batches,
+        token=settings.token.get_secret_value() if settings.token else None,
     )
     reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     location = settings.flight_public_location or f"grpc://{reachable}:{server.port}"

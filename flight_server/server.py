@@ -7,7 +7,13 @@
   paths), the others listed as fallbacks.
 * ``DoGet``: a ticket -> one record batch per training batch, the batch's
   :class:`contract.wire.BatchMetadata` as ``app_metadata``.
-* ``DoAction``: ``health``, ``cache-stats``, ``warm``.
+* ``DoAction``: ``health``, ``cache-stats``, ``warm`` (progress results streamed as
+  the chunks load).
+
+With a ``token``, every call but the ``health`` action needs ``authorization:
+Bearer <token>`` (``flight_server.auth``). Logging (``services.logging``): one
+``flight.stream.start`` and one ``flight.stream.end`` event per stream (never per
+batch), a warning per batch with skipped lanes, an error per failed segment.
 
 Every ``WindpipeError`` leaves as the Flight error of its type with the JSON error
 envelope in ``extra_info``.
@@ -37,14 +43,17 @@ from contract.wire import (
     FlightCommand,
     batch_schema,
 )
+from flight_server.auth import AUTH_MIDDLEWARE, BearerAuthFactory, require_auth
 from flight_server.cache import ChunkCache, ChunkRequest
 from flight_server.materialize import BadSegmentPolicy, BatchBuilder, chunk_loader
 from flight_server.plans import PlanCache, PlanContext
 from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
+from services.logging import get_logger
 
 __all__ = ["WindpipeFlightServer", "to_flight_error"]
 
 _I64 = np.int64
+_log = get_logger("windpipe.flight")
 
 
 def to_flight_error(exc: BaseException) -> fl.FlightError:
@@ -86,8 +95,12 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         readahead_batches: int = 2,
         endpoint_batches: int = 64,
         ticket_ttl_s: float | None = None,
+        token: str | None = None,
         **kwargs: Any,
     ) -> None:
+        if token:
+            kwargs["middleware"] = {**kwargs.get("middleware", {}),
+                                    AUTH_MIDDLEWARE: BearerAuthFactory(token)}
         super().__init__(location, **kwargs)
         self.plans = plans
         self.cache = cache
@@ -221,20 +234,29 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                 plan, self._storage_for(plan.root_uri), self.cache, schema,
                 on_bad_segment=self.on_bad_segment,
             )
+            fields = {"plan": payload.plan_id, "epoch": payload.epoch, "rank": payload.rank,
+                      "world_size": payload.world_size, "start_batch": payload.start_batch,
+                      "end_batch": end, "peer": _peer(context)}
             gen = self._stream(context, builder, schedule, batches,
-                               start=payload.start_batch, end=end)
+                               start=payload.start_batch, end=end, fields=fields)
             return fl.GeneratorStream(schema, gen)
 
         return _guard(setup)
 
     def _stream(self, context: Any, builder: BatchBuilder, schedule: Schedule,
-                batches: np.ndarray, *, start: int, end: int) -> Iterator[Any]:
+                batches: np.ndarray, *, start: int, end: int,
+                fields: dict[str, Any]) -> Iterator[Any]:
         with self._active_lock:
             self._active += 1
+        _log.info("flight.stream.start", **fields)
+        t0 = time.perf_counter()
+        sent = nbytes = 0
+        outcome, error_type = "completed", None
         try:
             plans: dict[int, Any] = {}
             for i in range(start, end):
                 if context.is_cancelled():
+                    outcome = "cancelled"
                     return
                 if self._stopping.is_set():
                     raise WindpipeError(ErrorType.UNAVAILABLE,
@@ -243,17 +265,38 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                 g = int(batches[i])
                 lp = plans.pop(i, None) or builder.lane_plan(schedule, g)
                 batch, meta = builder.build(schedule, g, batch_idx=i, lp=lp)
+                if meta.skipped_lanes:
+                    _log.warning("flight.segment.skipped", plan=fields["plan"], batch_idx=i,
+                                 skipped=list(meta.skipped_lanes))
                 self._read_ahead(builder, schedule, batches, i=i, end=end, plans=plans)
+                nbytes += batch.nbytes
                 yield batch, pa.py_buffer(meta.encode())
+                sent += 1
         except WindpipeError as exc:
+            outcome, error_type = "error", exc.type.value
+            if exc.type == ErrorType.SEGMENT_ERROR:
+                _log.error("flight.segment.failed", plan=fields["plan"],
+                           path=exc.details.get("path"), message=exc.message)
             raise to_flight_error(exc) from exc
-        except (fl.FlightError, GeneratorExit):
+        except GeneratorExit:
+            outcome = "cancelled"
+            raise
+        except fl.FlightError as exc:
+            outcome, error_type = "error", type(exc).__name__
             raise
         except Exception as exc:
+            outcome, error_type = "error", type(exc).__name__
             raise to_flight_error(exc) from exc
         finally:
             with self._active_lock:
                 self._active -= 1
+            if outcome == "completed" and start + sent < end:
+                outcome = "cancelled"  # the client stopped reading (generator dropped)
+            emit = _log.error if outcome == "error" else _log.info
+            emit("flight.stream.end", plan=fields["plan"], epoch=fields["epoch"],
+                 rank=fields["rank"], world_size=fields["world_size"], peer=fields["peer"],
+                 batches=sent, bytes=nbytes, seconds=round(time.perf_counter() - t0, 6),
+                 outcome=outcome, error_type=error_type)
 
     def _read_ahead(self, builder: BatchBuilder, schedule: Schedule, batches: np.ndarray,
                     *, i: int, end: int, plans: dict[int, Any]) -> None:
@@ -279,6 +322,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         """``health``, ``cache-stats`` and ``warm``."""
         kind = action.type
         body = action.body.to_pybytes() if action.body is not None else b""
+        if kind != ACTION_HEALTH:
+            require_auth(context)
         if kind == ACTION_HEALTH:
             return iter([json.dumps({"status": "ok", "version": WIRE_VERSION,
                                      "active_streams": self._active}).encode()])
@@ -314,20 +359,30 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         return self._warm_steps(requests, total_bytes)
 
     def _warm_steps(self, requests: list[ChunkRequest], total_bytes: int) -> Iterator[bytes]:
+        """One progress result per step (about 1/20 of the chunks), sent as it completes."""
         step = max(1, len(requests) // 20)
         loaded = done_bytes = 0
+        t0 = time.perf_counter()
+
+        def result() -> bytes:
+            return json.dumps({"loaded": loaded, "total": len(requests), "bytes": done_bytes,
+                               "total_bytes": total_bytes,
+                               "seconds": round(time.perf_counter() - t0, 6),
+                               "time": time.time()}).encode()
+
         try:
             for k in range(0, len(requests), step):
                 part = requests[k : k + step]
                 self.cache.acquire(part).release()
                 loaded += len(part)
                 done_bytes += sum(r.nbytes for r in part)
-                yield json.dumps({"loaded": loaded, "total": len(requests),
-                                  "bytes": done_bytes, "total_bytes": total_bytes}).encode()
+                yield result()
         except WindpipeError as exc:
             raise to_flight_error(exc) from exc
         if not requests:
-            yield json.dumps({"loaded": 0, "total": 0, "bytes": 0, "total_bytes": 0}).encode()
+            yield result()
+        _log.info("flight.warm", chunks=loaded, bytes=done_bytes,
+                  seconds=round(time.perf_counter() - t0, 6))
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -349,6 +404,11 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         ok = done.wait(timeout=grace_s)
         self.cache.close()
         return ok
+
+
+def _peer(context: Any) -> str:
+    peer = context.peer()
+    return peer.decode() if isinstance(peer, bytes) else str(peer)
 
 
 def warm_requests(plan: PlanContext, storage: Storage) -> list[ChunkRequest]:

@@ -12,10 +12,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from contract.configs import LoaderConfig, ValidationConfig
+from sdk._exceptions import InvalidConfig
 from sdk._html import html_table, human_count, text_table
 from sdk._models import MlDatasetIndex, PlanReport
 
 if TYPE_CHECKING:
+    from torch.utils.data import DataLoader
+
     from sdk._batch import Batch
     from sdk._catalog import Catalog
     from sdk._loader import DeviceLoader
@@ -180,10 +183,37 @@ class Plan:
         )
         return PlanReport(plan_id=self.id, world_size=world_size, raw=dict(body))
 
+    def warm(self, *, epoch: int = 0, progress: bool | None = None) -> dict[str, dict[str, Any]]:
+        """Load this plan's split into every Flight server's cache (``full_in_mem``).
+
+        Returns, per Flight location, ``{"chunks", "bytes", "seconds"}``. A split larger
+        than a server's cache budget raises :class:`ResourceExhausted` naming both sizes.
+        ``progress``: a tqdm bar in bytes (None: when the output is interactive).
+        """
+        from sdk._warm import warm_plan  # noqa: PLC0415
+
+        results = warm_plan(self._catalog.flight(), self.id, epoch=epoch, progress=progress)
+        return {loc: r.as_dict() for loc, r in results.items()}
+
+    def _prepare(self, data_access: str | None, *, epoch: int, progress: bool | None) -> None:
+        """Warm first when the data access (argument, else the config) is ``full_in_mem``."""
+        mode = self.config.data_access if data_access is None else data_access
+        if mode not in ("windowed", "full_in_mem"):
+            msg = f"data_access must be 'windowed' or 'full_in_mem', got {mode!r}"
+            raise InvalidConfig(msg)
+        if mode == "full_in_mem":
+            self.warm(epoch=epoch, progress=progress)
+
     def batches(
         self, epoch: int = 0, rank: int = 0, world_size: int = 1, start_batch: int = 0,
+        *, data_access: str | None = None, progress: bool | None = None,
     ) -> Iterator[Batch]:
-        """One rank's pass over ``epoch`` as CPU :class:`Batch` es, from ``start_batch`` on."""
+        """One rank's pass over ``epoch`` as CPU :class:`Batch` es, from ``start_batch`` on.
+
+        With ``data_access="full_in_mem"`` (argument, else the plan's config) the split
+        is warmed into the servers' caches first (:meth:`warm`), before this returns.
+        """
+        self._prepare(data_access, epoch=epoch, progress=progress)
         return self._catalog._batches(
             self.id, epoch=epoch, rank=rank, world_size=world_size, start_batch=start_batch
         )
@@ -202,11 +232,14 @@ class Plan:
         prefetch_to_device: bool | None = None,
         pinned_bytes_cap: int | None = None,
         progress: bool | None = None,
+        data_access: str | None = None,
     ) -> DeviceLoader:
         """Batches on ``device`` (default ``config.device``), read ahead in the background.
 
-        Options left as None come from the plan's :class:`LoaderConfig`.
+        Options left as None come from the plan's :class:`LoaderConfig`;
+        ``full_in_mem`` warms the servers' caches first (see :meth:`batches`).
         """
+        self._prepare(data_access, epoch=epoch, progress=progress)
         return self._catalog._loader(
             self, device=device or self.config.device, epoch=epoch, rank=rank,
             world_size=world_size, start_batch=start_batch,
@@ -222,15 +255,45 @@ class Plan:
 
     def torch_dataset(
         self, epoch: int = 0, *, rank: int | None = None, world_size: int | None = None,
-        transform: Any = None,
+        transform: Any = None, data_access: str | None = None, progress: bool | None = None,
     ) -> WindpipeIterableDataset:
-        """An ``IterableDataset`` for ``DataLoader(ds, batch_size=None)`` (see ``sdk._torch``)."""
+        """An ``IterableDataset`` for ``DataLoader(ds, batch_size=None)`` (see ``sdk._torch``).
+
+        ``full_in_mem`` warms the servers' caches once, here, in this process (not in
+        each DataLoader worker). :meth:`dataloader` applies the config's runtime fields.
+        """
         from sdk._torch import WindpipeIterableDataset  # noqa: PLC0415
 
+        self._prepare(data_access, epoch=epoch, progress=progress)
         return WindpipeIterableDataset(
             self._catalog._worker_source(self.id), plan_id=self.id, epoch=epoch, rank=rank,
             world_size=world_size, transform=transform,
         )
+
+    def dataloader(
+        self, epoch: int = 0, *, rank: int | None = None, world_size: int | None = None,
+        transform: Any = None, data_access: str | None = None, progress: bool | None = None,
+        **options: Any,
+    ) -> DataLoader[Any]:
+        """``DataLoader(self.torch_dataset(...), batch_size=None, ...)`` from the config.
+
+        ``num_workers``, ``persistent_workers``, ``multiprocessing_context`` (default
+        ``"spawn"`` with workers: gRPC and ``fork`` do not mix), ``pin_memory`` (only
+        with CUDA) and ``prefetch_factor`` come from the plan's :class:`LoaderConfig`
+        unless given in ``options``; other ``options`` go to ``DataLoader`` as is
+        (see ``sdk._torch.dataloader_options``). The loader's ``dataset`` is the
+        :class:`WindpipeIterableDataset` (``set_epoch``, ``state_dict``).
+        """
+        from torch.utils.data import DataLoader  # noqa: PLC0415
+
+        from sdk._torch import dataloader_options  # noqa: PLC0415
+
+        kwargs = dataloader_options(self.config, **options)
+        dataset = self.torch_dataset(
+            epoch, rank=rank, world_size=world_size, transform=transform,
+            data_access=data_access, progress=progress,
+        )
+        return DataLoader(dataset, **kwargs)
 
     def _rows(self) -> list[tuple[str, Any]]:
         c = self.config

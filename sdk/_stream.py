@@ -13,6 +13,7 @@ SDK exception of their type.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -107,6 +108,25 @@ class FlightStream:
             return info, location
         msg = f"no Flight server answered GetFlightInfo (tried {', '.join(self.locations)})"
         raise Unavailable(msg, details={"last_error": str(last)}) from last
+
+    def action(
+        self, location: str, kind: str, body: dict[str, Any] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """The JSON results of ``DoAction`` ``kind`` on one location, as they arrive.
+
+        Sends the bearer token like every other call; errors raise the SDK exception
+        of their envelope (or :class:`Unavailable` when the server cannot be reached).
+        """
+        payload = json.dumps(body or {}).encode()
+        where = f"action {kind!r} on {location}"
+        try:
+            results = self._client(location).do_action(
+                fl.Action(kind, payload), self._get_options
+            )
+            for result in results:
+                yield json.loads(result.body.to_pybytes())
+        except (fl.FlightError, OSError) as exc:
+            raise error_from_flight(exc, where=where) from exc
 
     def summary(self, command: FlightCommand) -> FlightInfoSummary:
         """Totals of a pass without streaming it."""

@@ -16,6 +16,10 @@
   with ``num_workers=0`` (stateful groups stay consecutive). Each worker reads the
   rank's stream and decodes only its own batches, so workers help when decoding or
   a ``transform`` is the bottleneck, not the transport.
+* :func:`dataloader_options` turns a :class:`LoaderConfig`'s runtime fields into
+  ``DataLoader`` keyword arguments (``Plan.dataloader`` uses it). With workers the
+  default ``multiprocessing_context`` is ``"spawn"``: gRPC channels (the Flight
+  client) do not survive ``fork``, and a forked worker that inherits one can hang.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from contract.configs import LoaderConfig
 from sdk._batch import Batch
 from sdk._exceptions import InvalidConfig
 
-__all__ = ["WindpipeIterableDataset"]
+__all__ = ["WindpipeIterableDataset", "dataloader_options"]
 
 BatchSource = Callable[..., Iterator[Batch]]
 
@@ -137,3 +142,53 @@ class WindpipeIterableDataset(IterableDataset[Batch]):
         ):
             self._cursor = batch.state.batch_idx + 1
             yield batch if self.transform is None else self.transform(batch)
+
+
+def dataloader_options(
+    config: LoaderConfig,
+    *,
+    num_workers: int | None = None,
+    persistent_workers: bool | None = None,
+    multiprocessing_context: Any = None,
+    pin_memory: bool | None = None,
+    prefetch_factor: int | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """``DataLoader`` kwargs from ``config``'s runtime fields (arguments given win).
+
+    * ``batch_size=None``: the dataset yields whole batches (anything else is refused);
+    * ``num_workers``; with workers, ``prefetch_factor``, ``persistent_workers`` and
+      ``multiprocessing_context`` (default ``"spawn"``; ``"fork"`` is only safe before
+      any Flight connection exists in the parent) — without workers torch refuses
+      them, so the config's values are not passed then;
+    * ``pin_memory``: only when CUDA is available (``None`` means yes on CUDA).
+
+    ``extra`` (``collate_fn``, ``timeout``, ...) is passed through.
+    """
+    if extra.get("batch_size") is not None:
+        msg = ("a windpipe dataset yields whole batches: DataLoader needs batch_size=None, "
+               f"got {extra['batch_size']!r}; set the batch size in WindowConfig")
+        raise InvalidConfig(msg)
+    extra.pop("batch_size", None)
+    workers = config.num_workers if num_workers is None else num_workers
+    if workers < 0:
+        msg = f"num_workers must be >= 0, got {workers}"
+        raise InvalidConfig(msg)
+    pin = config.pin_memory if pin_memory is None else pin_memory
+    options: dict[str, Any] = {
+        "batch_size": None, "num_workers": workers,
+        "pin_memory": bool(torch.cuda.is_available() and (pin is None or pin)),
+    }
+    if workers > 0:
+        options["prefetch_factor"] = prefetch_factor or config.prefetch_factor
+        options["persistent_workers"] = (
+            config.persistent_workers if persistent_workers is None else persistent_workers
+        )
+        options["multiprocessing_context"] = (
+            multiprocessing_context or config.multiprocessing_context or "spawn"
+        )
+    elif persistent_workers or multiprocessing_context is not None or prefetch_factor:
+        msg = ("persistent_workers, multiprocessing_context and prefetch_factor need "
+               "num_workers > 0")
+        raise InvalidConfig(msg)
+    return {**options, **extra}

@@ -39,7 +39,7 @@ class Deployment:
 @contextmanager
 def deployment(
     database_url: str, data_dir: Path, *, n_flight: int = 1, token: str | None = None,
-    endpoint_batches: int = 64,
+    endpoint_batches: int = 64, cache_bytes: int | None = None,
 ) -> Iterator[Deployment]:
     ports = [free_port() for _ in range(n_flight)]
     locations = [f"grpc://127.0.0.1:{p}" for p in ports]
@@ -52,7 +52,8 @@ def deployment(
         url = stack.enter_context(run_catalog_server(settings))
         flights = []
         for port in ports:
-            running = start_flight_server(settings, port=port, endpoint_batches=endpoint_batches)
+            running = start_flight_server(settings, port=port, endpoint_batches=endpoint_batches,
+                                          cache_bytes=cache_bytes)
             stack.callback(running.stop, grace_s=5.0)
             flights.append(running)
         yield Deployment(url=url, flights=flights, locations=locations, settings=settings)

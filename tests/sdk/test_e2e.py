@@ -78,6 +78,66 @@ def test_surface_as_written(database_url: str, tmp_path: Path, synth_dataset: An
         cat.close()
 
 
+def test_issue_code_block_verbatim(tmp_path: Path, synth_dataset: Any) -> None:
+    """The code block of issue 4, line for line (only the URL and the root differ)."""
+    root = synth_dataset.path.resolve().as_uri()
+    with deployment(f"sqlite:///{tmp_path / 'c.db'}", tmp_path / "state") as dep:
+        from sdk import (  # noqa: PLC0415 - the issue's import line
+            Catalog,
+            LoaderConfig,
+            ScalingSpec,
+            ValidationConfig,
+            WindowConfig,
+        )
+
+        cat = Catalog(dep.url)                     # token=... optional
+        ver = cat.register("demo", root=root, manifest="manifest.parquet")  # idempotent
+        cat.datasets(); cat.versions("demo")  # noqa: E702
+        frame = ver.index().frame                  # polars.DataFrame; .filter_split("val")
+        split = ver.split(ValidationConfig.sample(fraction=0.2, seed=69))
+        split_frame = split.index().frame          # with a "split" column
+        plan = split.plan(LoaderConfig(
+            split="train", default_window=WindowConfig(batch_size=8, seq_len=256),
+            inputs={"cycling": ("current_a", "temperature_c")},
+            targets={"cycling": ("voltage_v",)},
+            scaling=(ScalingSpec(column="current_a", input_min=-10.0, input_max=10.0),),
+        ))
+        report = plan.report()
+        seen = []
+        for batch in plan.batches(epoch=0, rank=0, world_size=1, start_batch=0):
+            seen.append((batch.inputs, batch.targets, batch.mask, batch.all_valid, batch.state))
+        loader = plan.loader(device="auto", epoch=0)  # CUDA + pinned prefetch when available
+        loaded = list(loader)
+
+        assert cat.register("demo", root=root, manifest="manifest.parquet").id == ver.id
+        assert [d.name for d in cat.datasets()] == ["demo"]
+        assert [v.id for v in cat.versions("demo")] == [ver.id]
+        assert isinstance(frame, pl.DataFrame)
+        assert frame.height == ver.raw["n_manifest_rows"] > 0
+        assert "split" in split_frame.columns
+        val = split.index().filter_split("val").frame
+        assert val.height == int((split_frame.get_column("split") == "val").sum()) > 0
+        assert set(val.get_column("split").unique()) == {"val"}
+        assert report["batches"] == len(seen) > 0
+        for inputs, targets, mask, all_valid, state in seen:
+            assert inputs.dtype == targets.dtype == torch.float32
+            assert inputs.shape[0] <= 8
+            assert inputs.shape[1:] == (256, 2)
+            assert targets.shape[1:] == (256, 1)
+            assert mask.shape == inputs.shape[:2]
+            assert mask.dtype == torch.bool
+            assert all_valid == bool(mask.all() and not targets.isnan().any())
+            assert isinstance(state, sdk.BatchState)
+            assert state.split == "train"
+        assert [state.batch_idx for *_, state in seen] == list(range(len(seen)))
+        want_device = "cuda" if torch.cuda.is_available() else "cpu"
+        assert [b.inputs.device.type for b in loaded] == [want_device] * len(seen)
+        assert [b.state.batch_idx for b in loaded] == list(range(len(seen)))
+        for b, (inputs, *_rest) in zip(loaded, seen, strict=True):
+            assert torch.equal(b.inputs.cpu(), inputs)
+        cat.close()
+
+
 @pytest.fixture(scope="module")
 def dep(tmp_path_factory: pytest.TempPathFactory, synth_dataset: Any) -> Any:
     tmp = tmp_path_factory.mktemp("sdk-e2e")
