@@ -14,15 +14,17 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import Depends, FastAPI
 from sqlalchemy.engine import Engine
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from catalog.api.deps import require_token
 from catalog.api.errors import install_error_handlers
-from catalog.api.routes import datasets, health, plans, splits, versions
+from catalog.api.routes import datasets, flight, health, plans, splits, versions
+from catalog.flight_stats import RequestCounter
 from catalog.service import CatalogContext, StorageOptions
 from services.database import create_engine
 from services.settings import Settings
 
-__all__ = ["create_app", "migrate", "server_version"]
+__all__ = ["RequestCountMiddleware", "create_app", "migrate", "server_version"]
 
 
 def server_version() -> str:
@@ -43,6 +45,51 @@ def migrate(engine: Engine) -> None:
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
+
+
+class RequestCountMiddleware:
+    """Counts every answered request by method, route template and status (``/metrics``).
+
+    Outermost, so it also sees the 500s of the error middleware; paths that match no
+    route are counted as route ``unmatched`` (the label set stays bounded).
+    """
+
+    def __init__(self, app: ASGIApp, *, counter: RequestCounter) -> None:
+        self.app = app
+        self.counter = counter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def _send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, _send)
+        finally:
+            self.counter.add(str(scope.get("method", "")), _route_template(scope), status)
+
+
+def _route_template(scope: Scope) -> str:
+    """The matched route's full path template (``/v1/plans/{plan_id}``) or ``unmatched``.
+
+    FastAPI >= 0.16x keeps the router's own route (without the include prefix) in
+    ``scope["route"]`` and the prefixed path in ``scope["fastapi"]["effective_route_context"]``.
+    """
+    fastapi_state = scope.get("fastapi")
+    context = fastapi_state.get("effective_route_context") if isinstance(
+        fastapi_state, dict) else None
+    effective = getattr(context, "path", None)
+    if isinstance(effective, str) and effective:
+        return effective
+    route = getattr(scope.get("route"), "path_format", None)
+    return route if isinstance(route, str) and route else "unmatched"
 
 
 def create_app(settings: Settings | None = None, *, engine: Engine | None = None) -> FastAPI:
@@ -77,9 +124,12 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.requests = RequestCounter()
     install_error_handlers(app)
+    app.add_middleware(RequestCountMiddleware, counter=app.state.requests)
     app.include_router(health.router)
     secured = [Depends(require_token)]
-    for module in (health, datasets, versions, splits, plans):
+    app.include_router(flight.metrics, dependencies=secured)
+    for module in (health, datasets, versions, splits, plans, flight):
         app.include_router(module.v1, prefix="/v1", dependencies=secured)
     return app

@@ -20,6 +20,9 @@ __all__ = [
     "MAX_PAGE_SIZE",
     "ConfigOut",
     "DatasetOut",
+    "FlightErrorOut",
+    "FlightServerStatsOut",
+    "FlightStatsOut",
     "HealthOut",
     "PageOut",
     "PlanOut",
@@ -209,3 +212,24 @@ class ScheduleBatchOut(_Out):
     stateful_group_idx: int | None
     stateful_step_idx: int | None
     stateful_steps: int | None
+
+
+class FlightErrorOut(_Out):
+    """Why a Flight location's statistics could not be read (an error type and message)."""
+
+    type: str
+    message: str
+
+
+class FlightServerStatsOut(_Out):
+    """One Flight location: its ``cache-stats`` counters, or ``error`` (never both)."""
+
+    location: str
+    stats: dict[str, int] | None = None
+    error: FlightErrorOut | None = None
+
+
+class FlightStatsOut(_Out):
+    """``GET /v1/flight/stats``: every configured Flight location, in configured order."""
+
+    servers: list[FlightServerStatsOut]
