@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="synthesize, serve, register, split, plan and stream")
     demo.add_argument("--data-dir", type=Path, help="where to put state (default: a temp dir)")
-    demo.add_argument("--rows-per-cycle", type=int, default=4000)
+    demo.add_argument("--rows-per-cycle", type=int, default=20000)
     demo.add_argument("--device", default="auto")
 
     bench = sub.add_parser("bench", help="run the benchmarks (see docs/benchmarks.md)")

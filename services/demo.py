@@ -31,7 +31,7 @@ class DemoResult:
 
 
 def run_demo(
-    *, data_dir: Path | None = None, rows_per_cycle: int = 4000, device: str = "auto",
+    *, data_dir: Path | None = None, rows_per_cycle: int = 20000, device: str = "auto",
     cells: int = 4, cycles: int = 8,
 ) -> DemoResult:
     """Run the demo; ``data_dir`` keeps its state (default: a temporary directory)."""
@@ -73,7 +73,7 @@ def run_demo(
         split = version.split(ValidationConfig.sample(fraction=0.2, seed=69))
         print(f"[4/6] split {split!r}")
         plan = split.plan(LoaderConfig(
-            split="train", default_window=WindowConfig(batch_size=16, seq_len=256),
+            split="train", default_window=WindowConfig(batch_size=32, seq_len=256),
             inputs={"cycling": ("current_a", "temperature_c", "soc_pct")},
             targets={"cycling": ("voltage_v",)},
             scaling=(
