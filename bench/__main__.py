@@ -21,7 +21,7 @@ import psutil
 
 from bench.report import write_markdown, write_plot
 
-__all__ = ["main"]
+__all__ = ["CONTENDERS", "main", "ratios", "run_contender"]
 
 CONTENDERS = (
     "windpipe_flight_warm", "windpipe_flight_cold", "windpipe_full_in_mem",
@@ -40,7 +40,7 @@ def _machine() -> dict[str, Any]:
 
 def run_contender(
     name: str, workload_path: Path, *, max_batches: int, max_seconds: float,
-    options: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None, tokens_per_batch: int,
 ) -> dict[str, Any]:
     """One contender in its own process; returns its result record."""
     cmd = [
@@ -54,10 +54,23 @@ def run_contender(
     if proc.returncode != 0 or not lines:
         return {"name": name, "error": (proc.stderr or proc.stdout)[-2000:]}
     result = json.loads(lines[-1].removeprefix("RESULT "))
-    tokens = result["batches"] * result.get("tokens_per_batch", 0)
+    result.setdefault("tokens_per_batch", tokens_per_batch)
+    tokens = result["batches"] * result["tokens_per_batch"]
     result["batches_per_s"] = result["batches"] / result["seconds"] if result["seconds"] else 0.0
     result["tokens_per_s"] = tokens / result["seconds"] if result["seconds"] else 0.0
     return result
+
+
+def ratios(contenders: dict[str, Any]) -> dict[str, float]:
+    """``windpipe_flight_warm`` tokens/s over each other contender's (those that ran)."""
+    warm = contenders.get("windpipe_flight_warm", {})
+    if not warm.get("tokens_per_s"):
+        return {}
+    return {
+        f"windpipe_flight_warm/{name}": warm["tokens_per_s"] / r["tokens_per_s"]
+        for name, r in contenders.items()
+        if name != "windpipe_flight_warm" and r.get("tokens_per_s")
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,14 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="run only these contenders")
     parser.add_argument("--skip-concurrency", action="store_true")
     parser.add_argument("--skip-planning", action="store_true")
+    parser.add_argument("--max-seconds", type=float, help="per contender (default 20, 6 quick)")
+    parser.add_argument("--max-batches", type=int, help="per contender (default 3000, 300 quick)")
     args = parser.parse_args(argv)
 
     from bench.data import ensure_dataset  # noqa: PLC0415
     from bench.workload import build_workload  # noqa: PLC0415
 
     rows = args.rows or (2_000_000 if args.quick else 20_000_000)
-    seconds = 6.0 if args.quick else 20.0
-    max_batches = 300 if args.quick else 3000
+    seconds = args.max_seconds or (6.0 if args.quick else 20.0)
+    max_batches = args.max_batches or (300 if args.quick else 3000)
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     root = ensure_dataset(args.out / f"data-{rows}", cycling_rows=rows)
@@ -88,9 +103,10 @@ def main(argv: list[str] | None = None) -> int:
 
     contenders: dict[str, Any] = {}
     for name in args.only or CONTENDERS:
-        limit = min(max_batches, 60) if name in ("windowed_parquet", "torch_dataloader") else max_batches
-        result = run_contender(name, workload_path, max_batches=limit, max_seconds=seconds)
-        result.setdefault("tokens_per_batch", workload.tokens_per_batch)
+        slow = name in ("windowed_parquet", "torch_dataloader")
+        limit = min(max_batches, 60) if slow else max_batches
+        result = run_contender(name, workload_path, max_batches=limit, max_seconds=seconds,
+                               tokens_per_batch=workload.tokens_per_batch)
         contenders[name] = result
         if "error" in result:
             print(f"{name:24s} FAILED: {result['error'][-300:]}")
@@ -102,13 +118,16 @@ def main(argv: list[str] | None = None) -> int:
     record: dict[str, Any] = {
         "contenders": contenders, "concurrency": None, "planning": None,
         "machine": _machine(), "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "rows": rows, "batch": {"batch_size": workload.batch_size, "seq_len": workload.seq_len,
-                                "inputs": 3, "targets": 1},
+        "rows": int(sum(workload.stream_rows)),
+        "batch": {"batch_size": workload.batch_size, "seq_len": workload.seq_len,
+                  "inputs": 3, "targets": 1},
+        "ratios": ratios(contenders),
     }
     if not args.skip_concurrency and not args.only:
         from bench.windpipe_contenders import concurrency  # noqa: PLC0415
 
-        record["concurrency"] = concurrency(workload, consumers=(1, 2, 4), max_seconds=seconds)
+        record["concurrency"] = concurrency(workload, consumers=(1, 2, 4),
+                                            max_seconds=min(seconds, 4.0 if args.quick else 10.0))
     if not args.skip_planning and not args.only:
         from bench.planning import planning_times  # noqa: PLC0415
 

@@ -14,8 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-
 __all__ = ["contender_functions", "main"]
 
 
@@ -35,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=20.0)
     parser.add_argument("--options", default="{}")
     args = parser.parse_args(argv)
+    import torch  # noqa: PLC0415 - not at import: spawned servers re-import this module
+
     torch.set_num_threads(1)
     from bench.workload import load_workload  # noqa: PLC0415
 

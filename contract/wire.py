@@ -99,6 +99,9 @@ def batch_schema(*, plan_id: str | None = None, version_id: str | None = None) -
     return pa.schema(list(_FIELDS), metadata=meta)
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 def _bad(message: str, **details: Any) -> WindpipeError:
     return WindpipeError(ErrorType.INVALID_REQUEST, message, details=details)
 
@@ -205,11 +208,16 @@ class BatchMetadata:
 
     def encode(self) -> bytes:
         """Compact JSON bytes with ``v`` = the wire version."""
-        body = {"v": WIRE_VERSION, **asdict(self)}
-        body["input_columns"] = list(self.input_columns)
-        body["target_columns"] = list(self.target_columns)
-        body["skipped_lanes"] = list(self.skipped_lanes)
-        return json.dumps(body, separators=(",", ":")).encode()
+        body = {  # the fields in declaration order, without asdict's deep copies
+            "v": WIRE_VERSION, "batch_idx": self.batch_idx, "global_batch": self.global_batch,
+            "split": self.split, "seq_len": self.seq_len, "c_in": self.c_in,
+            "c_out": self.c_out, "input_columns": list(self.input_columns),
+            "target_columns": list(self.target_columns),
+            "stateful_group_idx": self.stateful_group_idx,
+            "stateful_step_idx": self.stateful_step_idx, "stateful_steps": self.stateful_steps,
+            "skipped_lanes": [dict(d) for d in self.skipped_lanes],
+        }
+        return _ENCODER.encode(body).encode()
 
     @classmethod
     def decode(cls, raw: bytes | memoryview | Any) -> BatchMetadata:

@@ -45,7 +45,7 @@ from contract.wire import (
 )
 from flight_server.auth import AUTH_MIDDLEWARE, BearerAuthFactory, require_auth
 from flight_server.cache import ChunkCache, ChunkRequest
-from flight_server.materialize import BadSegmentPolicy, BatchBuilder, chunk_loader
+from flight_server.materialize import BadSegmentPolicy, BatchBuilder, BatchPipeline, chunk_loader
 from flight_server.plans import PlanCache, PlanContext
 from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
 from services.logging import get_logger
@@ -95,6 +95,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         readahead_batches: int = 2,
         endpoint_batches: int = 64,
         ticket_ttl_s: float | None = None,
+        build_ahead: int = 0,
         token: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -111,6 +112,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         self.readahead_batches = readahead_batches
         self.endpoint_batches = max(1, endpoint_batches)
         self.ticket_ttl_s = ticket_ttl_s
+        self.build_ahead = build_ahead  # >0: build batches in a background thread (spare cores)
         self._stopping = threading.Event()
         self._active = 0
         self._active_lock = threading.Lock()
@@ -252,9 +254,11 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         t0 = time.perf_counter()
         sent = nbytes = 0
         outcome, error_type = "completed", None
+        pipeline = BatchPipeline(builder, schedule, batches, start=start, end=end,
+                                 readahead_batches=self.readahead_batches,
+                                 depth=self.build_ahead)
         try:
-            plans: dict[int, Any] = {}
-            for i in range(start, end):
+            for i, batch, meta, raw_meta in pipeline:
                 if context.is_cancelled():
                     outcome = "cancelled"
                     return
@@ -262,15 +266,11 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                     raise WindpipeError(ErrorType.UNAVAILABLE,
                                         "the Flight server is shutting down; resume elsewhere",
                                         details={"next_batch": i})
-                g = int(batches[i])
-                lp = plans.pop(i, None) or builder.lane_plan(schedule, g)
-                batch, meta = builder.build(schedule, g, batch_idx=i, lp=lp)
                 if meta.skipped_lanes:
                     _log.warning("flight.segment.skipped", plan=fields["plan"], batch_idx=i,
                                  skipped=list(meta.skipped_lanes))
-                self._read_ahead(builder, schedule, batches, i=i, end=end, plans=plans)
                 nbytes += batch.nbytes
-                yield batch, pa.py_buffer(meta.encode())
+                yield batch, pa.py_buffer(raw_meta)
                 sent += 1
         except WindpipeError as exc:
             outcome, error_type = "error", exc.type.value
@@ -288,6 +288,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             outcome, error_type = "error", type(exc).__name__
             raise to_flight_error(exc) from exc
         finally:
+            pipeline.close()
             with self._active_lock:
                 self._active -= 1
             if outcome == "completed" and start + sent < end:
@@ -297,18 +298,6 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                  rank=fields["rank"], world_size=fields["world_size"], peer=fields["peer"],
                  batches=sent, bytes=nbytes, seconds=round(time.perf_counter() - t0, 6),
                  outcome=outcome, error_type=error_type)
-
-    def _read_ahead(self, builder: BatchBuilder, schedule: Schedule, batches: np.ndarray,
-                    *, i: int, end: int, plans: dict[int, Any]) -> None:
-        if self.readahead_batches <= 0:
-            return
-        requests: list[ChunkRequest] = []
-        for j in range(i + 1, min(end, i + 1 + self.readahead_batches)):
-            if j not in plans:
-                plans[j] = builder.lane_plan(schedule, int(batches[j]))
-            requests.extend(builder.requests(plans[j]))
-        if requests:
-            self.cache.prefetch(requests)
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         """The actions of ``docs/wire.md``."""

@@ -1,0 +1,91 @@
+"""The benchmark harness end to end on a tiny dataset: every record has its documented
+structure and positive, consistent numbers (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.__main__ import main
+from bench.data import ensure_dataset
+from bench.planning import planning_times
+from bench.windpipe_contenders import concurrency, data_bytes
+from bench.workload import build_workload
+
+CONTENDERS = ("windpipe_flight_warm", "windpipe_flight_cold", "windpipe_full_in_mem",
+              "full_in_mem_torch", "windowed_parquet", "flight_ceiling", "memcpy_ceiling")
+SERVER_FIELDS = ("server_peak_rss_bytes", "server_cpu_s", "server_base_rss_bytes",
+                 "cache_budget_bytes", "cache_peak_bytes", "storage_bytes")
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("bench")
+    json_path = out / "result.json"
+    code = main(["--rows", "200000", "--out", str(out), "--json", str(json_path),
+                 "--max-seconds", "1", "--max-batches", "24", "--only", *CONTENDERS])
+    assert code == 0
+    assert json_path.with_suffix(".md").read_text().count("| windpipe_flight_warm |") == 1
+    assert json_path.with_suffix(".png").stat().st_size > 1000
+    loaded: dict[str, Any] = json.loads(json_path.read_text())
+    return loaded
+
+
+@pytest.mark.slow
+def test_record_structure_and_numbers(record: dict[str, Any]) -> None:
+    assert set(record) >= {"contenders", "concurrency", "planning", "machine", "date", "rows",
+                           "batch", "ratios"}
+    assert record["date"].startswith("20")
+    assert record["machine"]["cpus"] >= 1
+    assert record["batch"] == {"batch_size": 64, "seq_len": 1024, "inputs": 3, "targets": 1}
+    assert set(record["contenders"]) == set(CONTENDERS)
+    for name, r in record["contenders"].items():
+        assert "error" not in r, f"{name}: {r.get('error')}"
+        for key in ("tokens_per_s", "batches_per_s", "peak_rss_bytes", "cpu_s"):
+            assert r[key] > 0, (name, key, r[key])
+        assert r["tokens_per_s"] == pytest.approx(r["batches_per_s"] * 64 * 1024)
+        assert r["batches"] >= 1
+    for name in ("windpipe_flight_warm", "windpipe_flight_cold", "windpipe_full_in_mem"):
+        r = record["contenders"][name]
+        for key in SERVER_FIELDS:
+            assert r[key] > 0, (name, key)
+        # the budget is one knob: the cache never holds more than it
+        assert r["cache_peak_bytes"] <= r["cache_budget_bytes"]
+        assert r["peak_rss_bytes"] >= r["server_peak_rss_bytes"]
+    cold = record["contenders"]["windpipe_flight_cold"]
+    warm = record["contenders"]["windpipe_flight_warm"]
+    assert cold["cache_budget_bytes"] < warm["cache_budget_bytes"]
+    assert record["ratios"]["windpipe_flight_warm/flight_ceiling"] == pytest.approx(
+        warm["tokens_per_s"] / record["contenders"]["flight_ceiling"]["tokens_per_s"])
+    # every contender sees the same data: the first value of every batch sums alike
+    checks = {record["contenders"][n]["checksum"] for n in
+              ("windpipe_flight_warm", "windpipe_flight_cold", "full_in_mem_torch")
+              if record["contenders"][n]["batches"] == 24}
+    assert len(checks) <= 1
+
+
+@pytest.mark.slow
+def test_concurrency_keeps_storage_reads_flat(tmp_path: Path) -> None:
+    root = ensure_dataset(tmp_path / "data", cycling_rows=200_000)
+    workload = build_workload(root)
+    rows = concurrency(workload, consumers=(1, 2), max_seconds=1.0)
+    assert [r["consumers"] for r in rows] == [1, 2]
+    for r in rows:
+        assert r["tokens_per_s"] > 0
+        assert r["batches"] >= 1
+        # one shared cache: at most one pass of the data is read, whatever the consumers
+        assert 0 < r["storage_bytes"] <= 2 * data_bytes(workload)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_planning_times(tmp_path: Path) -> None:
+    rows = planning_times((1_000,), work_dir=tmp_path)
+    assert [(r["windows"], r["database"]) for r in rows] == [(1_000, "sqlite"),
+                                                              (1_000, "postgresql")]
+    for r in rows:
+        assert "error" not in r, r
+        assert r["seconds"] > 0
