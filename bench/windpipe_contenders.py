@@ -5,9 +5,9 @@ catalog in a temporary directory, registers the workload's dataset, makes a spli
 with everything in ``train`` and a plan with the workload's shape (sequential plain
 windows, ``drop_incomplete=True``, phase 0), and serves it with
 ``flight_server.runner.start_flight_server`` on a free loopback port. Setup is not
-timed. The client consumes with raw ``pyarrow.flight`` and turns each record batch
-into torch tensors through ``contract.wire.batch_arrays`` + ``torch.from_numpy``
-(no copy), the path the SDK takes.
+timed. The client consumes with ``pyarrow.flight`` and turns each record batch into
+a ``Batch`` with ``sdk.batch_from_arrow``, exactly what ``plan.batches()`` does (torch
+tensors over the Arrow buffers, no copy; provenance decoded only when read).
 
 Each contender returns the runner's record plus the server's own figures:
 ``server_peak_rss_bytes`` (``ru_maxrss`` of the server process), ``server_cpu_s``,
@@ -188,10 +188,13 @@ def _server_figures(server: ServerHandle, final: dict[str, Any]) -> dict[str, An
 
 
 def _epoch_tensors(client: Any, plan_id: str, epoch: int) -> Iterator[tuple[Any, ...]]:
-    """One epoch's batches as ``(inputs, targets, mask)`` torch tensors (zero copy)."""
-    import torch  # noqa: PLC0415
+    """One epoch's batches as ``(inputs, targets, mask)`` torch tensors, decoded by the SDK.
 
-    from contract.wire import BatchMetadata, FlightCommand, batch_arrays  # noqa: PLC0415
+    ``sdk.batch_from_arrow`` is what ``plan.batches()`` runs on every record batch:
+    zero-copy tensors, provenance decoded only when read.
+    """
+    from contract.wire import FlightCommand  # noqa: PLC0415
+    from sdk import batch_from_arrow  # noqa: PLC0415
 
     info = client.get_flight_info(FlightCommand(plan_id=plan_id, epoch=epoch).descriptor())
     for endpoint in info.endpoints:
@@ -202,9 +205,8 @@ def _epoch_tensors(client: Any, plan_id: str, epoch: int) -> Iterator[tuple[Any,
                     chunk = reader.read_chunk()
                 except StopIteration:
                     break
-                arrays = batch_arrays(chunk.data, BatchMetadata.decode(chunk.app_metadata))
-                yield (torch.from_numpy(arrays.inputs), torch.from_numpy(arrays.targets),
-                       torch.from_numpy(arrays.mask))
+                batch = batch_from_arrow(chunk.data, chunk.app_metadata)
+                yield batch.inputs, batch.targets, batch.mask
         finally:
             reader.cancel()
 
@@ -265,7 +267,7 @@ def _run(w: Workload, *, cache_bytes: int, max_batches: int, max_seconds: float,
             client.close()
         final = server.stop()
     return {**result, **extra, **_server_figures(server, final),
-            "batches_per_pass": server.n_batches, "consumer": "contract.wire.batch_arrays"}
+            "batches_per_pass": server.n_batches, "consumer": "sdk.batch_from_arrow"}
 
 
 def windpipe_flight_warm(w: Workload, *, max_batches: int, max_seconds: float,

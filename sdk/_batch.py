@@ -10,10 +10,14 @@ as read-only, or ``.clone()`` before writing in place.
 
 from __future__ import annotations
 
+import functools
 import json
-from dataclasses import dataclass, field, replace
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import torch
 
@@ -71,20 +75,62 @@ class BatchState:
         return tuple(s for s in self.segments if s.lane == lane)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class Batch:
     """One training batch: tensors in model space plus its provenance.
 
     ``inputs`` float32 ``(B, T, C_in)``; ``targets`` float32 ``(B, T, C_out)`` (the rows
     one ahead); ``mask`` bool ``(B, T)``, True where the target row is a real source
-    row; ``all_valid``: every mask entry True and every target finite.
+    row; ``all_valid``: every mask entry True and every target finite; ``state``: the
+    :class:`BatchState`.
+
+    A batch from the wire computes ``state`` and ``all_valid`` when first read
+    (decoding provenance costs about as much as receiving the batch, and a training
+    step often needs neither); ``batch_idx`` is always at hand. Treat a batch as
+    immutable.
     """
 
-    inputs: torch.Tensor
-    targets: torch.Tensor
-    mask: torch.Tensor
-    all_valid: bool
-    state: BatchState
+    __slots__ = ("_all_valid", "_state", "_state_factory", "batch_idx", "inputs", "mask",
+                 "targets")
+
+    def __init__(
+        self, *, inputs: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
+        all_valid: bool | None = None, state: BatchState | None = None,
+        state_factory: Callable[[], BatchState] | None = None, batch_idx: int | None = None,
+    ) -> None:
+        if state is None and (state_factory is None or batch_idx is None):
+            msg = "a Batch needs its state (or a state_factory and its batch_idx)"
+            raise TypeError(msg)
+        self.inputs = inputs
+        self.targets = targets
+        self.mask = mask
+        self._all_valid = all_valid
+        self._state = state
+        self._state_factory = state_factory
+        self.batch_idx: int = state.batch_idx if state is not None else int(batch_idx or 0)
+
+    @property
+    def all_valid(self) -> bool:
+        """Every mask entry True and every target finite."""
+        if self._all_valid is None:
+            self._all_valid = _all_valid(self.mask, self.targets)
+        return self._all_valid
+
+    @property
+    def state(self) -> BatchState:
+        """Provenance of the batch (stays on the CPU)."""
+        if self._state is None:
+            assert self._state_factory is not None
+            self._state = self._state_factory()
+            self._state_factory = None
+        return self._state
+
+    def with_tensors(self, *, inputs: torch.Tensor, targets: torch.Tensor,
+              mask: torch.Tensor) -> Batch:
+        """The same batch over other tensors (same values, another place)."""
+        return Batch(
+            inputs=inputs, targets=targets, mask=mask, all_valid=self._all_valid,
+            state=self._state, state_factory=self._state_factory, batch_idx=self.batch_idx,
+        )
 
     @property
     def batch_size(self) -> int:
@@ -118,15 +164,14 @@ class Batch:
 
     def pin_memory(self) -> Batch:
         """A copy in page-locked memory (needs CUDA; the state stays as is)."""
-        return replace(
-            self, inputs=self.inputs.pin_memory(), targets=self.targets.pin_memory(),
+        return self.with_tensors(
+            inputs=self.inputs.pin_memory(), targets=self.targets.pin_memory(),
             mask=self.mask.pin_memory(),
         )
 
     def to(self, device: str | torch.device, *, non_blocking: bool = False) -> Batch:
         """The tensors on ``device``; ``state`` stays on the CPU."""
-        return replace(
-            self,
+        return self.with_tensors(
             inputs=self.inputs.to(device, non_blocking=non_blocking),
             targets=self.targets.to(device, non_blocking=non_blocking),
             mask=self.mask.to(device, non_blocking=non_blocking),
@@ -145,6 +190,27 @@ class Batch:
             f"inputs={tuple(self.inputs.shape)}, targets={tuple(self.targets.shape)}, "
             f"protocols={protos}, all_valid={self.all_valid}, device={self.device}{stateful})"
         )
+
+
+_ZEROS: dict[int, np.ndarray] = {}
+
+
+def _all_valid(mask: torch.Tensor, targets: torch.Tensor) -> bool:
+    """Every mask entry True and every target finite, without a temporary per element.
+
+    ``dot(targets, 0)`` is NaN exactly when some target is NaN or infinite and 0
+    otherwise (it cannot overflow); numpy does both reductions several times faster
+    than torch on the unaligned buffers Flight delivers.
+    """
+    if mask.device.type != "cpu" or targets.device.type != "cpu":
+        return bool(mask.all()) and bool(torch.isfinite(targets).all())
+    if mask.numel() and not int(mask.view(torch.uint8).numpy().min()):
+        return False
+    flat = targets.numpy().reshape(-1)
+    zeros = _ZEROS.get(flat.shape[0])
+    if zeros is None:
+        zeros = _ZEROS.setdefault(flat.shape[0], np.zeros(flat.shape[0], dtype=np.float32))
+    return math.isfinite(float(np.dot(flat, zeros)))
 
 
 def _list_values(column: pa.Array) -> pa.Array:
@@ -170,6 +236,7 @@ def _tensor(values: pa.Array, shape: tuple[int, ...], what: str) -> torch.Tensor
     return torch.from_dlpack(values).view(shape)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _key(text: str) -> tuple[Any, ...]:
     try:
         value = json.loads(text)
@@ -225,8 +292,7 @@ def batch_from_arrow(batch: pa.RecordBatch, meta: BatchMetadata | bytes | Any) -
     inputs = _tensor(_list_values(batch.column("inputs")), (lanes, t, info.c_in), "inputs")
     targets = _tensor(_list_values(batch.column("targets")), (lanes, t, info.c_out), "targets")
     mask = _tensor(_list_values(batch.column("mask")), (lanes, t), "mask").view(torch.bool)
-    all_valid = bool(mask.all()) and bool(torch.isfinite(targets).all())
     return Batch(
-        inputs=inputs, targets=targets, mask=mask, all_valid=all_valid,
-        state=batch_state(batch, info),
+        inputs=inputs, targets=targets, mask=mask, batch_idx=info.batch_idx,
+        state_factory=functools.partial(batch_state, batch, info),
     )

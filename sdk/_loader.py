@@ -25,7 +25,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -135,7 +135,7 @@ def _pin(batch: Batch, buf: torch.Tensor) -> Batch:
         view.copy_(src)
         out[name] = view
         offset += -(-n // 64) * 64
-    return replace(batch, inputs=out["inputs"], targets=out["targets"], mask=out["mask"])
+    return batch.with_tensors(inputs=out["inputs"], targets=out["targets"], mask=out["mask"])
 
 
 def _pinned_nbytes(batch: Batch) -> int:

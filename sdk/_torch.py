@@ -111,7 +111,7 @@ class WindpipeIterableDataset(IterableDataset[Batch]):
 
     def state_dict(self, *, after: Batch | None = None) -> dict[str, Any]:
         """``{"plan_id", "epoch", "batch"}``: where to resume (``after`` = last batch consumed)."""
-        cursor = self._cursor if after is None else after.state.batch_idx + 1
+        cursor = self._cursor if after is None else after.batch_idx + 1
         return {"plan_id": self.plan_id, "epoch": self.epoch, "batch": cursor}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -140,7 +140,7 @@ class WindpipeIterableDataset(IterableDataset[Batch]):
             epoch=self.epoch, rank=rank, world_size=world, start_batch=start,
             worker=worker, num_workers=workers,
         ):
-            self._cursor = batch.state.batch_idx + 1
+            self._cursor = batch.batch_idx + 1
             yield batch if self.transform is None else self.transform(batch)
 
 

@@ -104,3 +104,19 @@ def test_metadata_mismatch_is_refused():
     bad = type(meta)(**{**{f: getattr(meta, f) for f in meta.__dataclass_fields__}, "c_in": 3})
     with pytest.raises(ValueError, match="inputs"):
         batch_from_arrow(record, bad)
+
+
+def test_provenance_is_decoded_once_and_only_when_read():
+    x = np.arange(2 * 3 * 2, dtype=np.float32).reshape(2, 3, 2)
+    y = np.ones((2, 3, 1), dtype=np.float32)
+    m = np.ones((2, 3), dtype=bool)
+    record, meta = make_record(x, y, m, batch_idx=7)
+    batch = batch_from_arrow(record, meta.encode())
+    assert batch._state is None  # nothing decoded yet
+    assert batch.batch_idx == 7
+    state = batch.state
+    assert batch.state is state  # decoded once
+    assert state.batch_idx == batch.batch_idx
+    moved = batch.to("cpu")
+    assert moved.state is state
+    assert moved.all_valid is batch.all_valid is True
