@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from catalog.repository import Repository
 from services.database import create_engine
 from tests.fixtures.data import write_manifest, write_parquet_segment
+from tests.reference.schedule_ref import RefBatch
 
 
 def table_counts(database_url: str) -> dict[str, int]:
@@ -51,6 +52,26 @@ def get_all(client: httpx.Client, path: str, **params: Any) -> list[dict[str, An
         token = page["next_page_token"]
         if token is None:
             return items
+
+
+def served_schedule(
+    client: httpx.Client, plan_id: str, *, page_size: int = 7, **params: Any
+) -> list[RefBatch]:
+    """A rank's pass from ``GET /v1/plans/{id}/schedule`` (every page) as reference batches."""
+    items = get_all(client, f"/v1/plans/{plan_id}/schedule", page_size=page_size, **params)
+    assert [i["batch_idx"] for i in items] == list(range(len(items)))
+    return [
+        RefBatch(
+            lanes=tuple(None if ln["offset"] < 0 else (ln["stream_idx"], ln["offset"])
+                        for ln in i["lanes"]),
+            lane_streams=tuple(ln["stream_idx"] for ln in i["lanes"]),
+            lane_protocols=tuple(ln["protocol"] for ln in i["lanes"]),
+            seq_len=i["seq_len"], protocol=i["protocol"], unit=i["unit_idx"],
+            group=i["stateful_group_idx"], step=i["stateful_step_idx"],
+            steps=i["stateful_steps"],
+        )
+        for i in items
+    ]
 
 
 def write_small_dataset(root: Path, *, n_cells: int = 2, n_cycles: int = 2) -> Path:

@@ -19,7 +19,12 @@ from catalog.repository import Repository
 from contract.configs import LoaderConfig
 from services.database import create_engine
 from services.synth import SynthResult
-from tests.catalog.api_support import assert_error, get_all, table_counts, write_small_dataset
+from tests.catalog.api_support import (
+    assert_error,
+    served_schedule,
+    table_counts,
+    write_small_dataset,
+)
 from tests.reference.schedule_ref import RefBatch, RefStream, reference_rank, reference_schedule
 
 _IO = {"current_a": None, "voltage_v": None}
@@ -96,23 +101,6 @@ def _units_of(batches: list[RefBatch]) -> pl.DataFrame:
     })
 
 
-def _served(client: httpx.Client, plan_id: str, **params: Any) -> list[RefBatch]:
-    items = get_all(client, f"/v1/plans/{plan_id}/schedule", page_size=7, **params)
-    assert [i["batch_idx"] for i in items] == list(range(len(items)))
-    return [
-        RefBatch(
-            lanes=tuple(None if ln["offset"] < 0 else (ln["stream_idx"], ln["offset"])
-                        for ln in i["lanes"]),
-            lane_streams=tuple(ln["stream_idx"] for ln in i["lanes"]),
-            lane_protocols=tuple(ln["protocol"] for ln in i["lanes"]),
-            seq_len=i["seq_len"], protocol=i["protocol"], unit=i["unit_idx"],
-            group=i["stateful_group_idx"], step=i["stateful_step_idx"],
-            steps=i["stateful_steps"],
-        )
-        for i in items
-    ]
-
-
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_plan_matches_reference(
     client: httpx.Client, synth_dataset: SynthResult, database_url: str, name: str
@@ -143,9 +131,9 @@ def test_plan_matches_reference(
 
     for epoch in (0, 1):
         for rank in (0, 1):
-            served = _served(client, plan["id"], epoch=epoch, rank=rank, world_size=2)
+            served = served_schedule(client, plan["id"], epoch=epoch, rank=rank, world_size=2)
             assert served == reference_rank(streams, config, epoch, rank=rank, world_size=2)
-    assert _served(client, plan["id"]) == expected
+    assert served_schedule(client, plan["id"]) == expected
 
     report = client.get(f"/v1/plans/{plan['id']}/report").json()
     assert report["batches"] == len(expected)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from contract.configs import LoaderConfig
-from tests.catalog.api_support import get_all
+from tests.catalog.api_support import served_schedule
 from tests.fixtures.data import write_manifest, write_parquet_segment
 from tests.reference.schedule_ref import RefBatch, RefStream, reference_rank
 
@@ -144,24 +144,6 @@ def client(catalog_server: str) -> Iterator[httpx.Client]:
         yield c
 
 
-def _served(client: httpx.Client, plan_id: str, *, page_size: int,
-            **params: Any) -> list[RefBatch]:
-    items = get_all(client, f"/v1/plans/{plan_id}/schedule", page_size=page_size, **params)
-    assert [i["batch_idx"] for i in items] == list(range(len(items)))
-    return [
-        RefBatch(
-            lanes=tuple(None if ln["offset"] < 0 else (ln["stream_idx"], ln["offset"])
-                        for ln in i["lanes"]),
-            lane_streams=tuple(ln["stream_idx"] for ln in i["lanes"]),
-            lane_protocols=tuple(ln["protocol"] for ln in i["lanes"]),
-            seq_len=i["seq_len"], protocol=i["protocol"], unit=i["unit_idx"],
-            group=i["stateful_group_idx"], step=i["stateful_step_idx"],
-            steps=i["stateful_steps"],
-        )
-        for i in items
-    ]
-
-
 def _comparable(batches: list[RefBatch]) -> list[tuple[Any, ...]]:
     """Batches without ``unit``/``group`` numbering (the served ones are global ids)."""
     return [(b.lanes, b.lane_streams, b.lane_protocols, b.seq_len, b.protocol, b.step,
@@ -229,13 +211,13 @@ def test_schedule_edges_match_reference(client: httpx.Client, tmp_path: Path) ->
         assert plan["n_batches"] == len(full), name
         for world in WORLD_SIZES:
             for rank in range(world):
-                served = _served(client, plan["id"], page_size=5 if world == 1 else 1000,
+                served = served_schedule(client, plan["id"], page_size=5 if world == 1 else 1000,
                                  rank=rank, world_size=world)
                 expected = reference_rank(streams, config, 0, rank=rank, world_size=world)
                 assert served == expected, f"{name}: rank {rank} of {world}"
         if config.strategy == "shuffled":
             for rank in range(3):
-                served = _served(client, plan["id"], page_size=1000, epoch=1, rank=rank,
+                served = served_schedule(client, plan["id"], page_size=1000, epoch=1, rank=rank,
                                  world_size=3)
                 expected = reference_rank(streams, config, 1, rank=rank, world_size=3)
                 assert served == expected, f"{name}: epoch 1, rank {rank} of 3"
