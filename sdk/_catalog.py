@@ -137,7 +137,7 @@ class Catalog:
             lambda: self._rest.post_json(f"/v1/datasets/{name}/versions", body),
             desc=f"registering {name}", progress=progress,
         )
-        return DatasetVersion.from_json(self, answer, created=status == 201, dataset=name)
+        return DatasetVersion.from_json(self, answer, created=status == 201)
 
     def datasets(self) -> list[DatasetInfo]:
         """Every dataset, by name."""
@@ -146,7 +146,7 @@ class Catalog:
     def versions(self, name: str) -> list[DatasetVersion]:
         """The versions of dataset ``name``, oldest first."""
         return [
-            DatasetVersion.from_json(self, item, dataset=name)
+            DatasetVersion.from_json(self, item)
             for item in self._rest.pages(f"/v1/datasets/{name}/versions")
         ]
 

@@ -27,13 +27,6 @@ if TYPE_CHECKING:
 __all__ = ["DatasetVersion", "Plan", "Split"]
 
 
-def _first(body: dict[str, Any], *keys: str, default: Any = None) -> Any:
-    for key in keys:
-        if body.get(key) is not None:
-            return body[key]
-    return default
-
-
 @dataclass(frozen=True, eq=False)
 class DatasetVersion:
     """An immutable registered version of a dataset (id = digest of its content)."""
@@ -48,13 +41,10 @@ class DatasetVersion:
     @classmethod
     def from_json(
         cls, catalog: Catalog, body: dict[str, Any], *, created: bool = False,
-        dataset: str | None = None,
     ) -> DatasetVersion:
-        """From a ``register_version`` / ``get_version`` answer."""
+        """From a ``register_version`` / ``get_version`` answer (``VersionOut``)."""
         return cls(
-            id=str(_first(body, "version_id", "id")),
-            dataset=str(_first(body, "dataset", "dataset_name", "name", default=dataset or "")),
-            root=str(_first(body, "root_uri", "root", default="")),
+            id=str(body["id"]), dataset=str(body["dataset"]), root=str(body["root_uri"]),
             created=created, raw=body, _catalog=catalog,
         )
 
@@ -71,7 +61,7 @@ class DatasetVersion:
         body, status = self._catalog._rest.post_json(
             f"/v1/versions/{self.id}/splits", config.model_dump(mode="json")
         )
-        return Split.from_json(self._catalog, body, created=status == 201, version=self)
+        return Split.from_json(self._catalog, body, created=status == 201)
 
     def _rows(self) -> list[tuple[str, Any]]:
         keys = ("n_manifest_rows", "n_segments", "n_rows", "metadata_columns", "created_at")
@@ -101,17 +91,12 @@ class Split:
     @classmethod
     def from_json(
         cls, catalog: Catalog, body: dict[str, Any], *, created: bool = False,
-        version: DatasetVersion | None = None,
     ) -> Split:
-        """From a ``create_split`` / ``get_split`` answer."""
-        config = body.get("config")
+        """From a ``create_split`` / ``get_split`` answer (``SplitOut``)."""
         return cls(
-            id=str(_first(body, "split_id", "id")),
-            version_id=str(_first(body, "version_id", default=version.id if version else "")),
-            config=ValidationConfig.model_validate(config) if isinstance(config, dict)
-            else ValidationConfig.sample(),
-            counts=dict(body.get("counts") or {}), created=created, raw=body,
-            _catalog=catalog,
+            id=str(body["id"]), version_id=str(body["version_id"]),
+            config=ValidationConfig.model_validate(body["config"]),
+            counts=dict(body["counts"]), created=created, raw=body, _catalog=catalog,
         )
 
     def index(self) -> MlDatasetIndex:
@@ -161,20 +146,20 @@ class Plan:
         cls, catalog: Catalog, body: dict[str, Any], *, created: bool = False,
         config: LoaderConfig | None = None,
     ) -> Plan:
-        """From a ``create_plan`` / ``get_plan`` answer."""
-        if config is None:
-            stored = body.get("config") or {}
-            config = LoaderConfig.model_validate(stored)
+        """From a ``create_plan`` / ``get_plan`` answer (``PlanOut``).
+
+        ``config`` keeps the caller's runtime fields; else the stored planning fields.
+        """
         return cls(
-            id=str(_first(body, "plan_id", "id")), split_id=str(body.get("split_id", "")),
-            config=config, created=created, raw=body, _catalog=catalog,
+            id=str(body["id"]), split_id=str(body["split_id"]),
+            config=config or LoaderConfig.model_validate(body["config"]),
+            created=created, raw=body, _catalog=catalog,
         )
 
     @property
-    def n_batches(self) -> int | None:
-        """Batches per epoch over all ranks, as the catalog counted them."""
-        value = _first(self.raw, "n_batches", "batches_per_epoch")
-        return None if value is None else int(value)
+    def n_batches(self) -> int:
+        """Batches in epoch 0 over all ranks, as the catalog counted them."""
+        return int(self.raw["n_batches"])
 
     def report(self, world_size: int = 1) -> PlanReport:
         """Batches, tokens and bytes per epoch and per rank, and everything dropped."""
@@ -297,16 +282,14 @@ class Plan:
 
     def _rows(self) -> list[tuple[str, Any]]:
         c = self.config
-        rows: list[tuple[str, Any]] = [
+        return [
             ("split", f"{self.split_id} [{c.split}]"), ("strategy", c.strategy),
             ("window", f"{c.default_window.batch_size}x{c.default_window.seq_len}"),
             ("inputs", {p: list(v) for p, v in c.inputs.items()}),
             ("targets", {p: list(v) for p, v in c.targets.items()}),
             ("stateful_n_windows", c.stateful_n_windows),
+            ("batches/epoch", human_count(self.n_batches)),
         ]
-        if self.n_batches is not None:
-            rows.append(("batches/epoch", human_count(self.n_batches)))
-        return rows
 
     def __repr__(self) -> str:
         return text_table(f"Plan {self.id}", self._rows())
