@@ -6,8 +6,12 @@ cache for the duration of the copy and writes the lanes straight into the
 outgoing buffers, which are wrapped zero-copy as the Arrow list columns of
 ``contract.wire``. Lanes that lie inside one chunk (all but ~T/chunk_rows of them)
 are gathered per chunk with one strided ``np.take`` per matrix; only lanes that
-straddle chunks or end early take a slice loop. Provenance columns are ``take``s
-from per-plan Arrow arrays (:class:`PlanTables`, built once per plan). Pins are
+straddle chunks or end early take a slice loop; a batch whose lanes are back-to-back
+full windows of one chunk (sequential plans) is one contiguous copy per matrix.
+Lane plans and the provenance columns (``take``s from per-plan Arrow arrays,
+:class:`PlanTables`) are computed for blocks of 16 batches at once; each batch then
+takes a zero-copy slice (blocks are aligned on the pass, so a resumed stream sends
+the same bytes). Pins are
 released before the batch is handed to Flight, so a client that goes away can
 never leave chunks pinned.
 
@@ -44,6 +48,7 @@ BadSegmentPolicy = Literal["raise", "skip"]
 _I64 = np.int64
 _POOL_SETS = 8
 _REPEATS = 4096
+_PROV_BLOCK = 16
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,6 +70,9 @@ class LanePlan:
     rng_len: np.ndarray
     keys: list[ChunkKey] = field(default_factory=list)  # per range
     chunks: tuple[int, ...] = ()  # distinct chunks, in first-use order
+    # >= 0 when every lane is a full window (T inputs + the target row) of ONE chunk and
+    # lane b starts at row tiled_src + b*T: the batch is one contiguous copy per matrix
+    tiled_src: int = -1
 
 
 @dataclass(frozen=True, eq=False)
@@ -139,13 +147,17 @@ def plan_tables(plan: PlanContext) -> PlanTables:
 
 
 def segment_refs(tables: PlanTables, lane_stream: np.ndarray, lane_offset: np.ndarray,
-                 seq_len: int) -> SegmentRefs:
-    """``catalog.schedule.lane_segment_refs`` over precomputed tables (same result)."""
+                 seq_len: int | np.ndarray) -> SegmentRefs:
+    """``catalog.schedule.lane_segment_refs`` over precomputed tables (same result).
+
+    ``seq_len`` is one T for every lane or an array of one T per lane.
+    """
     lanes = np.flatnonzero(lane_offset >= 0)
     s = lane_stream[lanes]
     base = tables.stream_base
+    t = seq_len[lanes] if isinstance(seq_len, np.ndarray) else seq_len
     lo = base[s] + lane_offset[lanes]
-    hi = base[s] + np.minimum(lane_offset[lanes] + seq_len + 1, tables.n_rows[s])
+    hi = base[s] + np.minimum(lane_offset[lanes] + t + 1, tables.n_rows[s])
     g_start = tables.piece_gstart
     first = np.searchsorted(g_start, lo, side="right") - 1
     last = np.searchsorted(g_start, hi - 1, side="right") - 1
@@ -221,45 +233,79 @@ class BatchBuilder:
         self.tables = plan_tables(plan)
         self._requests: dict[int, ChunkRequest] = {}
         self._pool = _BufferPool()
+        self._prov: dict[int, tuple[pa.RecordBatch, int, int]] = {}
+        self._prov_schema = pa.schema(list(schema)[3:])
 
     # -- planning ---------------------------------------------------------------------
 
     def lane_plan(self, schedule: Schedule, g: int) -> LanePlan:
         """The (lane, chunk) ranges of global batch ``g`` (vectorized)."""
+        return self.lane_plans(schedule, np.asarray([g], dtype=_I64))[0]
+
+    def lane_plans(self, schedule: Schedule, gs: np.ndarray) -> list[LanePlan]:
+        """The lane plans of global batches ``gs``, computed together (one pass of numpy)."""
         plan, tables = self.plan, self.tables
-        lo, hi = int(schedule.batch_lane_ptr[g]), int(schedule.batch_lane_ptr[g + 1])
-        t = int(schedule.batch_seq_len[g])
-        s = schedule.lane_stream[lo:hi].astype(_I64, copy=False)
-        off = schedule.lane_offset[lo:hi].astype(_I64, copy=False)
+        gs = np.asarray(gs, dtype=_I64)
+        lo = schedule.batch_lane_ptr[gs].astype(_I64)
+        counts = schedule.batch_lane_ptr[gs + 1].astype(_I64) - lo
+        bptr = np.concatenate([[0], np.cumsum(counts)]).astype(_I64)
+        idx = np.arange(int(bptr[-1]), dtype=_I64) + np.repeat(lo - bptr[:-1], counts)
+        seq = schedule.batch_seq_len[gs].astype(_I64)
+        s = schedule.lane_stream[idx].astype(_I64, copy=False)
+        off = schedule.lane_offset[idx].astype(_I64, copy=False)
+        lane_protocol = schedule.lane_protocol[idx]
         real = np.flatnonzero(off >= 0)
+        t = np.repeat(seq, counts)[real]
         base = tables.stream_base[s[real]]
         start = base + off[real]
         stop = base + np.minimum(off[real] + t + 1, tables.n_rows[s[real]])
-        gs = plan.chunk_gstart
-        first = np.searchsorted(gs, start, side="right") - 1
-        last = np.searchsorted(gs, stop - 1, side="right") - 1
-        counts = np.maximum(last - first + 1, 0)
-        if counts.shape[0] and bool((counts == 1).all()):
+        gs_rows = plan.chunk_gstart
+        first = np.searchsorted(gs_rows, start, side="right") - 1
+        last = np.searchsorted(gs_rows, stop - 1, side="right") - 1
+        cnt = np.maximum(last - first + 1, 0)
+        if cnt.shape[0] and bool((cnt == 1).all()):
             owner, chunk = np.arange(real.shape[0], dtype=_I64), first
         else:
-            owner, k = _expand(counts)
+            owner, k = _expand(cnt)
             chunk = first[owner] + k
-        c_lo = gs[chunk]
+        c_lo = gs_rows[chunk]
         r_lo = np.maximum(start[owner], c_lo)
         r_hi = np.minimum(stop[owner], c_lo + plan.chunk_len[chunk])
         ok = r_hi > r_lo
         if not ok.all():
             owner, chunk, r_lo, r_hi, c_lo = owner[ok], chunk[ok], r_lo[ok], r_hi[ok], c_lo[ok]
+        rng_lane = real[owner]
+        rng_src, rng_win, rng_len = r_lo - c_lo, r_lo - start[owner], r_hi - r_lo
+        cut = np.searchsorted(rng_lane, bptr).tolist()
+        lane_t = np.repeat(seq, counts)
+        lane_bad = np.concatenate([[0], np.cumsum(
+            (off < 0) | (tables.n_rows[s] - off < lane_t + 1))]).tolist()
+        rng_t = lane_t[rng_lane]
+        step = ((chunk[1:] == chunk[:-1]) & (rng_src[1:] == rng_src[:-1] + rng_t[:-1])
+                & (rng_lane[1:] == rng_lane[:-1] + 1))
+        rng_bad = np.concatenate([[0], np.cumsum(
+            (rng_win != 0) | (rng_len != rng_t + 1))]).tolist()
+        step_bad = np.concatenate([[0], np.cumsum(~step)]).tolist()
+        src_list = rng_src.tolist()
         chunk_list = chunk.tolist()
         keys = plan.chunk_keys
-        return LanePlan(
-            global_batch=g, protocol=int(schedule.batch_protocol[g]), lane_lo=lo,
-            n_lanes=hi - lo, seq_len=t, lane_stream=s,
-            lane_offset=off, lane_protocol=schedule.lane_protocol[lo:hi],
-            rng_lane=real[owner], rng_chunk=chunk, rng_src=r_lo - c_lo,
-            rng_win=r_lo - start[owner], rng_len=r_hi - r_lo,
-            keys=[keys[c] for c in chunk_list], chunks=tuple(dict.fromkeys(chunk_list)),
-        )
+        all_keys = [keys[c] for c in chunk_list]
+        protocols = schedule.batch_protocol[gs].tolist()
+        out: list[LanePlan] = []
+        for j, g in enumerate(gs.tolist()):
+            l0, l1, a, b = int(bptr[j]), int(bptr[j + 1]), cut[j], cut[j + 1]
+            tiled = (b > a and b - a == l1 - l0 and lane_bad[l1] == lane_bad[l0]
+                     and rng_bad[b] == rng_bad[a] and step_bad[b - 1] == step_bad[a])
+            out.append(LanePlan(
+                global_batch=g, protocol=protocols[j], lane_lo=int(lo[j]),
+                n_lanes=l1 - l0, seq_len=int(seq[j]), lane_stream=s[l0:l1],
+                lane_offset=off[l0:l1], lane_protocol=lane_protocol[l0:l1],
+                rng_lane=rng_lane[a:b] - l0, rng_chunk=chunk[a:b], rng_src=rng_src[a:b],
+                rng_win=rng_win[a:b], rng_len=rng_len[a:b], keys=all_keys[a:b],
+                chunks=tuple(dict.fromkeys(chunk_list[a:b])),
+                tiled_src=src_list[a] if tiled else -1,
+            ))
+        return out
 
     def _request(self, c: int) -> ChunkRequest:
         req = self._requests.get(c)
@@ -319,6 +365,13 @@ class BatchBuilder:
         c_out = len(tables.target_columns[lp.protocol])
         n, t = lp.n_lanes, lp.seq_len
         inputs, targets, mask = self._pool.take(n, t, c_in, c_out)
+        if lp.tiled_src >= 0 and not skipped:
+            m = pins[self.plan.chunk_keys[lp.chunks[0]]]
+            s0 = lp.tiled_src
+            np.copyto(inputs, m.inputs[s0 : s0 + n * t].reshape(n, t, c_in))
+            np.copyto(targets, m.targets[s0 + 1 : s0 + 1 + n * t].reshape(n, t, c_out))
+            mask.fill(1)
+            return inputs, targets, mask
         off = lp.lane_offset
         avail = np.where(off >= 0, tables.n_rows[lp.lane_stream] - off, 0)
         if skipped:
@@ -375,8 +428,14 @@ class BatchBuilder:
             lanes, src = lp.rng_lane[idx], lp.rng_src[idx]
             contiguous = int(lanes[-1]) - int(lanes[0]) + 1 == lanes.shape[0] and bool(
                 (np.diff(lanes) == 1).all())
+            n = lanes.shape[0]
+            tiled = contiguous and (n == 1 or bool((np.diff(src) == t).all()))
             for mat, out, shift in ((m.inputs, inputs, 0), (m.targets, targets, 1)):
                 rows, width = mat.shape
+                if tiled:  # windows back to back in the chunk: one contiguous copy
+                    s0 = int(src[0]) + shift
+                    out[lanes[0] : lanes[0] + n] = mat[s0 : s0 + n * t].reshape(n, t, width)
+                    continue
                 # every T-row window of the chunk (overlapping, no copy)
                 view = np.ndarray((rows - t + 1, t, width), dtype=mat.dtype, buffer=mat,
                                   strides=(mat.strides[0], mat.strides[0], mat.strides[1]))
@@ -385,25 +444,41 @@ class BatchBuilder:
                 else:
                     out[lanes] = view[src + shift]
 
-    def _record_batch(
-        self, schedule: Schedule, lp: LanePlan,
-        arrays: tuple[np.ndarray, np.ndarray, np.ndarray],
-        skipped: dict[int, tuple[str, str]], batch_idx: int,
-    ) -> tuple[pa.RecordBatch, BatchMetadata]:
+    def prepare(self, schedule: Schedule, gs: np.ndarray) -> None:
+        """Compute the provenance columns of global batches ``gs`` together (vectorized).
+
+        :meth:`build` of each of them then takes a zero-copy slice; the per-batch Arrow
+        and numpy overhead of these 11 columns is paid once per block.
+        """
+        gs = np.asarray(gs, dtype=_I64)
+        if not gs.shape[0]:
+            return
+        lo = schedule.batch_lane_ptr[gs].astype(_I64)
+        counts = schedule.batch_lane_ptr[gs + 1].astype(_I64) - lo
+        ptr = np.concatenate([[0], np.cumsum(counts)]).astype(_I64)
+        idx = np.arange(int(ptr[-1]), dtype=_I64) + np.repeat(lo - ptr[:-1], counts)
+        prov = self._provenance(
+            schedule.lane_stream[idx].astype(_I64, copy=False),
+            schedule.lane_offset[idx].astype(_I64, copy=False),
+            schedule.lane_protocol[idx],
+            np.repeat(schedule.batch_seq_len[gs].astype(_I64), counts),
+        )
+        if len(self._prov) > 4 * _PROV_BLOCK:
+            self._prov.clear()
+        for k, g in enumerate(gs.tolist()):
+            self._prov[g] = (prov, int(ptr[k]), int(counts[k]))
+
+    def _provenance(self, lane_stream: np.ndarray, offsets: np.ndarray,
+                    lane_protocol: np.ndarray, seq_len: np.ndarray) -> pa.RecordBatch:
+        """The provenance columns (``COLUMNS[3:]``) of the given lanes."""
         tables = self.tables
-        inputs, targets, mask = arrays
-        n, t = lp.n_lanes, lp.seq_len
-        c_in, c_out = inputs.shape[2], targets.shape[2]
-        offsets = lp.lane_offset
-        if skipped:
-            offsets = offsets.copy()
-            offsets[list(skipped)] = -1
-        refs = segment_refs(tables, lp.lane_stream, offsets, t)
+        n = int(lane_stream.shape[0])
+        refs = segment_refs(tables, lane_stream, offsets, seq_len)
         n_pieces = int(tables.piece_mrid.shape[0])
         first_ref = np.full(n, -1, dtype=_I64)
         lanes_with, idx = np.unique(refs.lane, return_index=True)
         first_ref[lanes_with] = idx
-        fallback = tables.piece_ptr[lp.lane_stream]
+        fallback = tables.piece_ptr[lane_stream]
         first_piece = (np.where(first_ref >= 0, refs.piece[np.maximum(first_ref, 0)], fallback)
                        if refs.piece.shape[0] else fallback)
         first_piece = np.minimum(first_piece, max(n_pieces - 1, 0))
@@ -416,24 +491,49 @@ class BatchBuilder:
 
         row_count = pa.array(refs.row_count)
         columns = [
-            pa.ListArray.from_arrays(tables.offsets(n, t * c_in), _child(inputs, pa.float32())),
-            pa.ListArray.from_arrays(tables.offsets(n, t * c_out),
-                                     _child(targets, pa.float32())),
-            pa.ListArray.from_arrays(tables.offsets(n, t), _child(mask, pa.uint8())),
-            tables.take("protocol", lp.lane_protocol),
+            tables.take("protocol", lane_protocol),
             pa.array(mrid),
             tables.take("piece_path", np.where(first_ref >= 0, first_piece, n_pieces)),
             pa.array(offsets),
-            tables.take("group_key", lp.lane_stream),
-            tables.take("alignment_key", lp.lane_stream),
+            tables.take("group_key", lane_stream),
+            tables.take("alignment_key", lane_stream),
             seg_list(tables.take("piece_path", refs.piece)),
             seg_list(pa.array(refs.row_start)),
             seg_list(row_count),
             seg_list(pa.array(refs.window_row_start)),
             seg_list(row_count),
         ]
-        batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        return pa.RecordBatch.from_arrays(columns, schema=self._prov_schema)
+
+    def _record_batch(
+        self, schedule: Schedule, lp: LanePlan,
+        arrays: tuple[np.ndarray, np.ndarray, np.ndarray],
+        skipped: dict[int, tuple[str, str]], batch_idx: int,
+    ) -> tuple[pa.RecordBatch, BatchMetadata]:
+        tables = self.tables
+        inputs, targets, mask = arrays
+        n, t = lp.n_lanes, lp.seq_len
+        c_in, c_out = inputs.shape[2], targets.shape[2]
         g = lp.global_batch
+        cached = self._prov.pop(g, None)
+        if cached is not None and not skipped:
+            block, row, count = cached
+            prov = block.slice(row, count) if count != block.num_rows else block
+        else:
+            offsets = lp.lane_offset
+            if skipped:
+                offsets = offsets.copy()
+                offsets[list(skipped)] = -1
+            prov = self._provenance(lp.lane_stream, offsets, lp.lane_protocol,
+                                    np.full(n, t, dtype=_I64))
+        columns = [
+            pa.ListArray.from_arrays(tables.offsets(n, t * c_in), _child(inputs, pa.float32())),
+            pa.ListArray.from_arrays(tables.offsets(n, t * c_out),
+                                     _child(targets, pa.float32())),
+            pa.ListArray.from_arrays(tables.offsets(n, t), _child(mask, pa.uint8())),
+            *prov.columns,
+        ]
+        batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
         group = int(schedule.batch_group[g])
         code = int(schedule.batch_protocol[g])
         meta = BatchMetadata(
@@ -533,7 +633,13 @@ class BatchPipeline:
             if self._stop.is_set():
                 return
             g = int(batches[i])
-            lp = plans.pop(i, None) or builder.lane_plan(schedule, g)
+            if i == start or i % _PROV_BLOCK == 0:
+                # blocks aligned on the pass (not on ``start``): a batch is the same slice of
+                # the same block in every stream, so a resumed pass is byte-for-byte the tail
+                k0 = i - i % _PROV_BLOCK
+                builder.prepare(schedule, batches[k0 : k0 + _PROV_BLOCK])
+            self._plan_ahead(i, end, plans)
+            lp = plans.pop(i)
             batch, meta = builder.build(schedule, g, batch_idx=i, lp=lp)
             self._read_ahead(i, end, plans)
             yield i, batch, meta, meta.encode()
@@ -549,14 +655,21 @@ class BatchPipeline:
             return
         self._put(_DONE)
 
+    def _plan_ahead(self, i: int, end: int, plans: dict[int, LanePlan]) -> None:
+        """Make sure ``plans`` holds batch ``i``'s lane plan (computed a block at a time)."""
+        if i in plans:
+            return
+        stop = min(end, i + _PROV_BLOCK)
+        for j, lp in enumerate(self._builder.lane_plans(self._schedule, self._batches[i:stop])):
+            plans[i + j] = lp
+
     def _read_ahead(self, i: int, end: int, plans: dict[int, LanePlan]) -> None:
         if self._readahead <= 0:
             return
         builder = self._builder
         requests: list[ChunkRequest] = []
         for j in range(i + 1, min(end, i + 1 + self._readahead)):
-            if j not in plans:
-                plans[j] = builder.lane_plan(self._schedule, int(self._batches[j]))
+            self._plan_ahead(j, end, plans)
             requests.extend(builder.requests(plans[j]))
         if requests:
             builder.cache.prefetch(requests)
