@@ -31,6 +31,7 @@ __all__ = [
     "lane_segment_refs",
     "rank_batch_counts",
     "rank_batches",
+    "split_ranges",
     "stream_phases",
     "trimmed_batches",
 ]
@@ -449,6 +450,29 @@ def trimmed_batches(schedule: Schedule, world_size: int) -> int:
     return int(counts.sum() - counts.min() * world_size)
 
 
+def split_ranges(
+    part_start: np.ndarray, part_len: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Cut row ranges ``[lo, hi)`` at the boundaries of consecutive parts.
+
+    ``part_start`` (sorted) and ``part_len`` describe parts (pieces, chunks) of one
+    row space. Returns ``(owner, part, r_lo, r_hi)``, one entry per (range, part)
+    overlap candidate in range then part order; entries with ``r_hi <= r_lo`` (empty
+    parts) are the caller's to drop. Ranges inside one part, the common case, take a
+    fast path with no expansion.
+    """
+    first = np.searchsorted(part_start, lo, side="right") - 1
+    last = np.searchsorted(part_start, hi - 1, side="right") - 1
+    counts = np.maximum(last - first + 1, 0)
+    if counts.shape[0] and bool((counts == 1).all()):
+        owner, part = np.arange(lo.shape[0], dtype=_I64), first
+    else:
+        owner, k = _expand(counts)
+        part = first[owner] + k
+    p_lo = part_start[part]
+    return owner, part, np.maximum(lo[owner], p_lo), np.minimum(hi[owner], p_lo + part_len[part])
+
+
 def lane_segment_refs(
     streams: Streams, lane_stream: np.ndarray, lane_offset: np.ndarray,
     seq_len: int | np.ndarray,
@@ -466,14 +490,10 @@ def lane_segment_refs(
     base = streams.stream_base
     lo = base[s] + lane_offset[lanes]
     hi = base[s] + np.minimum(lane_offset[lanes] + t[lanes] + 1, streams.n_rows[s])
-    g_start = base[streams.piece_stream] + streams.piece_start
-    first = np.searchsorted(g_start, lo, side="right") - 1
-    last = np.searchsorted(g_start, hi - 1, side="right") - 1
-    owner, k = _expand(np.maximum(last - first + 1, 0))
-    piece = first[owner] + k
-    p_lo = g_start[piece]
-    r_lo = np.maximum(lo[owner], p_lo)
-    r_hi = np.minimum(hi[owner], p_lo + streams.piece_rows[piece])
+    owner, piece, r_lo, r_hi = split_ranges(
+        streams.piece_global_start, streams.piece_rows, lo, hi
+    )
+    p_lo = streams.piece_global_start[piece]
     ok = r_hi > r_lo
     return SegmentRefs(
         lane=lanes[owner][ok],

@@ -6,6 +6,7 @@ schedule, the catalog's SQL layer and the Flight server.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,15 +52,20 @@ class Streams:
         """Number of streams."""
         return int(self.n_rows.shape[0])
 
-    @property
+    @functools.cached_property
     def piece_stream(self) -> np.ndarray:
         """Stream of each piece (int64 [P])."""
         return np.repeat(np.arange(self.count, dtype=np.int64), np.diff(self.piece_ptr))
 
-    @property
+    @functools.cached_property
     def stream_base(self) -> np.ndarray:
         """Offset of each stream in the concatenation of all streams (int64 [S+1])."""
         return np.concatenate([[0], np.cumsum(self.n_rows, dtype=np.int64)])
+
+    @functools.cached_property
+    def piece_global_start(self) -> np.ndarray:
+        """Row of each piece's first row in the concatenation of all streams (int64 [P])."""
+        return (self.stream_base[self.piece_stream] + self.piece_start).astype(np.int64)
 
     @classmethod
     def from_pieces(

@@ -22,18 +22,16 @@ to its numpy array, so an array whose only referent is the pool is free again.
 
 from __future__ import annotations
 
-import queue
 import sys
-import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 
-from catalog.schedule import Schedule, SegmentRefs
+from catalog.schedule import Schedule, lane_segment_refs, split_ranges
 from catalog.storage import Storage
 from contract.errors import ErrorType, WindpipeError
 from contract.wire import INPUT_PAD, BatchMetadata
@@ -41,14 +39,21 @@ from flight_server.cache import ChunkCache, ChunkRequest
 from flight_server.chunks import ChunkKey, ChunkMatrices, load_chunk
 from flight_server.plans import PlanContext
 
-__all__ = ["BadSegmentPolicy", "BatchBuilder", "BatchPipeline", "LanePlan", "PlanTables",
-           "chunk_loader", "plan_tables"]
+__all__ = [
+    "BLOCK_BATCHES",
+    "BadSegmentPolicy",
+    "BatchBuilder",
+    "LanePlan",
+    "PlanTables",
+    "chunk_loader",
+    "plan_tables",
+]
 
 BadSegmentPolicy = Literal["raise", "skip"]
 _I64 = np.int64
 _POOL_SETS = 8
 _REPEATS = 4096
-_PROV_BLOCK = 16
+BLOCK_BATCHES = 16  # lane plans and provenance are built for this many batches at once
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,8 +86,6 @@ class PlanTables:
 
     stream_base: np.ndarray  # int64 [S+1]
     n_rows: np.ndarray  # int64 [S]
-    piece_gstart: np.ndarray  # int64 [P]: global row of each piece's first row
-    piece_rows: np.ndarray
     piece_ptr: np.ndarray
     piece_mrid: np.ndarray
     piece_path: pa.Array  # string [P + 1], the last entry ""
@@ -132,8 +135,7 @@ def plan_tables(plan: PlanContext) -> PlanTables:
         protocols = streams.protocols
         tables = PlanTables(
             stream_base=base, n_rows=streams.n_rows.astype(_I64),
-            piece_gstart=(base[streams.piece_stream] + streams.piece_start).astype(_I64),
-            piece_rows=streams.piece_rows.astype(_I64), piece_ptr=streams.piece_ptr,
+            piece_ptr=streams.piece_ptr,
             piece_mrid=np.asarray(streams.piece_manifest_row_id, dtype=_I64),
             piece_path=pa.array([*streams.piece_path, ""], type=pa.string()),
             protocol=pa.array(list(protocols), type=pa.string()),
@@ -144,43 +146,6 @@ def plan_tables(plan: PlanContext) -> PlanTables:
         )
         _TABLES[plan] = tables
     return tables
-
-
-def segment_refs(tables: PlanTables, lane_stream: np.ndarray, lane_offset: np.ndarray,
-                 seq_len: int | np.ndarray) -> SegmentRefs:
-    """``catalog.schedule.lane_segment_refs`` over precomputed tables (same result).
-
-    ``seq_len`` is one T for every lane or an array of one T per lane.
-    """
-    lanes = np.flatnonzero(lane_offset >= 0)
-    s = lane_stream[lanes]
-    base = tables.stream_base
-    t = seq_len[lanes] if isinstance(seq_len, np.ndarray) else seq_len
-    lo = base[s] + lane_offset[lanes]
-    hi = base[s] + np.minimum(lane_offset[lanes] + t + 1, tables.n_rows[s])
-    g_start = tables.piece_gstart
-    first = np.searchsorted(g_start, lo, side="right") - 1
-    last = np.searchsorted(g_start, hi - 1, side="right") - 1
-    counts = np.maximum(last - first + 1, 0)
-    if counts.shape[0] and bool((counts == 1).all()):
-        piece, owner = first, np.arange(lanes.shape[0], dtype=_I64)
-    else:
-        owner, k = _expand(counts)
-        piece = first[owner] + k
-    p_lo = g_start[piece]
-    r_lo = np.maximum(lo[owner], p_lo)
-    r_hi = np.minimum(hi[owner], p_lo + tables.piece_rows[piece])
-    ok = r_hi > r_lo
-    return SegmentRefs(
-        lane=lanes[owner][ok], piece=piece[ok], row_start=(r_lo - p_lo)[ok],
-        row_count=(r_hi - r_lo)[ok], window_row_start=(r_lo - lo[owner])[ok],
-    )
-
-
-def _expand(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    owner = np.repeat(np.arange(counts.shape[0], dtype=_I64), counts)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(_I64)
-    return owner, np.arange(owner.shape[0], dtype=_I64) - starts[owner]
 
 
 def _child(values: np.ndarray, typ: pa.DataType) -> pa.Array:
@@ -259,18 +224,8 @@ class BatchBuilder:
         base = tables.stream_base[s[real]]
         start = base + off[real]
         stop = base + np.minimum(off[real] + t + 1, tables.n_rows[s[real]])
-        gs_rows = plan.chunk_gstart
-        first = np.searchsorted(gs_rows, start, side="right") - 1
-        last = np.searchsorted(gs_rows, stop - 1, side="right") - 1
-        cnt = np.maximum(last - first + 1, 0)
-        if cnt.shape[0] and bool((cnt == 1).all()):
-            owner, chunk = np.arange(real.shape[0], dtype=_I64), first
-        else:
-            owner, k = _expand(cnt)
-            chunk = first[owner] + k
-        c_lo = gs_rows[chunk]
-        r_lo = np.maximum(start[owner], c_lo)
-        r_hi = np.minimum(stop[owner], c_lo + plan.chunk_len[chunk])
+        owner, chunk, r_lo, r_hi = split_ranges(plan.chunk_gstart, plan.chunk_len, start, stop)
+        c_lo = plan.chunk_gstart[chunk]
         ok = r_hi > r_lo
         if not ok.all():
             owner, chunk, r_lo, r_hi, c_lo = owner[ok], chunk[ok], r_lo[ok], r_hi[ok], c_lo[ok]
@@ -463,7 +418,7 @@ class BatchBuilder:
             schedule.lane_protocol[idx],
             np.repeat(schedule.batch_seq_len[gs].astype(_I64), counts),
         )
-        if len(self._prov) > 4 * _PROV_BLOCK:
+        if len(self._prov) > 4 * BLOCK_BATCHES:
             self._prov.clear()
         for k, g in enumerate(gs.tolist()):
             self._prov[g] = (prov, int(ptr[k]), int(counts[k]))
@@ -473,7 +428,7 @@ class BatchBuilder:
         """The provenance columns (``COLUMNS[3:]``) of the given lanes."""
         tables = self.tables
         n = int(lane_stream.shape[0])
-        refs = segment_refs(tables, lane_stream, offsets, seq_len)
+        refs = lane_segment_refs(self.plan.streams, lane_stream, offsets, seq_len)
         n_pieces = int(tables.piece_mrid.shape[0])
         first_ref = np.full(n, -1, dtype=_I64)
         lanes_with, idx = np.unique(refs.lane, return_index=True)
@@ -550,129 +505,6 @@ class BatchBuilder:
             ),
         )
         return batch, meta
-
-
-class _Failure:
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
-_DONE = object()
-
-
-class BatchPipeline:
-    """Builds the batches ``start..end`` of a pass, with chunk read-ahead.
-
-    Yields ``(i, record_batch, metadata, encoded_metadata)`` in order. With
-    ``depth > 0`` a background thread builds up to ``depth`` batches ahead, so the
-    build of batch ``i+1`` overlaps Flight's (GIL-free) write of batch ``i``: worth it
-    only with spare cores (on 2 shared cores it measured slower and held ~50 MiB
-    more); ``depth=0`` (default) builds in the caller's thread. After each batch,
-    background loads of the chunks of the next ``readahead_batches`` batches start
-    (``ChunkCache.prefetch``). A
-    build error is raised by the iterator at that batch, after every earlier batch.
-    Queued batches hold no pins (a build releases them before returning);
-    :meth:`close` stops the thread and waits for it, so after ``close`` this
-    stream holds no pins at all.
-    """
-
-    def __init__(self, builder: BatchBuilder, schedule: Schedule, batches: np.ndarray, *,
-                 start: int, end: int, depth: int = 0, readahead_batches: int = 2) -> None:
-        self._builder = builder
-        self._schedule = schedule
-        self._batches = batches
-        self._range = (start, end)
-        self._readahead = readahead_batches
-        self._depth = depth
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="windpipe-build", daemon=True)
-        if depth > 0:
-            self._thread.start()
-
-    def __iter__(self) -> Iterator[tuple[int, pa.RecordBatch, BatchMetadata, bytes]]:
-        if self._depth <= 0:
-            yield from self._items()
-            return
-        while True:
-            item = self._queue.get()
-            if item is _DONE:
-                return
-            if isinstance(item, _Failure):
-                raise item.exc
-            yield item
-
-    def close(self, *, timeout_s: float = 60.0) -> None:
-        """Stop building and wait for the thread (idempotent)."""
-        self._stop.set()
-        while self._thread.is_alive():  # never started when depth <= 0
-            try:
-                while True:
-                    self._queue.get_nowait()
-            except queue.Empty:
-                pass
-            self._thread.join(timeout=0.05)
-            timeout_s -= 0.05
-            if timeout_s <= 0:
-                break
-
-    def _put(self, item: Any) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-            except queue.Full:
-                continue
-            return True
-        return False
-
-    def _items(self) -> Iterator[tuple[int, pa.RecordBatch, BatchMetadata, bytes]]:
-        builder, schedule, batches = self._builder, self._schedule, self._batches
-        start, end = self._range
-        plans: dict[int, LanePlan] = {}
-        for i in range(start, end):
-            if self._stop.is_set():
-                return
-            g = int(batches[i])
-            if i == start or i % _PROV_BLOCK == 0:
-                # blocks aligned on the pass (not on ``start``): a batch is the same slice of
-                # the same block in every stream, so a resumed pass is byte-for-byte the tail
-                k0 = i - i % _PROV_BLOCK
-                builder.prepare(schedule, batches[k0 : k0 + _PROV_BLOCK])
-            self._plan_ahead(i, end, plans)
-            lp = plans.pop(i)
-            batch, meta = builder.build(schedule, g, batch_idx=i, lp=lp)
-            self._read_ahead(i, end, plans)
-            yield i, batch, meta, meta.encode()
-
-    def _run(self) -> None:
-        try:
-            for item in self._items():
-                if not self._put(item):
-                    return
-                del item
-        except BaseException as exc:
-            self._put(_Failure(exc))
-            return
-        self._put(_DONE)
-
-    def _plan_ahead(self, i: int, end: int, plans: dict[int, LanePlan]) -> None:
-        """Make sure ``plans`` holds batch ``i``'s lane plan (computed a block at a time)."""
-        if i in plans:
-            return
-        stop = min(end, i + _PROV_BLOCK)
-        for j, lp in enumerate(self._builder.lane_plans(self._schedule, self._batches[i:stop])):
-            plans[i + j] = lp
-
-    def _read_ahead(self, i: int, end: int, plans: dict[int, LanePlan]) -> None:
-        if self._readahead <= 0:
-            return
-        builder = self._builder
-        requests: list[ChunkRequest] = []
-        for j in range(i + 1, min(end, i + 1 + self._readahead)):
-            self._plan_ahead(j, end, plans)
-            requests.extend(builder.requests(plans[j]))
-        if requests:
-            builder.cache.prefetch(requests)
 
 
 def chunk_loader(storage: Storage, info: Any, chunk_idx: int,

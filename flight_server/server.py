@@ -45,7 +45,8 @@ from contract.wire import (
 )
 from flight_server.auth import AUTH_MIDDLEWARE, BearerAuthFactory, require_auth
 from flight_server.cache import ChunkCache, ChunkRequest
-from flight_server.materialize import BadSegmentPolicy, BatchBuilder, BatchPipeline, chunk_loader
+from flight_server.materialize import BadSegmentPolicy, BatchBuilder, chunk_loader
+from flight_server.pipeline import BatchPipeline
 from flight_server.plans import PlanCache, PlanContext
 from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
 from services.logging import get_logger
