@@ -19,6 +19,7 @@ import pyarrow.flight as flight
 import pyarrow.parquet as pq
 import torch
 
+from bench.measure import consume
 from bench.workload import INPUTS, TARGETS, Workload
 
 __all__ = ["BASELINES"]
@@ -32,18 +33,6 @@ def _schedule(w: Workload) -> Iterator[int]:
         return
     while True:
         yield from range(w.n_batches)
-
-
-def _timed(batches: Iterator[Any], *, max_batches: int, max_seconds: float) -> dict[str, Any]:
-    start = time.perf_counter()
-    n = 0
-    checksum = 0.0
-    for batch in batches:
-        n += 1
-        checksum += float(batch[0][0, 0, 0])
-        if n >= max_batches or time.perf_counter() - start > max_seconds:
-            break
-    return {"batches": n, "seconds": time.perf_counter() - start, "checksum": checksum}
 
 
 def _window_tensors(cols: np.ndarray, n_rows: int, t: int) -> tuple[torch.Tensor, ...]:
@@ -79,7 +68,7 @@ def windowed_parquet(w: Workload, *, max_batches: int, max_seconds: float) -> di
                 lanes.append(_window_tensors(cols.astype(np.float32), rows.num_rows, t))
             yield tuple(torch.stack(parts) for parts in zip(*lanes, strict=True))
 
-    return _timed(batches(), max_batches=max_batches, max_seconds=max_seconds)
+    return consume(batches(), max_batches=max_batches, max_seconds=max_seconds)
 
 
 def _preload(w: Workload) -> tuple[torch.Tensor, np.ndarray]:
@@ -128,7 +117,7 @@ def full_in_mem_torch(w: Workload, *, max_batches: int, max_seconds: float) -> d
             items = [ds[b * w.batch_size + i] for i in range(w.batch_size)]
             yield tuple(torch.stack(parts) for parts in zip(*items, strict=True))
 
-    out = _timed(batches(), max_batches=max_batches, max_seconds=max_seconds)
+    out = consume(batches(), max_batches=max_batches, max_seconds=max_seconds)
     out["load_seconds"] = load_s
     return out
 
@@ -169,7 +158,7 @@ def torch_dataloader(w: Workload, *, max_batches: int, max_seconds: float) -> di
         while True:
             yield from loader
 
-    return _timed(batches(), max_batches=max_batches, max_seconds=max_seconds)
+    return consume(batches(), max_batches=max_batches, max_seconds=max_seconds)
 
 
 class _CeilingServer(flight.FlightServerBase):
@@ -224,7 +213,7 @@ def flight_ceiling(w: Workload, *, max_batches: int, max_seconds: float) -> dict
             yield x, y, m
 
     try:
-        return _timed(batches(), max_batches=max_batches, max_seconds=max_seconds)
+        return consume(batches(), max_batches=max_batches, max_seconds=max_seconds)
     finally:
         client.close()
         proc.terminate()
@@ -253,7 +242,7 @@ def memcpy_ceiling(w: Workload, *, max_batches: int, max_seconds: float) -> dict
             yield x, x, x
             i += 1
 
-    return _timed(batches(), max_batches=max_batches, max_seconds=max_seconds)
+    return consume(batches(), max_batches=max_batches, max_seconds=max_seconds)
 
 
 BASELINES: dict[str, Callable[..., dict[str, Any]]] = {

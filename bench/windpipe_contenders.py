@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import psutil
 
+from bench.measure import consume
 from bench.workload import INPUTS, TARGETS, Workload
 
 __all__ = ["WINDPIPE_CONTENDERS", "ServerHandle", "concurrency", "plan_config"]
@@ -218,19 +219,6 @@ def _passes(client: Any, plan_id: str, *, first_epoch: int = 0) -> Iterator[tupl
         epoch += 1
 
 
-def _consume(batches: Iterator[tuple[Any, ...]], *, max_batches: int,
-             max_seconds: float) -> dict[str, Any]:
-    start = time.perf_counter()
-    n = 0
-    checksum = 0.0
-    for batch in batches:
-        n += 1
-        checksum += float(batch[0][0, 0, 0])
-        if n >= max_batches or time.perf_counter() - start > max_seconds:
-            break
-    return {"batches": n, "seconds": time.perf_counter() - start, "checksum": checksum}
-
-
 def _client(location: str) -> Any:
     import pyarrow.flight as fl  # noqa: PLC0415
 
@@ -261,7 +249,7 @@ def _run(w: Workload, *, cache_bytes: int, max_batches: int, max_seconds: float,
                     pass
                 extra["warm_seconds"] = time.perf_counter() - t0
                 first_epoch = 1
-            result = _consume(_passes(client, server.plan_id, first_epoch=first_epoch),
+            result = consume(_passes(client, server.plan_id, first_epoch=first_epoch),
                               max_batches=max_batches, max_seconds=max_seconds)
         finally:
             client.close()
@@ -301,7 +289,7 @@ def _consumer_main(location: str, plan_id: str, max_seconds: float, go: Any, con
     client = _client(location)
     conn.send("ready")
     go.wait()
-    result = _consume(_passes(client, plan_id), max_batches=1 << 30, max_seconds=max_seconds)
+    result = consume(_passes(client, plan_id), max_batches=1 << 30, max_seconds=max_seconds)
     client.close()
     conn.send(result)
 
