@@ -25,7 +25,7 @@ __all__ = ["CONTENDERS", "main", "ratios", "run_contender"]
 
 CONTENDERS = (
     "windpipe_flight_warm", "windpipe_flight_cold", "windpipe_full_in_mem",
-    "windowed_parquet", "full_in_mem_torch", "torch_dataloader",
+    "windowed_parquet", "rowgroup_parquet", "full_in_mem_torch", "torch_dataloader",
     "flight_ceiling", "memcpy_ceiling",
 )
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
     contenders: dict[str, Any] = {}
     for name in args.only or CONTENDERS:
-        slow = name in ("windowed_parquet", "torch_dataloader")
+        slow = name in ("windowed_parquet", "rowgroup_parquet", "torch_dataloader")
         limit = min(max_batches, 60) if slow else max_batches
         result = run_contender(name, workload_path, max_batches=limit, max_seconds=seconds,
                                tokens_per_batch=workload.tokens_per_batch)

@@ -35,7 +35,7 @@ def write_markdown(record: dict[str, Any], path: Path) -> None:
     if warm:
         lines += ["", "| ratio | value |", "|---|---:|"]
         for other in ("flight_ceiling", "full_in_mem_torch", "windowed_parquet",
-                      "torch_dataloader", "memcpy_ceiling"):
+                      "rowgroup_parquet", "torch_dataloader", "memcpy_ceiling"):
             if other in ok and ok[other]["tokens_per_s"]:
                 ratio = warm["tokens_per_s"] / ok[other]["tokens_per_s"]
                 lines.append(f"| windpipe_flight_warm / {other} | {ratio:.2f}x |")
