@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.flight as fl
 import pyarrow.parquet as pq
 import zarr
+from pydantic import SecretStr
 
 from catalog.segments import inspect_segment
 from catalog.storage import Storage
@@ -164,7 +165,7 @@ def start_server(plans: dict[str, PlanContext], *, cache_bytes: int = 64 << 20,
                  **kwargs: Any) -> RunningFlightServer:
     """A Flight server on loopback serving ``plans`` (no catalog)."""
     settings = Settings(flight_host="127.0.0.1", flight_port=port,
-                        flight_locations=locations, ticket_secret="test-secret",
+                        flight_locations=locations, ticket_secret=SecretStr("test-secret"),
                         s3_endpoint=s3_endpoint, s3_allow_http=s3_allow_http)
 
     def source(plan_id: str) -> PlanContext:
