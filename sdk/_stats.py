@@ -62,8 +62,9 @@ class LoaderStats:
         if self.input_bound:
             return (
                 f"input-bound: the consumer waited for data {waited:.0f}% of the time "
-                f"(reader waited {self.server_wait_s:.2f} s on the server); more Flight "
-                "servers, a larger cache or data_access='full_in_mem' would help"
+                f"(reader waited {self.server_wait_s:.2f} s on the server); when a training "
+                "step this short is real, more Flight servers, a cache that holds the split "
+                "(data_access='full_in_mem') or larger batches help"
             )
         return (
             f"consumer-bound: data was ready in time (consumer waited {waited:.0f}%, "
