@@ -35,6 +35,7 @@ from catalog.service import (
     content_id,
     get_split,
     get_version,
+    not_found,
     split_index,
     version_segments,
 )
@@ -185,9 +186,7 @@ def get_plan(ctx: CatalogContext, plan_id: str) -> Plan:
     with session_scope(ctx.sessions) as session:
         plan = Repository(session).get_plan(plan_id)
     if plan is None:
-        raise WindpipeError(
-            ErrorType.NOT_FOUND, f"plan {plan_id!r} does not exist", details={"plan": plan_id}
-        )
+        raise not_found("plan", plan_id)
     return plan
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "get_split",
     "get_version",
     "list_versions",
+    "not_found",
     "open_storage",
     "register_version",
     "split_index",
@@ -138,7 +139,8 @@ def open_storage(root: str, options: StorageOptions) -> Storage:
         ) from exc
 
 
-def _not_found(kind: str, key: str) -> WindpipeError:
+def not_found(kind: str, key: str) -> WindpipeError:
+    """The ``not_found`` error of one catalog resource (``{kind} {key!r} does not exist``)."""
     return WindpipeError(ErrorType.NOT_FOUND, f"{kind} {key!r} does not exist", details={kind: key})
 
 
@@ -150,7 +152,7 @@ def get_dataset(ctx: CatalogContext, name: str) -> Dataset:
     with session_scope(ctx.sessions) as session:
         dataset = Repository(session).get_dataset(name)
     if dataset is None:
-        raise _not_found("dataset", name)
+        raise not_found("dataset", name)
     return dataset
 
 
@@ -168,7 +170,7 @@ def list_versions(
         repo = Repository(session)
         dataset = repo.get_dataset(name)
         if dataset is None:
-            raise _not_found("dataset", name)
+            raise not_found("dataset", name)
         return repo.list_versions(dataset.id, page_size=page_size, page_token=page_token)
 
 
@@ -177,7 +179,7 @@ def get_version(ctx: CatalogContext, version_id: str) -> Version:
     with session_scope(ctx.sessions) as session:
         version = Repository(session).get_version(version_id)
     if version is None:
-        raise _not_found("version", version_id)
+        raise not_found("version", version_id)
     return version
 
 
@@ -303,7 +305,7 @@ def version_index(ctx: CatalogContext, version_id: str) -> pl.DataFrame:
             repo = Repository(session)
             version = repo.get_version(version_id)
             if version is None:
-                raise _not_found("version", version_id)
+                raise not_found("version", version_id)
             return build_index(_manifest_frame(repo, version), repo.load_segments(version_id))
 
     return ctx.cache.get(("index", version_id), make)
@@ -316,7 +318,7 @@ def version_segments(ctx: CatalogContext, version_id: str) -> pl.DataFrame:
         with session_scope(ctx.sessions) as session:
             repo = Repository(session)
             if repo.get_version(version_id) is None:
-                raise _not_found("version", version_id)
+                raise not_found("version", version_id)
             return repo.load_segments(version_id)
 
     return ctx.cache.get(("segments", version_id), make)
@@ -329,7 +331,7 @@ def list_segments(
     with session_scope(ctx.sessions) as session:
         repo = Repository(session)
         if repo.get_version(version_id) is None:
-            raise _not_found("version", version_id)
+            raise not_found("version", version_id)
         return repo.list_segments(version_id, page_size=page_size, page_token=page_token)
 
 
@@ -341,7 +343,7 @@ def get_split(ctx: CatalogContext, split_id: str) -> Split:
     with session_scope(ctx.sessions) as session:
         split = Repository(session).get_split(split_id)
     if split is None:
-        raise _not_found("split", split_id)
+        raise not_found("split", split_id)
     return split
 
 
