@@ -17,9 +17,10 @@ from flight_server.cache import ChunkCache, ChunkRequest
 class Loads:
     """Counting loaders (optionally slow or failing)."""
 
-    def __init__(self, *, delay_s: float = 0.0) -> None:
+    def __init__(self, *, delay_s: float = 0.0, gate: threading.Event | None = None) -> None:
         self.calls: Counter[str] = Counter()
         self.delay_s = delay_s
+        self.gate = gate
         self.lock = threading.Lock()
 
     def req(self, key: str, nbytes: int = 100, *, fail: bool = False) -> ChunkRequest:
@@ -27,6 +28,8 @@ class Loads:
             with self.lock:
                 self.calls[key] += 1
             time.sleep(self.delay_s)
+            if self.gate is not None:
+                assert self.gate.wait(10.0), "test gate never opened"
             if fail:
                 raise WindpipeError(ErrorType.SEGMENT_ERROR, f"bad {key}", {"path": key})
             return f"value-{key}", nbytes
@@ -162,9 +165,11 @@ def _wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> bool:
 
 def test_prefetch_loads_in_background_within_limits() -> None:
     cache = ChunkCache(1000, readahead_workers=1, readahead_bytes=250)
-    loads = Loads()
+    gate = threading.Event()  # loads stay in flight until the prefetch call returns
+    loads = Loads(gate=gate)
     started = cache.prefetch([loads.req(k) for k in "abcd"])
-    assert started == 2  # 250 bytes of read-ahead allowed: a and b
+    assert started == 2  # 250 bytes of read-ahead in flight allowed: a and b
+    gate.set()
     assert _wait_for(lambda: cache.stats().loads_in_flight == 0)
     assert set(cache.keys()) == {"a", "b"}
     with cache.acquire([loads.req("a")]):
