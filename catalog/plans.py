@@ -26,9 +26,10 @@ import polars as pl
 from sqlalchemy.exc import IntegrityError
 
 from catalog.models import Plan
+from catalog.ranks import rank_batches
 from catalog.report import plan_report
 from catalog.repository import Repository
-from catalog.schedule import Schedule, epoch_schedule, rank_batches
+from catalog.schedule import Schedule, epoch_schedule
 from catalog.service import (
     CatalogContext,
     Created,

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from catalog.schedule import Schedule, rank_batch_counts, trimmed_batches
+from catalog.ranks import rank_batch_counts, trimmed_batches
+from catalog.schedule import Schedule
 from catalog.streams import Streams
 from contract.configs import LoaderConfig
 

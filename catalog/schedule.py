@@ -6,7 +6,8 @@ window ``(lane_stream, lane_offset)`` of ``batch_seq_len[i]`` input rows, or pad
 (``lane_offset == -1``; ``lane_stream`` then still names the stream of the lane's
 segment, for its keys). ``lane_protocol`` is the protocol code of each lane (differs
 within a batch only under chain). Units (single batches, or whole stateful groups)
-are ``unit_batch_ptr``; rank ``r`` of ``W`` takes units ``r, r+W, ...``.
+are ``unit_batch_ptr``; rank ``r`` of ``W`` takes units ``r, r+W, ...``
+(:mod:`catalog.ranks`).
 
 Everything is vectorized numpy; the only Python loops run over streams (phase
 hashes) and protocols. Readings of the spec are in ``docs/semantics-notes.md``.
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from catalog.segment_refs import expand_counts
 from catalog.streams import Streams
 from contract.configs import LoaderConfig
 from contract.errors import ErrorType, WindpipeError
@@ -26,14 +28,8 @@ from contract.identity import hash64, rng_for
 __all__ = [
     "DropCounts",
     "Schedule",
-    "SegmentRefs",
     "epoch_schedule",
-    "lane_segment_refs",
-    "rank_batch_counts",
-    "rank_batches",
-    "split_ranges",
     "stream_phases",
-    "trimmed_batches",
 ]
 
 _I64 = np.int64
@@ -90,35 +86,6 @@ class Schedule:
     def batch_lanes(self) -> np.ndarray:
         """Lanes per batch (int64 [NB])."""
         return np.diff(self.batch_lane_ptr)
-
-
-@dataclass(frozen=True, eq=False)
-class SegmentRefs:
-    """Segment ranges read by a set of lanes, in lane then stream order.
-
-    ``lane`` indexes the lanes passed in; ``piece`` indexes ``Streams.piece_*``;
-    ``row_start``/``row_count`` are within the piece (the extra target row
-    included); ``window_row_start`` is counted from the lane's first input row.
-    """
-
-    lane: np.ndarray
-    piece: np.ndarray
-    row_start: np.ndarray
-    row_count: np.ndarray
-    window_row_start: np.ndarray
-
-    @property
-    def window_row_count(self) -> np.ndarray:
-        """Rows of the range inside the lane's window (equal to ``row_count``)."""
-        return self.row_count
-
-
-def _expand(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(owner, position)`` for ``counts[i]`` items owned by each ``i``."""
-    counts = counts.astype(_I64, copy=False)
-    owner = np.repeat(np.arange(counts.shape[0], dtype=_I64), counts)
-    starts = np.cumsum(counts) - counts
-    return owner, np.arange(owner.shape[0], dtype=_I64) - starts[owner]
 
 
 def _protocol_table(config: LoaderConfig, protocols: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -190,7 +157,7 @@ def _plain_schedule(streams: Streams, config: LoaderConfig, epoch: int) -> Sched
     proto = streams.protocol[order]
     big_b, seq_t, step = tab["B"][proto], tab["T"][proto], tab["step"][proto]
     n_o = n[order]
-    owner, k = _expand((n_o - 2) // step + 1)
+    owner, k = expand_counts((n_o - 2) // step + 1)
     s_k = k * step[owner]
     b_w, t_w, n_w = big_b[owner], seq_t[owner], n_o[owner]
     lanes = np.minimum(b_w, (n_w - 2 - s_k) // t_w + 1)
@@ -200,7 +167,7 @@ def _plain_schedule(streams: Streams, config: LoaderConfig, epoch: int) -> Sched
         drop |= lanes < b_w
     kept = ~drop
     lanes_k = lanes[kept]
-    b_owner, b_pos = _expand(lanes_k)
+    b_owner, b_pos = expand_counts(lanes_k)
     w_stream = order[owner[kept]]
     lane_stream = w_stream[b_owner]
     lane_offset = s_k[kept][b_owner] + b_pos * t_w[kept][b_owner]
@@ -254,7 +221,7 @@ def _segment_windows(
     else:
         order = _sequential_order(streams, config)
         seq_o = np.arange(streams.count, dtype=_I64)
-    owner, w_idx = _expand(n_windows[order])
+    owner, w_idx = expand_counts(n_windows[order])
     return order[owner], w_idx, seq_o[owner]
 
 
@@ -295,7 +262,7 @@ def _groups_shuffled(
     sizes = np.bincount(np.concatenate(group_of), minlength=n_groups).astype(_I64)
     starts = np.cumsum(sizes) - sizes
     order = rng_for("groups", config.seed, epoch).permutation(n_groups)
-    owner, pos = _expand(sizes[order])
+    owner, pos = expand_counts(sizes[order])
     new_sizes = sizes[order]
     return segs[starts[order][owner] + pos], np.cumsum(new_sizes) - new_sizes
 
@@ -351,8 +318,8 @@ def _segment_schedule(streams: Streams, config: LoaderConfig, epoch: int) -> Sch
     drop_g, drop_steps = int((~g_keep).sum()), int(g_steps[~g_keep].sum())
     g_starts, g_size, g_steps = g_starts[g_keep], g_size[g_keep], g_steps[g_keep]
 
-    b_group, b_step = _expand(g_steps)
-    l_batch, l_b = _expand(g_size[b_group])
+    b_group, b_step = expand_counts(g_steps)
+    l_batch, l_b = expand_counts(g_size[b_group])
     seg = g_starts[b_group[l_batch]] + l_b
     j = b_step[l_batch]
     real = j < seg_len[seg]
@@ -406,99 +373,3 @@ def epoch_schedule(streams: Streams, config: LoaderConfig, epoch: int) -> Schedu
     if config.strategy == "sequential" and config.stateful_n_windows == 0:
         return _plain_schedule(streams, config, epoch)
     return _segment_schedule(streams, config, epoch)
-
-
-def _check_rank(rank: int, world_size: int) -> None:
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise WindpipeError(
-            ErrorType.INVALID_REQUEST,
-            f"rank {rank} is not in [0, world_size) for world_size {world_size}",
-            details={"rank": rank, "world_size": world_size},
-        )
-
-
-def rank_batch_counts(schedule: Schedule, world_size: int) -> np.ndarray:
-    """Untrimmed batch count of each rank (int64 [W])."""
-    _check_rank(0, world_size)
-    sizes = np.diff(schedule.unit_batch_ptr)
-    owner = np.arange(sizes.shape[0], dtype=_I64) % world_size
-    return np.bincount(owner, weights=sizes, minlength=world_size).astype(_I64)
-
-
-def rank_batches(
-    schedule: Schedule, *, rank: int, world_size: int, drop_incomplete_distributed: bool
-) -> np.ndarray:
-    """Global batch indices of rank ``rank``'s pass, in order (units r, r+W, ...).
-
-    With ``drop_incomplete_distributed`` every rank stops at the smallest count of
-    any rank, so all ranks yield the same number of batches; a group cut this way
-    keeps its first batches.
-    """
-    _check_rank(rank, world_size)
-    units = np.arange(rank, schedule.n_units, world_size, dtype=_I64)
-    sizes = np.diff(schedule.unit_batch_ptr)[units]
-    owner, pos = _expand(sizes)
-    out = schedule.unit_batch_ptr[units][owner] + pos
-    if drop_incomplete_distributed:
-        out = out[: int(rank_batch_counts(schedule, world_size).min())]
-    return out
-
-
-def trimmed_batches(schedule: Schedule, world_size: int) -> int:
-    """Batches that ``drop_incomplete_distributed`` trims over all ranks."""
-    counts = rank_batch_counts(schedule, world_size)
-    return int(counts.sum() - counts.min() * world_size)
-
-
-def split_ranges(
-    part_start: np.ndarray, part_len: np.ndarray, lo: np.ndarray, hi: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Cut row ranges ``[lo, hi)`` at the boundaries of consecutive parts.
-
-    ``part_start`` (sorted) and ``part_len`` describe parts (pieces, chunks) of one
-    row space. Returns ``(owner, part, r_lo, r_hi)``, one entry per (range, part)
-    overlap candidate in range then part order; entries with ``r_hi <= r_lo`` (empty
-    parts) are the caller's to drop. Ranges inside one part, the common case, take a
-    fast path with no expansion.
-    """
-    first = np.searchsorted(part_start, lo, side="right") - 1
-    last = np.searchsorted(part_start, hi - 1, side="right") - 1
-    counts = np.maximum(last - first + 1, 0)
-    if counts.shape[0] and bool((counts == 1).all()):
-        owner, part = np.arange(lo.shape[0], dtype=_I64), first
-    else:
-        owner, k = _expand(counts)
-        part = first[owner] + k
-    p_lo = part_start[part]
-    return owner, part, np.maximum(lo[owner], p_lo), np.minimum(hi[owner], p_lo + part_len[part])
-
-
-def lane_segment_refs(
-    streams: Streams, lane_stream: np.ndarray, lane_offset: np.ndarray,
-    seq_len: int | np.ndarray,
-) -> SegmentRefs:
-    """The piece ranges each real lane reads: rows ``[o, min(o+T+1, N))`` of its stream.
-
-    One entry per (lane, piece) range, in lane then stream order; padding lanes
-    (offset -1) give none; empty pieces are skipped.
-    """
-    lane_stream = np.asarray(lane_stream, dtype=_I64)
-    lane_offset = np.asarray(lane_offset, dtype=_I64)
-    t = np.broadcast_to(np.asarray(seq_len, dtype=_I64), lane_offset.shape)
-    lanes = np.flatnonzero(lane_offset >= 0)
-    s = lane_stream[lanes]
-    base = streams.stream_base
-    lo = base[s] + lane_offset[lanes]
-    hi = base[s] + np.minimum(lane_offset[lanes] + t[lanes] + 1, streams.n_rows[s])
-    owner, piece, r_lo, r_hi = split_ranges(
-        streams.piece_global_start, streams.piece_rows, lo, hi
-    )
-    p_lo = streams.piece_global_start[piece]
-    ok = r_hi > r_lo
-    return SegmentRefs(
-        lane=lanes[owner][ok],
-        piece=piece[ok],
-        row_start=(r_lo - p_lo)[ok],
-        row_count=(r_hi - r_lo)[ok],
-        window_row_start=(r_lo - lo[owner])[ok],
-    )

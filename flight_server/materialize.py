@@ -9,11 +9,11 @@ are gathered per chunk with one strided ``np.take`` per matrix; only lanes that
 straddle chunks or end early take a slice loop; a batch whose lanes are back-to-back
 full windows of one chunk (sequential plans) is one contiguous copy per matrix.
 Lane plans and the provenance columns (``take``s from per-plan Arrow arrays,
-:class:`PlanTables`) are computed for blocks of 16 batches at once; each batch then
-takes a zero-copy slice (blocks are aligned on the pass, so a resumed stream sends
-the same bytes). Pins are
-released before the batch is handed to Flight, so a client that goes away can
-never leave chunks pinned.
+:mod:`flight_server.plan_tables`; :mod:`flight_server.lanes`,
+:mod:`flight_server.provenance`) are computed for blocks of 16 batches at once; each
+batch then takes a zero-copy slice (blocks are aligned on the pass, so a resumed
+stream sends the same bytes). Pins are released before the batch is handed to Flight,
+so a client that goes away can never leave chunks pinned.
 
 Outgoing buffers are recycled per stream (:class:`_BufferPool`): gRPC sends Arrow
 buffers without copying and holds them until written, and each holds a reference
@@ -23,129 +23,29 @@ to its numpy array, so an array whose only referent is the pool is free again.
 from __future__ import annotations
 
 import sys
-import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 
-from catalog.schedule import Schedule, lane_segment_refs, split_ranges
+from catalog.schedule import Schedule
 from catalog.storage import Storage
 from contract.errors import ErrorType, WindpipeError
 from contract.wire import INPUT_PAD, BatchMetadata
 from flight_server.cache import ChunkCache, ChunkRequest
-from flight_server.chunks import ChunkKey, ChunkMatrices, load_chunk
+from flight_server.chunks import ChunkMatrices, load_chunk
+from flight_server.lanes import LanePlan, lane_plans
+from flight_server.plan_tables import plan_tables
 from flight_server.plans import PlanContext
+from flight_server.provenance import provenance_batch
 
-__all__ = [
-    "BLOCK_BATCHES",
-    "BadSegmentPolicy",
-    "BatchBuilder",
-    "LanePlan",
-    "PlanTables",
-    "chunk_loader",
-    "plan_tables",
-]
+__all__ = ["BLOCK_BATCHES", "BadSegmentPolicy", "BatchBuilder", "chunk_loader"]
 
 BadSegmentPolicy = Literal["raise", "skip"]
 _I64 = np.int64
 _POOL_SETS = 8
-_REPEATS = 4096
 BLOCK_BATCHES = 16  # lane plans and provenance are built for this many batches at once
-
-
-@dataclass(frozen=True, eq=False)
-class LanePlan:
-    """Where the lanes of one batch read: one entry per (lane, chunk) range."""
-
-    global_batch: int
-    protocol: int
-    lane_lo: int
-    n_lanes: int
-    seq_len: int
-    lane_stream: np.ndarray
-    lane_offset: np.ndarray
-    lane_protocol: np.ndarray
-    rng_lane: np.ndarray
-    rng_chunk: np.ndarray
-    rng_src: np.ndarray
-    rng_win: np.ndarray
-    rng_len: np.ndarray
-    keys: list[ChunkKey] = field(default_factory=list)  # per range
-    chunks: tuple[int, ...] = ()  # distinct chunks, in first-use order
-    # >= 0 when every lane is a full window (T inputs + the target row) of ONE chunk and
-    # lane b starts at row tiled_src + b*T: the batch is one contiguous copy per matrix
-    tiled_src: int = -1
-
-
-@dataclass(frozen=True, eq=False)
-class PlanTables:
-    """Per-plan lookup tables of the hot path (built once per plan by :func:`plan_tables`)."""
-
-    stream_base: np.ndarray  # int64 [S+1]
-    n_rows: np.ndarray  # int64 [S]
-    piece_ptr: np.ndarray
-    piece_mrid: np.ndarray
-    piece_path: pa.Array  # string [P + 1], the last entry ""
-    protocol: pa.Array  # string per protocol code
-    group_key: pa.Array  # string per stream
-    alignment_key: pa.Array  # string per stream
-    input_columns: tuple[tuple[str, ...], ...]  # per protocol code
-    target_columns: tuple[tuple[str, ...], ...]
-    list_offsets: dict[tuple[int, int], pa.Array] = field(default_factory=dict)
-    repeats: dict[tuple[str, int, int], pa.Array] = field(default_factory=dict)
-
-    def take(self, name: str, idx: np.ndarray) -> pa.Array:
-        """``getattr(self, name).take(idx)``; runs of one value come from a bounded cache
-        (a batch's lanes usually share one stream and one piece)."""
-        values: pa.Array = getattr(self, name)
-        n = int(idx.shape[0])
-        if n == 0 or idx[0] != idx[-1] or not (idx == idx[0]).all():
-            return values.take(idx)
-        key = (name, int(idx[0]), n)
-        arr = self.repeats.get(key)
-        if arr is None:
-            if len(self.repeats) >= _REPEATS:
-                self.repeats.clear()
-            arr = pa.repeat(values[int(idx[0])], n)
-            self.repeats[key] = arr
-        return arr
-
-    def offsets(self, n_lanes: int, per_lane: int) -> pa.Array:
-        """int32 list offsets ``0, per_lane, 2*per_lane, ...`` (cached)."""
-        key = (n_lanes, per_lane)
-        arr = self.list_offsets.get(key)
-        if arr is None:
-            arr = pa.array(np.arange(n_lanes + 1, dtype=np.int32) * np.int32(per_lane))
-            self.list_offsets[key] = arr
-        return arr
-
-
-_TABLES: weakref.WeakKeyDictionary[PlanContext, PlanTables] = weakref.WeakKeyDictionary()
-
-
-def plan_tables(plan: PlanContext) -> PlanTables:
-    """The lookup tables of ``plan`` (computed on first use, then shared by every stream)."""
-    tables = _TABLES.get(plan)
-    if tables is None:
-        streams = plan.streams
-        base = streams.stream_base
-        protocols = streams.protocols
-        tables = PlanTables(
-            stream_base=base, n_rows=streams.n_rows.astype(_I64),
-            piece_ptr=streams.piece_ptr,
-            piece_mrid=np.asarray(streams.piece_manifest_row_id, dtype=_I64),
-            piece_path=pa.array([*streams.piece_path, ""], type=pa.string()),
-            protocol=pa.array(list(protocols), type=pa.string()),
-            group_key=pa.array(list(plan.group_key_json), type=pa.string()),
-            alignment_key=pa.array(list(plan.alignment_key_json), type=pa.string()),
-            input_columns=tuple(plan.config.input_columns(p) for p in protocols),
-            target_columns=tuple(plan.config.target_columns(p) for p in protocols),
-        )
-        _TABLES[plan] = tables
-    return tables
 
 
 def _child(values: np.ndarray, typ: pa.DataType) -> pa.Array:
@@ -209,58 +109,7 @@ class BatchBuilder:
 
     def lane_plans(self, schedule: Schedule, gs: np.ndarray) -> list[LanePlan]:
         """The lane plans of global batches ``gs``, computed together (one pass of numpy)."""
-        plan, tables = self.plan, self.tables
-        gs = np.asarray(gs, dtype=_I64)
-        lo = schedule.batch_lane_ptr[gs].astype(_I64)
-        counts = schedule.batch_lane_ptr[gs + 1].astype(_I64) - lo
-        bptr = np.concatenate([[0], np.cumsum(counts)]).astype(_I64)
-        idx = np.arange(int(bptr[-1]), dtype=_I64) + np.repeat(lo - bptr[:-1], counts)
-        seq = schedule.batch_seq_len[gs].astype(_I64)
-        s = schedule.lane_stream[idx].astype(_I64, copy=False)
-        off = schedule.lane_offset[idx].astype(_I64, copy=False)
-        lane_protocol = schedule.lane_protocol[idx]
-        real = np.flatnonzero(off >= 0)
-        t = np.repeat(seq, counts)[real]
-        base = tables.stream_base[s[real]]
-        start = base + off[real]
-        stop = base + np.minimum(off[real] + t + 1, tables.n_rows[s[real]])
-        owner, chunk, r_lo, r_hi = split_ranges(plan.chunk_gstart, plan.chunk_len, start, stop)
-        c_lo = plan.chunk_gstart[chunk]
-        ok = r_hi > r_lo
-        if not ok.all():
-            owner, chunk, r_lo, r_hi, c_lo = owner[ok], chunk[ok], r_lo[ok], r_hi[ok], c_lo[ok]
-        rng_lane = real[owner]
-        rng_src, rng_win, rng_len = r_lo - c_lo, r_lo - start[owner], r_hi - r_lo
-        cut = np.searchsorted(rng_lane, bptr).tolist()
-        lane_t = np.repeat(seq, counts)
-        lane_bad = np.concatenate([[0], np.cumsum(
-            (off < 0) | (tables.n_rows[s] - off < lane_t + 1))]).tolist()
-        rng_t = lane_t[rng_lane]
-        step = ((chunk[1:] == chunk[:-1]) & (rng_src[1:] == rng_src[:-1] + rng_t[:-1])
-                & (rng_lane[1:] == rng_lane[:-1] + 1))
-        rng_bad = np.concatenate([[0], np.cumsum(
-            (rng_win != 0) | (rng_len != rng_t + 1))]).tolist()
-        step_bad = np.concatenate([[0], np.cumsum(~step)]).tolist()
-        src_list = rng_src.tolist()
-        chunk_list = chunk.tolist()
-        keys = plan.chunk_keys
-        all_keys = [keys[c] for c in chunk_list]
-        protocols = schedule.batch_protocol[gs].tolist()
-        out: list[LanePlan] = []
-        for j, g in enumerate(gs.tolist()):
-            l0, l1, a, b = int(bptr[j]), int(bptr[j + 1]), cut[j], cut[j + 1]
-            tiled = (b > a and b - a == l1 - l0 and lane_bad[l1] == lane_bad[l0]
-                     and rng_bad[b] == rng_bad[a] and step_bad[b - 1] == step_bad[a])
-            out.append(LanePlan(
-                global_batch=g, protocol=protocols[j], lane_lo=int(lo[j]),
-                n_lanes=l1 - l0, seq_len=int(seq[j]), lane_stream=s[l0:l1],
-                lane_offset=off[l0:l1], lane_protocol=lane_protocol[l0:l1],
-                rng_lane=rng_lane[a:b] - l0, rng_chunk=chunk[a:b], rng_src=rng_src[a:b],
-                rng_win=rng_win[a:b], rng_len=rng_len[a:b], keys=all_keys[a:b],
-                chunks=tuple(dict.fromkeys(chunk_list[a:b])),
-                tiled_src=src_list[a] if tiled else -1,
-            ))
-        return out
+        return lane_plans(self.plan, self.tables, schedule, gs)
 
     def _request(self, c: int) -> ChunkRequest:
         req = self._requests.get(c)
@@ -425,40 +274,9 @@ class BatchBuilder:
 
     def _provenance(self, lane_stream: np.ndarray, offsets: np.ndarray,
                     lane_protocol: np.ndarray, seq_len: np.ndarray) -> pa.RecordBatch:
-        """The provenance columns (``COLUMNS[3:]``) of the given lanes."""
-        tables = self.tables
-        n = int(lane_stream.shape[0])
-        refs = lane_segment_refs(self.plan.streams, lane_stream, offsets, seq_len)
-        n_pieces = int(tables.piece_mrid.shape[0])
-        first_ref = np.full(n, -1, dtype=_I64)
-        lanes_with, idx = np.unique(refs.lane, return_index=True)
-        first_ref[lanes_with] = idx
-        fallback = tables.piece_ptr[lane_stream]
-        first_piece = (np.where(first_ref >= 0, refs.piece[np.maximum(first_ref, 0)], fallback)
-                       if refs.piece.shape[0] else fallback)
-        first_piece = np.minimum(first_piece, max(n_pieces - 1, 0))
-        mrid = tables.piece_mrid[first_piece] if n_pieces else np.zeros(n, _I64)
-        seg_off = pa.array(np.concatenate(
-            [[0], np.cumsum(np.bincount(refs.lane, minlength=n))]).astype(np.int32))
-
-        def seg_list(values: Any) -> pa.Array:
-            return pa.ListArray.from_arrays(seg_off, values)
-
-        row_count = pa.array(refs.row_count)
-        columns = [
-            tables.take("protocol", lane_protocol),
-            pa.array(mrid),
-            tables.take("piece_path", np.where(first_ref >= 0, first_piece, n_pieces)),
-            pa.array(offsets),
-            tables.take("group_key", lane_stream),
-            tables.take("alignment_key", lane_stream),
-            seg_list(tables.take("piece_path", refs.piece)),
-            seg_list(pa.array(refs.row_start)),
-            seg_list(row_count),
-            seg_list(pa.array(refs.window_row_start)),
-            seg_list(row_count),
-        ]
-        return pa.RecordBatch.from_arrays(columns, schema=self._prov_schema)
+        return provenance_batch(self.plan, self.tables, self._prov_schema,
+                                lane_stream=lane_stream, offsets=offsets,
+                                lane_protocol=lane_protocol, seq_len=seq_len)
 
     def _record_batch(
         self, schedule: Schedule, lp: LanePlan,

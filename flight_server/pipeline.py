@@ -19,7 +19,8 @@ import pyarrow as pa
 from catalog.schedule import Schedule
 from contract.wire import BatchMetadata
 from flight_server.cache import ChunkRequest
-from flight_server.materialize import BLOCK_BATCHES, BatchBuilder, LanePlan
+from flight_server.lanes import LanePlan
+from flight_server.materialize import BLOCK_BATCHES, BatchBuilder
 
 __all__ = ["BatchPipeline"]
 

@@ -31,7 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from catalog.schedule import Schedule, rank_batches
+from catalog.ranks import rank_batches
+from catalog.schedule import Schedule
 from catalog.storage import Storage
 from contract.errors import ERROR_TABLE, ErrorType, WindpipeError
 from contract.identity import hash64

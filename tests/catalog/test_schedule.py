@@ -9,13 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from catalog.schedule import (
-    epoch_schedule,
-    rank_batch_counts,
-    rank_batches,
-    stream_phases,
-    trimmed_batches,
-)
+from catalog.ranks import rank_batch_counts, rank_batches, trimmed_batches
+from catalog.schedule import epoch_schedule, stream_phases
 from catalog.streams import Streams, build_streams
 from contract.configs import LoaderConfig, WindowConfig
 from contract.errors import WindpipeError

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from catalog.schedule import epoch_schedule, lane_segment_refs
+from catalog.schedule import epoch_schedule
+from catalog.segment_refs import lane_segment_refs
 from catalog.streams import Streams
 from contract.configs import LoaderConfig, WindowConfig
 
