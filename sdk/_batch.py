@@ -193,6 +193,7 @@ class Batch:
 
 
 _ZEROS: dict[int, np.ndarray] = {}
+_ZEROS_KEPT = 16  # distinct target sizes kept (a plan has a few: B*T*C_out, a short last batch)
 
 
 def _all_valid(mask: torch.Tensor, targets: torch.Tensor) -> bool:
@@ -209,6 +210,8 @@ def _all_valid(mask: torch.Tensor, targets: torch.Tensor) -> bool:
     flat = targets.numpy().reshape(-1)
     zeros = _ZEROS.get(flat.shape[0])
     if zeros is None:
+        if len(_ZEROS) >= _ZEROS_KEPT:
+            _ZEROS.clear()
         zeros = _ZEROS.setdefault(flat.shape[0], np.zeros(flat.shape[0], dtype=np.float32))
     return math.isfinite(float(np.dot(flat, zeros)))
 
