@@ -18,6 +18,7 @@ _I64 = np.int64
 
 
 def check_rank(rank: int, world_size: int) -> None:
+    """Raise ``invalid_request`` unless ``0 <= rank < world_size``."""
     if world_size < 1 or not 0 <= rank < world_size:
         raise WindpipeError(
             ErrorType.INVALID_REQUEST,

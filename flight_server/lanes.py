@@ -47,7 +47,6 @@ class LanePlan:
     tiled_src: int = -1
 
 
-
 def lane_plans(
     plan: PlanContext, tables: PlanTables, schedule: Schedule, gs: np.ndarray
 ) -> list[LanePlan]:
