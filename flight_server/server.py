@@ -35,7 +35,6 @@ from catalog.ranks import rank_batches
 from catalog.schedule import Schedule
 from catalog.storage import Storage
 from contract.errors import ERROR_TABLE, ErrorType, WindpipeError
-from contract.identity import hash64
 from contract.wire import (
     ACTION_CACHE_STATS,
     ACTION_HEALTH,
@@ -46,6 +45,7 @@ from contract.wire import (
 )
 from flight_server.auth import AUTH_MIDDLEWARE, BearerAuthFactory, require_auth
 from flight_server.cache import ChunkCache, ChunkRequest
+from flight_server.locality import endpoint_ranges
 from flight_server.materialize import BadSegmentPolicy, BatchBuilder, chunk_loader
 from flight_server.pipeline import BatchPipeline
 from flight_server.plans import PlanCache, PlanContext
@@ -74,11 +74,6 @@ def _guard(fn: Callable[[], Any]) -> Any:
         raise
     except Exception as exc:
         raise to_flight_error(exc) from exc
-
-
-def rendezvous(key: str, locations: tuple[str, ...]) -> tuple[str, ...]:
-    """``locations`` ordered by highest-random-weight hashing of ``key``."""
-    return tuple(sorted(locations, key=lambda loc: hash64("loc", loc, key), reverse=True))
 
 
 class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
@@ -133,45 +128,6 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         )
         return schedule, np.asarray(batches, dtype=_I64)
 
-    def _homes(self, plan: PlanContext, schedule: Schedule, batches: np.ndarray) -> np.ndarray:
-        """Index into ``self.locations`` of the server owning each batch's first lane."""
-        streams = plan.streams
-        lane = schedule.batch_lane_ptr[batches]
-        s = schedule.lane_stream[lane]
-        row = streams.stream_base[s] + np.maximum(schedule.lane_offset[lane], 0)
-        p_start = streams.stream_base[streams.piece_stream] + streams.piece_start
-        piece = np.clip(np.searchsorted(p_start, row, side="right") - 1, 0, None)
-        uniq, inverse = np.unique(piece, return_inverse=True)
-        home = np.asarray([
-            self.locations.index(rendezvous(
-                f"{plan.root_uri}/{streams.piece_path[int(p)]}", self.locations)[0])
-            for p in uniq.tolist()
-        ], dtype=_I64)
-        return home[inverse] if home.size else np.zeros(0, dtype=_I64)
-
-    def _endpoint_ranges(self, plan: PlanContext, schedule: Schedule, batches: np.ndarray,
-                         start: int) -> list[tuple[int, int, int]]:
-        """``(start, end, home)`` rank-local ranges; cuts only at unit boundaries."""
-        n = int(batches.shape[0])
-        if len(self.locations) <= 1 or n - start <= 0:
-            return [(start, n, 0)]
-        units = schedule.batch_unit[batches[start:]]
-        cuts = np.flatnonzero(np.diff(units) != 0) + 1
-        unit_starts = np.concatenate([[0], cuts]).astype(_I64) + start
-        homes = self._homes(plan, schedule, batches[unit_starts])
-        ranges: list[list[int]] = []
-        ends = np.concatenate([unit_starts[1:], [n]]).tolist()
-        for u0, u1, h in zip(unit_starts.tolist(), ends, homes.tolist(), strict=True):
-            if ranges and (ranges[-1][2] == h or ranges[-1][1] - ranges[-1][0]
-                           < self.endpoint_batches):
-                ranges[-1][1] = u1
-            else:
-                ranges.append([u0, u1, h])
-        if len(ranges) > 1 and ranges[-1][1] - ranges[-1][0] < self.endpoint_batches:
-            last = ranges.pop()
-            ranges[-1][1] = last[1]
-        return [(a, b, h) for a, b, h in ranges]
-
     def _ticket(self, cmd: FlightCommand, start: int, end: int) -> fl.Ticket:
         exp = None if self.ticket_ttl_s is None else time.time() + self.ticket_ttl_s
         payload = TicketPayload(
@@ -203,7 +159,9 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         )
         per_batch = channels[schedule.batch_protocol[rest]] * 4 * lanes * seq
         endpoints = []
-        for a, b, home in self._endpoint_ranges(plan, schedule, batches, start):
+        for a, b, home in endpoint_ranges(plan, schedule, batches, start=start,
+                                          locations=self.locations,
+                                          min_batches=self.endpoint_batches):
             locs: tuple[str, ...] = ()
             if len(self.locations) > 1:
                 primary = self.locations[home]
