@@ -58,24 +58,38 @@ def encode_page_token(key: Sequence[Any]) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_page_token(token: str | None) -> list[Any] | None:
-    """The key a page token stands for; ``invalid_request`` if it is not one of ours."""
+def decode_page_token(token: str | None, *, shape: tuple[type, ...]) -> list[Any] | None:
+    """The key a page token stands for; ``invalid_request`` if it is not one of ours.
+
+    ``shape`` is the key's element types (``int`` elements must be non-negative), so a
+    well-formed token of another listing, or a hand-made one, is refused here instead
+    of failing deep in a query.
+    """
     if token is None or token == "":
         return None
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         key = json.loads(raw)
-    except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
-        raise WindpipeError(
-            ErrorType.INVALID_REQUEST, f"page_token {token!r} is not a valid page token",
-            details={"page_token": token},
-        ) from exc
-    if not isinstance(key, list):
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        key = None
+    if not _key_has_shape(key, shape):
         raise WindpipeError(
             ErrorType.INVALID_REQUEST, f"page_token {token!r} is not a valid page token",
             details={"page_token": token},
         )
-    return key
+    return list(key)
+
+
+def _key_has_shape(key: Any, shape: tuple[type, ...]) -> bool:
+    if not isinstance(key, list) or len(key) != len(shape):
+        return False
+    for value, typ in zip(key, shape, strict=True):
+        if typ is int:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                return False
+        elif not isinstance(value, typ):
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -121,9 +135,9 @@ class Repository:
     def list_datasets(self, *, page_size: int, page_token: str | None) -> Page[Dataset]:
         """Datasets by name."""
         stmt = sa.select(Dataset).order_by(Dataset.name)
-        after = decode_page_token(page_token)
+        after = decode_page_token(page_token, shape=(str,))
         if after:
-            stmt = stmt.where(Dataset.name > str(after[0]))
+            stmt = stmt.where(Dataset.name > after[0])
         rows = list(self.session.scalars(stmt.limit(page_size + 1)))
         return _page(rows, page_size, lambda d: [d.name])
 
@@ -148,9 +162,9 @@ class Repository:
     ) -> Page[Version]:
         """Versions of a dataset, oldest first."""
         stmt = sa.select(Version).where(Version.dataset_id == dataset_id).order_by(Version.seq)
-        after = decode_page_token(page_token)
+        after = decode_page_token(page_token, shape=(int,))
         if after:
-            stmt = stmt.where(Version.seq > int(after[0]))
+            stmt = stmt.where(Version.seq > after[0])
         rows = list(self.session.scalars(stmt.limit(page_size + 1)))
         return _page(rows, page_size, lambda v: [v.seq])
 
@@ -234,7 +248,7 @@ class Repository:
             .where(Segment.version_id == version_id)
             .order_by(Segment.manifest_row_id, Segment.ordinal)
         )
-        after = decode_page_token(page_token)
+        after = decode_page_token(page_token, shape=(int, int))
         if after:
             stmt = stmt.where(
                 sa.tuple_(Segment.manifest_row_id, Segment.ordinal)

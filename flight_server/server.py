@@ -143,10 +143,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         return _guard(lambda: self._flight_info(descriptor))
 
     def _flight_info(self, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
-        if descriptor.descriptor_type != fl.DescriptorType.CMD:
-            raise WindpipeError(ErrorType.INVALID_REQUEST,
-                                "windpipe descriptors are commands (FlightCommand JSON)")
-        cmd = FlightCommand.decode(descriptor.command)
+        cmd = _command(descriptor)
         plan = self.plans.get(cmd.plan_id)
         schedule, batches = self._rank_pass(plan, cmd.epoch, cmd.rank, cmd.world_size)
         start = min(cmd.start_batch, int(batches.shape[0]))
@@ -177,7 +174,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
     def get_schema(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.SchemaResult:
         """The batch schema of the plan named by the descriptor."""
         def run() -> fl.SchemaResult:
-            cmd = FlightCommand.decode(descriptor.command)
+            cmd = _command(descriptor)
             return fl.SchemaResult(self._schema(self.plans.get(cmd.plan_id)))
 
         return _guard(run)
@@ -287,7 +284,10 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def _warm(self, body: bytes) -> Iterator[bytes]:
         try:
-            args = json.loads(body or b"{}")
+            try:
+                args = json.loads(body or b"{}")
+            except ValueError:
+                args = None
             plan_id = args.get("plan_id") if isinstance(args, dict) else None
             if not isinstance(plan_id, str) or not plan_id:
                 raise WindpipeError(ErrorType.INVALID_REQUEST,
@@ -353,6 +353,13 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         ok = done.wait(timeout=grace_s)
         self.cache.close()
         return ok
+
+
+def _command(descriptor: fl.FlightDescriptor) -> FlightCommand:
+    if descriptor.descriptor_type != fl.DescriptorType.CMD:
+        raise WindpipeError(ErrorType.INVALID_REQUEST,
+                            "windpipe descriptors are commands (FlightCommand JSON)")
+    return FlightCommand.decode(descriptor.command)
 
 
 def _peer(context: Any) -> str:

@@ -75,12 +75,15 @@ def verify_ticket(ticket: bytes, secret: bytes, *, now: float | None = None) -> 
         raise _invalid("ticket signature does not verify (forged, altered or another secret)")
     try:
         body = json.loads(_unb64(signed[len(TICKET_PREFIX):]))
-        if body.pop("v") != _VERSION:
-            raise _invalid(f"unsupported ticket version {body.get('v')!r}")
+        if not isinstance(body, dict):
+            raise _invalid("ticket payload is not a JSON object")
+        version = body.pop("v", None)
+        if version != _VERSION:
+            raise _invalid(f"unsupported ticket version {version!r}")
         payload = TicketPayload(**body)
     except WindpipeError:
         raise
-    except (ValueError, TypeError, KeyError, binascii.Error) as exc:
+    except (ValueError, TypeError, binascii.Error) as exc:
         raise _invalid(f"ticket payload is malformed: {exc}") from None
     if payload.exp is not None and (time.time() if now is None else now) > payload.exp:
         raise _invalid("ticket has expired; ask GetFlightInfo for a new one")

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import pyarrow as pa
 
+from contract.errors import WindpipeError as ContractError
 from contract.wire import FlightCommand
 from sdk._batch import Batch, batch_from_arrow
-from sdk._exceptions import InvalidRequest
+from sdk._exceptions import InvalidRequest, as_sdk_error
 from sdk._handles import DatasetVersion, Plan, Split
 from sdk._models import DatasetInfo
 from sdk._rest import RestClient
@@ -186,10 +187,13 @@ class Catalog:
     def _records(
         self, plan_id: str, *, epoch: int, rank: int, world_size: int, start_batch: int
     ) -> Iterator[Any]:
-        command = FlightCommand(
-            plan_id=plan_id, epoch=epoch, rank=rank, world_size=world_size,
-            start_batch=start_batch,
-        )
+        try:
+            command = FlightCommand(
+                plan_id=plan_id, epoch=epoch, rank=rank, world_size=world_size,
+                start_batch=start_batch,
+            )
+        except ContractError as exc:
+            raise as_sdk_error(exc) from None
         return self.flight().batches(command)
 
     def _batches(

@@ -42,6 +42,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "WindpipeError",
+    "as_sdk_error",
     "error_class",
     "error_from_envelope",
     "error_from_flight",
@@ -154,6 +155,14 @@ def error_class(error_type: ErrorType | str) -> type[WindpipeError]:
         return _BY_TYPE[ErrorType(error_type)]
     except ValueError:
         return InternalError
+
+
+def as_sdk_error(exc: _ContractError) -> WindpipeError:
+    """``exc`` as the SDK class of its type (a contract error raised on the client side,
+    e.g. by validating a Flight command, so ``except sdk.WindpipeError`` catches it)."""
+    if isinstance(exc, WindpipeError):
+        return exc
+    return error_class(exc.type)(exc.message, details=exc.details)
 
 
 def error_from_envelope(

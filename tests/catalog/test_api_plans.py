@@ -6,6 +6,8 @@ reference in ``tests/reference/schedule_ref.py``.
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ import polars as pl
 import pytest
 from sqlalchemy.orm import Session
 
-from catalog.repository import Repository
+from catalog.repository import Repository, encode_page_token
 from contract.configs import LoaderConfig
 from services.database import create_engine
 from services.synth import SynthResult
@@ -203,3 +205,27 @@ def test_plan_errors(client: httpx.Client, small_split: str, database_url: str) 
     assert_error(client.get(f"/v1/plans/{plan_id}/report", params={"world_size": 0}),
                  422, "invalid_request")
     assert_error(client.get("/v1/plans/p-unknown/schedule"), 404, "not_found")
+
+
+def test_page_tokens_of_another_shape_are_422(client: httpx.Client, small_split: str) -> None:
+    """Well-formed tokens that are not this listing's keys: refused, never a 500."""
+    plan = client.post(f"/v1/splits/{small_split}/plans", json=CONFIGS["sequential"]).json()
+    split = client.get(f"/v1/splits/{small_split}").json()
+    version_id = split["version_id"]
+    listings = {  # path -> a token it issued (its key shape)
+        "/v1/datasets": ["d"],
+        "/v1/datasets/d/versions": [1],
+        f"/v1/versions/{version_id}/segments": [1, 0],
+        f"/v1/versions/{version_id}/index": [1],
+        f"/v1/plans/{plan['id']}/schedule": [1],
+    }
+    for path, good in listings.items():
+        ok = client.get(path, params={"page_token": encode_page_token(good)})
+        assert ok.status_code == 200, (path, ok.text)
+        bad_keys = [["x"] if isinstance(good[0], int) else [1], [-1], [{"a": 1}], [True],
+                    [*good, 0], {"k": 1}, "text"]
+        for key in bad_keys:
+            token = base64.urlsafe_b64encode(json.dumps(key).encode()).decode().rstrip("=")
+            error = assert_error(client.get(path, params={"page_token": token}),
+                                 422, "invalid_request")
+            assert error["details"] == {"page_token": token}, (path, key)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import shutil
 import socket
@@ -26,7 +29,7 @@ from contract.wire import (
     batch_schema,
     error_from_flight,
 )
-from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
+from flight_server.tickets import TICKET_PREFIX, TicketPayload, sign_ticket, verify_ticket
 from tests.flight_server.helpers import (
     COLUMNS,
     Dataset,
@@ -119,13 +122,23 @@ def test_forged_and_altered_tickets_are_refused(server: Any) -> None:
     forged = sign_ticket(TicketPayload("p", 0, 0, 1, 0, 10**6), b"guessed-secret")
     head, _, mac = good.rpartition(b".")
     altered = head[:-2] + (b"AA" if head[-2:] != b"AA" else b"BB") + b"." + mac
-    for bad in (forged, altered, b"garbage", good + b"x"):
+    # correctly signed but not a v1 payload (only someone holding the secret could do this)
+    not_an_object = _signed(b"[1, 2]", b"test-secret")
+    no_version = _signed(b'{"plan_id": "p"}', b"test-secret")
+    for bad in (forged, altered, b"garbage", good + b"x", not_an_object, no_version):
         with pytest.raises(fl.FlightUnauthorizedError) as exc:
             client.do_get(fl.Ticket(bad)).read_all()
         err = error_from_flight(exc.value)
         assert err is not None
         assert err.type == ErrorType.INVALID_TICKET
     client.close()
+
+
+def _signed(payload: bytes, secret: bytes) -> bytes:
+    """A ticket with the right prefix and MAC around an arbitrary payload."""
+    body = TICKET_PREFIX + base64.urlsafe_b64encode(payload).rstrip(b"=")
+    mac = hmac.new(secret, body, hashlib.sha256).digest()
+    return body + b"." + base64.urlsafe_b64encode(mac).rstrip(b"=")
 
 
 def test_unknown_plan_and_bad_command(server: Any) -> None:
@@ -140,6 +153,18 @@ def test_unknown_plan_and_bad_command(server: Any) -> None:
     err = error_from_flight(exc.value)
     assert err is not None
     assert err.type == ErrorType.INVALID_REQUEST
+    with pytest.raises(fl.FlightServerError) as exc:
+        client.get_flight_info(fl.FlightDescriptor.for_path("p"))
+    err = error_from_flight(exc.value)
+    assert err is not None
+    assert err.type == ErrorType.INVALID_REQUEST
+    for body in (b"not json", b"[1]", b'{"plan": "p"}'):
+        with pytest.raises(fl.FlightServerError) as exc:
+            list(client.do_action(fl.Action(ACTION_WARM, body)))
+        err = error_from_flight(exc.value)
+        assert err is not None
+        assert err.type == ErrorType.INVALID_REQUEST, body
+        assert "plan_id" in err.message
     client.close()
 
 

@@ -233,6 +233,11 @@ def test_errors_surface_as_the_tree(dep: Any, tmp_path: Path, synth_dataset: Any
                                 targets={"cycling": ("voltage_v",)}))
     with pytest.raises(sdk.NotFound):
         list(cat._batches("p-unknown", epoch=0, rank=0, world_size=1, start_batch=0))
+    plan = dep.extra["plan"]
+    with pytest.raises(sdk.InvalidRequest, match="rank 2"):
+        list(plan.batches(rank=2, world_size=2))
+    with pytest.raises(sdk.InvalidRequest, match=">= 0"):
+        list(plan.batches(epoch=-1))
     if not torch.cuda.is_available():
         with pytest.raises(sdk.InvalidConfig, match="CUDA is not available"):
             dep.extra["plan"].loader(device="cuda")

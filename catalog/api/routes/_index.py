@@ -11,7 +11,6 @@ from fastapi.responses import JSONResponse
 
 from catalog.index import index_to_arrow_ipc
 from catalog.repository import decode_page_token, encode_page_token
-from contract.errors import ErrorType, WindpipeError
 
 __all__ = ["ARROW_STREAM", "IndexFormat", "index_response"]
 
@@ -25,10 +24,8 @@ def index_response(
     """``{"items", "next_page_token"}`` (rows in index order; NaN as null) or Arrow IPC."""
     if fmt == "arrow":
         return Response(content=index_to_arrow_ipc(frame), media_type=ARROW_STREAM)
-    key = decode_page_token(page_token)
-    start = int(key[0]) if key else 0
-    if start < 0 or (key and not isinstance(key[0], int)):
-        raise WindpipeError(ErrorType.INVALID_REQUEST, f"page_token {page_token!r} is invalid")
+    key = decode_page_token(page_token, shape=(int,))
+    start = key[0] if key else 0
     end = min(start + page_size, frame.height)
     token = encode_page_token([end]) if end < frame.height else None
     page = frame.slice(start, end - start).with_columns(cs.float().fill_nan(None))

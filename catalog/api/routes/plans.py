@@ -66,8 +66,8 @@ def get_plan_schedule(
             ErrorType.INVALID_REQUEST, f"rank {rank} is not below world_size {world_size}",
             details={"rank": rank, "world_size": world_size},
         )
-    key = decode_page_token(page_token)
-    start = int(key[0]) if key else 0
+    key = decode_page_token(page_token, shape=(int,))
+    start = key[0] if key else 0
     items, total = plans.rank_schedule_page(
         ctx, plan_id, epoch=epoch, rank=rank, world_size=world_size, start=start,
         page_size=page_size,
