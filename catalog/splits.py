@@ -55,6 +55,13 @@ def _value_matches(series: pl.Series, value: Any) -> pl.Series | None:
     if isinstance(value, bool):
         return series == value if dtype == pl.Boolean else None
     if isinstance(value, (int, float)):
+        if dtype.is_integer():
+            if not float(value).is_integer():
+                return pl.Series(series.name, [False] * len(series))  # 3.5 is no integer
+            try:
+                return series == int(value)  # exact, also above 2**53
+            except OverflowError:  # outside the column type's range
+                return pl.Series(series.name, [False] * len(series))
         if dtype.is_numeric():
             return series.cast(pl.Float64) == float(value)
         return None

@@ -179,6 +179,16 @@ class ScalingSpec(_Frozen):
         if self.transform == "log1p" and min(self.input_min, self.input_max) <= -1.0:
             msg = f"scaling of {self.column!r}: log1p needs input bounds above -1"
             raise ValueError(msg)
+        lo, hi = self._bounds()
+        span, out_span = hi - lo, self.output_max - self.output_min
+        gain = out_span / span if span else math.inf
+        if not (math.isfinite(span) and math.isfinite(out_span) and math.isfinite(gain)
+                and gain != 0.0):
+            msg = (f"scaling of {self.column!r}: the map from [{lo}, {hi}]"
+                   f"{' (after log1p)' if self.transform == 'log1p' else ''} to "
+                   f"[{self.output_min}, {self.output_max}] is degenerate in float64 "
+                   "(bounds too close together or too far apart)")
+            raise ValueError(msg)
         return self
 
     def _bounds(self) -> tuple[float, float]:

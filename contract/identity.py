@@ -22,7 +22,7 @@ __all__ = [
     "unit_interval",
 ]
 
-_TWO_64 = float(2**64)
+_TWO_MINUS_53 = 2.0**-53
 
 
 def _plain(value: Any) -> Any:
@@ -54,8 +54,11 @@ def hash64(*parts: Any) -> int:
 
 
 def unit_interval(*parts: Any) -> float:
-    """``hash64(parts)`` mapped to ``[0, 1)``."""
-    return hash64(*parts) / _TWO_64
+    """``hash64(parts)`` mapped to ``[0, 1)``: its top 53 bits times 2**-53.
+
+    (``h / 2**64`` would round the largest hashes up to exactly 1.0.)
+    """
+    return (hash64(*parts) >> 11) * _TWO_MINUS_53
 
 
 def manifest_row_id(set_id: str, cell_id: str, cidx: int, protocol: str) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from catalog.splits import assign_splits, split_counts
+from catalog.splits import assign_splits, selector_mask, split_counts
 from contract.configs import ValidationConfig
 from contract.errors import ErrorType, WindpipeError
 from contract.identity import unit_interval
@@ -98,6 +98,28 @@ def test_provide_and_type_tolerance() -> None:
     out = assign_splits(frame, ValidationConfig.provide([{"temperature": 45}],
                                                         group_by=("cell_id",)))
     assert {r[0] for r in val_groups(out, ("cell_id",))} == {"c000", "c002", "c004"}
+
+
+def test_selectors_on_integers_are_exact() -> None:
+    frame = index(3).with_columns(
+        pl.Series("serial", [2**53 + (i % 2) for i in range(index(3).height)], dtype=pl.Int64))
+    # 2**53 + 1 is not a float64: a float comparison would match 2**53 too
+    hit = selector_mask(frame, {"serial": 2**53 + 1})
+    assert hit.tolist() == (frame.get_column("serial") == 2**53 + 1).to_list()
+    assert 0 < hit.sum() < frame.height
+    with pytest.raises(WindpipeError, match="matches no row"):
+        assign_splits(frame, ValidationConfig.provide([{"cidx": 1.5}]))
+    with pytest.raises(WindpipeError, match="matches no row"):
+        assign_splits(frame, ValidationConfig.provide([{"cidx": 2**70}]))
+
+
+def test_draw_is_below_one_for_the_largest_hash(monkeypatch: pytest.MonkeyPatch) -> None:
+    import contract.identity as identity  # noqa: PLC0415
+
+    monkeypatch.setattr(identity, "hash64", lambda *_: 2**64 - 1)
+    u = identity.unit_interval(1, ["x"])
+    assert u < 1.0
+    assert u == 1.0 - 2.0**-53
 
 
 def test_merge_is_union() -> None:

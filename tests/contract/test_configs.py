@@ -129,6 +129,10 @@ def test_validation_config_constructors():
         ({"input_min": math.nan, "input_max": 1.0}, "finite"),
         ({"input_min": -2.0, "input_max": 1.0, "transform": "log1p"}, "above -1"),
         ({"input_min": 0.0, "input_max": 1.0, "output_min": 1.0, "output_max": 1.0}, "output"),
+        # distinct bounds whose log1p collapse: every value would scale to NaN or inf
+        ({"input_min": 1e16, "input_max": 1e16 + 4, "transform": "log1p"}, "degenerate"),
+        ({"input_min": 0.0, "input_max": 1e-320}, "degenerate"),
+        ({"input_min": -1e308, "input_max": 1e308}, "degenerate"),
     ],
 )
 def test_scaling_rejects(kwargs, needle):
