@@ -42,6 +42,8 @@ class DropCounts:
     Row counts are input rows with a real target. ``tail_rows`` is, per stream
     that yields something, the rows after the last row any kept lane reads
     (it overlaps the incomplete-window and incomplete-group counts).
+    ``step_gap_rows`` (3a with ``step_rows > B*T``) is the rows between one window's
+    last lane and the next window that no lane takes as input.
     """
 
     short_streams: int = 0
@@ -52,6 +54,7 @@ class DropCounts:
     incomplete_groups: int = 0
     incomplete_group_batches: int = 0
     tail_rows: int = 0
+    step_gap_rows: int = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -174,6 +177,8 @@ def _plain_schedule(streams: Streams, config: LoaderConfig, epoch: int) -> Sched
     lane_end = np.minimum(lane_offset + t_w[kept][b_owner] + 1, n[lane_stream])
     nb = int(lanes_k.shape[0])
     dropped_rows = np.minimum(lanes * t_w, n_w - 1 - s_k)[drop]
+    gap = np.maximum(step[owner] - b_w * t_w, 0)
+    has_next = s_k + step[owner] <= n_w - 2
     dropped = DropCounts(
         short_streams=int(short.sum()),
         short_stream_rows=int(n[short].sum()),
@@ -181,6 +186,7 @@ def _plain_schedule(streams: Streams, config: LoaderConfig, epoch: int) -> Sched
         incomplete_window_rows=int(dropped_rows.sum()),
         tail_rows=_tail_rows(streams, ~short, np.zeros(streams.count, _I64), lane_stream,
                              lane_end),
+        step_gap_rows=int(gap[has_next].sum()),
     )
     batch_protocol = streams.protocol[w_stream]
     neg = np.full(nb, -1, dtype=_I64)

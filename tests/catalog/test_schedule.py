@@ -198,6 +198,22 @@ def test_drop_counts(edge_streams: Streams) -> None:
     assert d.incomplete_group_batches == d.incomplete_groups  # k = 0: one batch a group
 
 
+@pytest.mark.parametrize("step", [5, B * T, B * T + 1, 20])
+def test_step_gap_rows_count_what_no_lane_takes_as_input(edge_streams: Streams,
+                                                         step: int) -> None:
+    cfg = config(protocols=("cycling",),
+                 default_window=WindowConfig(batch_size=B, seq_len=T, step_rows=step))
+    got = epoch_schedule(edge_streams, cfg, 0).dropped.step_gap_rows
+    expected = 0  # straight from SEMANTICS 3a: windows at k*step while k*step <= N-2
+    for stream in range(edge_streams.count):
+        n = int(edge_streams.n_rows[stream])
+        starts = list(range(0, max(n - 1, 0), step))
+        for s_k, s_next in itertools.pairwise(starts):
+            expected += len(range(s_k + B * T, s_next))
+    assert got == expected
+    assert (got > 0) == (step > B * T)
+
+
 def test_group_key_without_protocol_rejected() -> None:
     index = pl.DataFrame({"manifest_row_id": [1], "set_id": ["s"], "cell_id": ["c"],
                           "cidx": [0], "protocol": ["cycling"], "row_count": [5]})
