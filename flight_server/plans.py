@@ -237,31 +237,43 @@ class RestPlanSource:
         return resp
 
     def load(self, plan_id: str) -> PlanContext:
-        """Fetch what a plan needs and assemble it."""
+        """Fetch what a plan needs and assemble it; ``unavailable`` when the catalog
+        cannot be reached (a connection error, not a server bug)."""
         import httpx  # noqa: PLC0415
+
+        try:
+            with httpx.Client(headers=self._headers, timeout=self._timeout) as client:
+                return self._load(client, plan_id)
+        except httpx.TransportError as exc:
+            raise WindpipeError(
+                ErrorType.UNAVAILABLE,
+                f"this Flight server cannot reach its catalog at {self._base}: {exc}",
+                details={"plan_id": plan_id, "catalog_url": self._base},
+            ) from exc
+
+    def _load(self, client: Any, plan_id: str) -> PlanContext:
         import polars as pl  # noqa: PLC0415
 
         from catalog.index import index_from_arrow_ipc  # noqa: PLC0415
         from catalog.streams import build_streams  # noqa: PLC0415
 
-        with httpx.Client(headers=self._headers, timeout=self._timeout) as client:
-            plan = self._get(client, f"/v1/plans/{plan_id}", plan_id).json()
-            version = self._get(client, f"/v1/versions/{plan['version_id']}", plan_id).json()
-            rows: list[dict[str, Any]] = []
-            token: str | None = None
-            while True:
-                params: dict[str, Any] = {"page_size": 1000}
-                if token:
-                    params["page_token"] = token
-                page = self._get(client, f"/v1/versions/{version['id']}/segments", plan_id,
-                                 **params).json()
-                rows.extend(page["items"])
-                token = page.get("next_page_token")
-                if not token:
-                    break
-            index = index_from_arrow_ipc(self._get(
-                client, f"/v1/splits/{plan['split_id']}/index", plan_id, format="arrow",
-            ).content)
+        plan = self._get(client, f"/v1/plans/{plan_id}", plan_id).json()
+        version = self._get(client, f"/v1/versions/{plan['version_id']}", plan_id).json()
+        rows: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            params: dict[str, Any] = {"page_size": 1000}
+            if token:
+                params["page_token"] = token
+            page = self._get(client, f"/v1/versions/{version['id']}/segments", plan_id,
+                             **params).json()
+            rows.extend(page["items"])
+            token = page.get("next_page_token")
+            if not token:
+                break
+        index = index_from_arrow_ipc(self._get(
+            client, f"/v1/splits/{plan['split_id']}/index", plan_id, format="arrow",
+        ).content)
         config = LoaderConfig.model_validate(plan["config"])
         segments = pl.DataFrame(
             [{k: r[k] for k in ("manifest_row_id", "ordinal", "path", "row_count")}

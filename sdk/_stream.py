@@ -107,7 +107,13 @@ class FlightStream:
                 raise error_from_flight(exc, where=f"GetFlightInfo on {location}") from exc
             return info, location
         msg = f"no Flight server answered GetFlightInfo (tried {', '.join(self.locations)})"
-        raise Unavailable(msg, details={"last_error": str(last)}) from last
+        details: dict[str, Any] = {"last_error": str(last)}
+        if last is not None:
+            cause = error_from_flight(last)
+            if cause.details:  # the server's own envelope (e.g. its catalog is down)
+                msg = f"{msg}; the last one said: {cause.message}"
+                details = {**cause.details, **details}
+        raise Unavailable(msg, details=details) from last
 
     def action(
         self, location: str, kind: str, body: dict[str, Any] | None = None

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 
 import pyarrow.flight as fl
 import pytest
 
 from contract.wire import FlightCommand
+from flight_server.runner import start_flight_server
 from sdk import InvalidTicket, NotFound, Unavailable, batch_from_arrow
 from sdk._exceptions import error_from_flight
 from sdk._stream import FlightStream
+from services.settings import Settings
 from tests.sdk.wire_toys import ToyFlightServer
 
 
@@ -77,6 +80,26 @@ def test_all_servers_down_is_unavailable():
     stream = FlightStream([location])
     with pytest.raises(Unavailable, match="no Flight server answered"):
         list(stream.batches(FlightCommand("p-toy")))
+
+
+def test_a_flight_server_without_its_catalog_says_so() -> None:
+    """A real Flight server whose catalog (REST plan source) is down: the SDK's
+    ``Unavailable`` carries the server's own message and details, not just 'no answer'."""
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    settings = Settings(flight_host="127.0.0.1", catalog_url=dead, log_level="WARNING")
+    running = start_flight_server(settings, port=0)
+    stream = FlightStream([running.location])
+    try:
+        with pytest.raises(Unavailable) as info:
+            list(stream.batches(FlightCommand("p-somewhere")))
+    finally:
+        stream.close()
+        running.stop(grace_s=5)
+    assert "cannot reach its catalog" in info.value.message
+    assert info.value.details["catalog_url"] == dead
+    assert info.value.details["plan_id"] == "p-somewhere"
 
 
 def test_envelope_errors_are_typed_and_not_retried(toy):
