@@ -324,7 +324,7 @@ class LoaderConfig(_Frozen):
     @classmethod
     def _device(cls, value: str) -> str:
         ok = value in ("auto", "cpu", "cuda") or (
-            value.startswith("cuda:") and value[5:].isdigit()
+            value.startswith("cuda:") and value[5:].isascii() and value[5:].isdigit()
         )
         if not ok:
             msg = f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}"

@@ -82,6 +82,7 @@ def test_protocol_keys_accept_enum_and_strings():
         ({"inputs": {"cycling": ("a", "a")}}, "twice"),
         ({"inputs": {"Cycling": ("a",)}, "targets": {"Cycling": ("b",)}}, "lower-case"),
         ({"device": "gpu"}, "device"),
+        ({"device": "cuda:\u00b2"}, "device"),  # a Unicode digit is no device index
         ({"cross_protocol_state_carry": "chain"}, "stateful_n_windows"),
         ({"stateful_n_windows": -2}, "greater than or equal"),
     ],
