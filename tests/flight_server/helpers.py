@@ -221,7 +221,7 @@ def expected_pass(ds: Dataset, config: LoaderConfig, *, epoch: int, rank: int,
 
 def assert_pass_equal(got: list[Received], want: list[tuple[Any, tuple[np.ndarray, ...]]],
                       ds: Dataset) -> None:
-    """Values, masks, window offsets and stateful fields match the reference."""
+    """Values, masks, window offsets, stateful fields and provenance match the reference."""
     assert len(got) == len(want), (len(got), len(want))
     for i, (r, (ref, (inputs, targets, mask))) in enumerate(zip(got, want, strict=True)):
         assert r.meta.batch_idx == i
@@ -239,3 +239,54 @@ def assert_pass_equal(got: list[Received], want: list[tuple[Any, tuple[np.ndarra
         assert r.meta.stateful_steps == ref.steps
         keys = [json.loads(k) for k in r.batch.column("group_key").to_pylist()]
         assert keys == [list(ds.streams.group_keys[s]) for s in ref.lane_streams]
+        assert_provenance_equal(r.batch, ref, ds, batch_idx=i)
+
+
+_PROVENANCE = ("manifest_row_id", "manifest_path", "alignment_key", "seg_path",
+               "seg_row_start", "seg_row_count", "seg_window_row_start",
+               "seg_window_row_count")
+
+
+def reference_provenance(ref: Any, ds: Dataset) -> dict[str, list[Any]]:
+    """SEMANTICS 8 by a plain loop over the dataset's pieces: what each lane reads.
+
+    A real lane at ``o`` of stream ``s`` reads rows ``[o, min(o+T+1, N))``; each piece
+    it overlaps is one segment ref. A padding lane reads nothing and keeps its
+    stream's identity (first manifest row, alignment key; ``docs/semantics-notes.md``).
+    """
+    st = ds.streams
+    out: dict[str, list[Any]] = {name: [] for name in _PROVENANCE}
+    for lane, s in zip(ref.lanes, ref.lane_streams, strict=True):
+        first_piece = int(st.piece_ptr[s])
+        refs: list[tuple[int, int, int, int]] = []  # piece, row_start, row_count, window start
+        if lane is not None:
+            stream, o = lane
+            lo, hi = o, min(o + ref.seq_len + 1, int(st.n_rows[stream]))
+            start = 0
+            for p in range(int(st.piece_ptr[stream]), int(st.piece_ptr[stream + 1])):
+                rows = int(st.piece_rows[p])
+                a, b = max(lo, start), min(hi, start + rows)
+                if b > a:
+                    refs.append((p, a - start, b - a, a - o))
+                start += rows
+        out["manifest_row_id"].append(
+            int(st.piece_manifest_row_id[refs[0][0] if refs else first_piece]))
+        out["manifest_path"].append(st.piece_path[refs[0][0]] if refs else "")
+        out["alignment_key"].append(list(st.alignment_keys[s]))
+        out["seg_path"].append([st.piece_path[p] for p, *_ in refs])
+        out["seg_row_start"].append([r[1] for r in refs])
+        out["seg_row_count"].append([r[2] for r in refs])
+        out["seg_window_row_start"].append([r[3] for r in refs])
+        out["seg_window_row_count"].append([r[2] for r in refs])
+    return out
+
+
+def assert_provenance_equal(batch: pa.RecordBatch, ref: Any, ds: Dataset, *,
+                            batch_idx: int) -> None:
+    """The provenance columns of a received batch equal :func:`reference_provenance`."""
+    want = reference_provenance(ref, ds)
+    for name in _PROVENANCE:
+        got = batch.column(name).to_pylist()
+        if name == "alignment_key":
+            got = [json.loads(k) for k in got]
+        assert got == want[name], f"{name} of batch {batch_idx}"
