@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
-from typing import Any, ClassVar, Literal, Self, TypeVar
+from typing import Any, ClassVar, Literal, NoReturn, Self, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -75,6 +75,43 @@ def _column_tuple(value: Any, *, what: str, allow_empty: bool = False) -> tuple[
     return cols
 
 
+class _ReadOnlyDict(dict):  # type: ignore[type-arg]
+    """A dict field of a frozen config: reads and serialization as a dict, no mutation
+    (which would skip validation), hashable so configs can be dict keys."""
+
+    __slots__ = ()
+
+    def _read_only(self, *_args: Any, **_kwargs: Any) -> NoReturn:
+        msg = "configs are immutable; make a new one (or model_copy(update=...))"
+        raise TypeError(msg)
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _read_only
+    __ior__ = _read_only  # type: ignore[assignment]
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self.items()))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_ReadOnlyDict, (dict(self),))
+
+    def __copy__(self) -> _ReadOnlyDict:
+        return self
+
+    def __deepcopy__(self, _memo: Any) -> _ReadOnlyDict:
+        return self
+
+
+def _freeze(model: BaseModel, *names: str) -> None:
+    """Replace dict fields (or tuples of dicts) of a validated frozen model by read-only ones."""
+    for name in names:
+        value = getattr(model, name)
+        if isinstance(value, dict):
+            object.__setattr__(model, name, _ReadOnlyDict(value))
+        elif isinstance(value, tuple):
+            object.__setattr__(model, name, tuple(
+                _ReadOnlyDict(v) if isinstance(v, dict) else v for v in value))
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -105,6 +142,7 @@ class ValidationConfig(_Frozen):
             if not selector:
                 msg = "an empty selector would match every group"
                 raise ValueError(msg)
+        _freeze(self, "provided")
         return self
 
     @classmethod
@@ -366,6 +404,7 @@ class LoaderConfig(_Frozen):
             raise ValueError(msg)
         if self.cross_protocol_state_carry == "chain":
             self._check_chain()
+        _freeze(self, "inputs", "targets", "window_by_protocol")
         return self
 
     def _check_chain(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -163,3 +164,24 @@ def test_log1p_and_clip():
     ty = s.forward(torch.tensor([0.0, math.expm1(1.0), -1.0], dtype=torch.float64))
     assert ty[:2].tolist() == pytest.approx([0.0, 0.5])
     assert torch.isnan(ty[2])
+
+
+def test_configs_are_immutable_all_the_way_down_and_hashable():
+    cfg = LoaderConfig(inputs={"cycling": ("a",)}, targets={"cycling": ("v",)},
+                       window_by_protocol={"cycling": WindowConfig(batch_size=2, seq_len=3)})
+    for mutate in (lambda: cfg.inputs.__setitem__("hppc", ("x",)),
+                   lambda: cfg.targets.pop("cycling"),
+                   cfg.window_by_protocol.clear,
+                   lambda: cfg.inputs.update({"eis": ("z",)})):
+        with pytest.raises(TypeError, match="immutable"):
+            mutate()
+    assert cfg.inputs == {"cycling": ("a",)}
+    same = LoaderConfig.model_validate(cfg.model_dump(mode="json"))
+    assert same == cfg
+    assert hash(same) == hash(cfg)
+    assert {cfg: 1}[same] == 1
+    val = ValidationConfig.provide([{"cell_id": "c1"}])
+    with pytest.raises(TypeError, match="immutable"):
+        val.provided[0].clear()
+    assert pickle.loads(pickle.dumps(val)) == val
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
