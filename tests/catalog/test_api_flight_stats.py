@@ -4,7 +4,6 @@ PostgreSQL, with one more configured location where nothing listens."""
 from __future__ import annotations
 
 import re
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,16 +19,10 @@ from contract.wire import FlightCommand
 from flight_server.runner import start_flight_server
 from services.settings import Settings
 from tests.catalog.api_support import assert_error, write_small_dataset
-from tests.fixtures.servers import run_catalog_server
+from tests.fixtures.servers import free_ports, run_catalog_server
 
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (-?[0-9.e+]+|NaN|[+-]Inf)$')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -41,8 +34,9 @@ class Deployed:
 
 @pytest.fixture
 def deployed(database_url: str, tmp_path: Path) -> Iterator[Deployed]:
-    live = f"grpc://127.0.0.1:{_free_port()}"
-    dead = f"grpc://127.0.0.1:{_free_port()}"  # bound once, now closed: nothing listens
+    live_port, dead_port = free_ports(2)
+    live = f"grpc://127.0.0.1:{live_port}"
+    dead = f"grpc://127.0.0.1:{dead_port}"  # bound once, now closed: nothing listens
     settings = Settings(database_url=database_url, data_dir=tmp_path / "catalog",
                         flight_locations=(live, dead), log_level="WARNING")
     with run_catalog_server(settings) as url:

@@ -7,7 +7,6 @@ import hashlib
 import hmac
 import json
 import shutil
-import socket
 import threading
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from contract.wire import (
     error_from_flight,
 )
 from flight_server.tickets import TICKET_PREFIX, TicketPayload, sign_ticket, verify_ticket
+from tests.fixtures.servers import free_ports
 from tests.flight_server.helpers import (
     COLUMNS,
     Dataset,
@@ -366,20 +366,10 @@ def test_skip_policy_reports_skipped_lanes(dataset: Dataset, tmp_path: Path) -> 
                 np.testing.assert_allclose(r.inputs[b], inputs[b], rtol=2e-6, atol=1e-6)
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def test_two_servers_locality_aware_endpoints(dataset: Dataset) -> None:
     seq = CONFIG.model_copy(update={"strategy": "sequential"})
     plans = {"s": dataset.plan(seq, "s")}
-    ports = _free_ports(2)
+    ports = free_ports(2)
     locs = tuple(f"grpc://127.0.0.1:{p}" for p in ports)
     servers = [start_server(plans, locations=locs, port=p, endpoint_batches=1) for p in ports]
     try:

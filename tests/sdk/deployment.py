@@ -7,7 +7,6 @@ same database as the catalog.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -18,13 +17,7 @@ from pydantic import SecretStr
 
 from flight_server.runner import RunningFlightServer, start_flight_server
 from services.settings import Settings
-from tests.fixtures.servers import run_catalog_server
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.fixtures.servers import free_ports, run_catalog_server
 
 
 @dataclass
@@ -41,7 +34,7 @@ def deployment(
     database_url: str, data_dir: Path, *, n_flight: int = 1, token: str | None = None,
     endpoint_batches: int = 64, cache_bytes: int | None = None,
 ) -> Iterator[Deployment]:
-    ports = [free_port() for _ in range(n_flight)]
+    ports = free_ports(n_flight)
     locations = [f"grpc://127.0.0.1:{p}" for p in ports]
     settings = Settings(
         database_url=database_url, data_dir=data_dir, flight_host="127.0.0.1",

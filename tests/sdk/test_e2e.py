@@ -13,7 +13,8 @@ import sdk
 from contract.wire import FlightCommand
 from flight_server.runner import start_flight_server
 from sdk import Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
-from tests.sdk.deployment import deployment, free_port
+from tests.fixtures.servers import free_ports
+from tests.sdk.deployment import deployment
 
 CONFIG = LoaderConfig(
     split="train", default_window=WindowConfig(batch_size=4, seq_len=32),
@@ -193,7 +194,7 @@ def test_failover_when_a_flight_server_dies_mid_epoch(dep: Any, tmp_path: Path) 
     assert len(reference) > 6
     # a fresh pair of servers so the module's deployment stays intact
 
-    ports = [free_port(), free_port()]
+    ports = free_ports(2)
     locs = [f"grpc://127.0.0.1:{p}" for p in ports]
     settings = dep.settings.model_copy(update={"flight_locations": tuple(locs)})
     servers = [start_flight_server(settings, port=p, endpoint_batches=3) for p in ports]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 
 import pyarrow.flight as fl
@@ -14,6 +13,7 @@ from sdk import InvalidTicket, NotFound, Unavailable, batch_from_arrow
 from sdk._exceptions import error_from_flight
 from sdk._stream import FlightStream
 from services.settings import Settings
+from tests.fixtures.servers import free_port
 from tests.sdk.wire_toys import ToyFlightServer
 
 
@@ -85,9 +85,7 @@ def test_all_servers_down_is_unavailable():
 def test_a_flight_server_without_its_catalog_says_so() -> None:
     """A real Flight server whose catalog (REST plan source) is down: the SDK's
     ``Unavailable`` carries the server's own message and details, not just 'no answer'."""
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     settings = Settings(flight_host="127.0.0.1", catalog_url=dead, log_level="WARNING")
     running = start_flight_server(settings, port=0)
     stream = FlightStream([running.location])
