@@ -34,9 +34,9 @@ from catalog.service import (
     CatalogContext,
     Created,
     content_id,
+    fetch,
     get_split,
     get_version,
-    not_found,
     split_index,
     version_segments,
 )
@@ -184,11 +184,7 @@ def streams_frame(streams: Streams) -> pl.DataFrame:
 
 def get_plan(ctx: CatalogContext, plan_id: str) -> Plan:
     """The plan ``plan_id`` or ``not_found``."""
-    with session_scope(ctx.sessions) as session:
-        plan = Repository(session).get_plan(plan_id)
-    if plan is None:
-        raise not_found("plan", plan_id)
-    return plan
+    return fetch(ctx, "plan", plan_id, Repository.get_plan)
 
 
 def create_plan(ctx: CatalogContext, split_id: str, config: LoaderConfig) -> Created[Plan]:

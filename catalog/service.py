@@ -41,6 +41,7 @@ __all__ = [
     "StorageOptions",
     "content_id",
     "create_split",
+    "fetch",
     "get_dataset",
     "get_split",
     "get_version",
@@ -144,16 +145,22 @@ def not_found(kind: str, key: str) -> WindpipeError:
     return WindpipeError(ErrorType.NOT_FOUND, f"{kind} {key!r} does not exist", details={kind: key})
 
 
+def fetch(ctx: CatalogContext, kind: str, key: str,
+          get: Callable[[Repository, str], T | None]) -> T:
+    """``get(repo, key)`` in its own session, or the ``not_found`` error of ``kind``."""
+    with session_scope(ctx.sessions) as session:
+        row = get(Repository(session), key)
+    if row is None:
+        raise not_found(kind, key)
+    return row
+
+
 # -- datasets and versions ------------------------------------------------------------
 
 
 def get_dataset(ctx: CatalogContext, name: str) -> Dataset:
     """The dataset ``name`` or ``not_found``."""
-    with session_scope(ctx.sessions) as session:
-        dataset = Repository(session).get_dataset(name)
-    if dataset is None:
-        raise not_found("dataset", name)
-    return dataset
+    return fetch(ctx, "dataset", name, Repository.get_dataset)
 
 
 def list_datasets(ctx: CatalogContext, *, page_size: int, page_token: str | None) -> Page[Dataset]:
@@ -176,11 +183,7 @@ def list_versions(
 
 def get_version(ctx: CatalogContext, version_id: str) -> Version:
     """The version ``version_id`` or ``not_found``."""
-    with session_scope(ctx.sessions) as session:
-        version = Repository(session).get_version(version_id)
-    if version is None:
-        raise not_found("version", version_id)
-    return version
+    return fetch(ctx, "version", version_id, Repository.get_version)
 
 
 def register_version(
@@ -340,11 +343,7 @@ def list_segments(
 
 def get_split(ctx: CatalogContext, split_id: str) -> Split:
     """The split ``split_id`` or ``not_found``."""
-    with session_scope(ctx.sessions) as session:
-        split = Repository(session).get_split(split_id)
-    if split is None:
-        raise not_found("split", split_id)
-    return split
+    return fetch(ctx, "split", split_id, Repository.get_split)
 
 
 def create_split(ctx: CatalogContext, version_id: str, config: ValidationConfig) -> Created[Split]:
