@@ -56,12 +56,12 @@ def _value_matches(series: pl.Series, value: Any) -> pl.Series | None:
         return series == value if dtype == pl.Boolean else None
     if isinstance(value, (int, float)):
         if dtype.is_integer():
-            if not float(value).is_integer():
-                return pl.Series(series.name, [False] * len(series))  # 3.5 is no integer
-            try:
-                return series == int(value)  # exact, also above 2**53
-            except OverflowError:  # outside the column type's range
-                return pl.Series(series.name, [False] * len(series))
+            if float(value).is_integer():
+                try:
+                    return series == int(value)  # exact, also above 2**53
+                except OverflowError:
+                    pass
+            return pl.Series(series.name, [False] * len(series))  # 3.5, or out of range
         if dtype.is_numeric():
             return series.cast(pl.Float64) == float(value)
         return None

@@ -18,7 +18,7 @@ from flight_server.chunks import ChunkKey
 from flight_server.plan_tables import PlanTables
 from flight_server.plans import PlanContext
 
-__all__ = ["LanePlan", "lane_plans"]
+__all__ = ["LanePlan", "block_lanes", "lane_plans"]
 
 _I64 = np.int64
 
@@ -47,15 +47,27 @@ class LanePlan:
     tiled_src: int = -1
 
 
+def block_lanes(
+    schedule: Schedule, gs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The lanes of global batches ``gs`` laid end to end: ``(lo, counts, ptr, idx)``.
+
+    Batch ``gs[j]`` has ``counts[j]`` lanes starting at schedule lane ``lo[j]``; they sit
+    at ``ptr[j]:ptr[j+1]`` of the block, and ``idx`` maps block lanes to schedule lanes.
+    """
+    lo = schedule.batch_lane_ptr[gs].astype(_I64)
+    counts = schedule.batch_lane_ptr[gs + 1].astype(_I64) - lo
+    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(_I64)
+    idx = np.arange(int(ptr[-1]), dtype=_I64) + np.repeat(lo - ptr[:-1], counts)
+    return lo, counts, ptr, idx
+
+
 def lane_plans(
     plan: PlanContext, tables: PlanTables, schedule: Schedule, gs: np.ndarray
 ) -> list[LanePlan]:
     """The lane plans of global batches ``gs``, computed together (one pass of numpy)."""
     gs = np.asarray(gs, dtype=_I64)
-    lo = schedule.batch_lane_ptr[gs].astype(_I64)
-    counts = schedule.batch_lane_ptr[gs + 1].astype(_I64) - lo
-    bptr = np.concatenate([[0], np.cumsum(counts)]).astype(_I64)
-    idx = np.arange(int(bptr[-1]), dtype=_I64) + np.repeat(lo - bptr[:-1], counts)
+    lo, counts, bptr, idx = block_lanes(schedule, gs)
     seq = schedule.batch_seq_len[gs].astype(_I64)
     s = schedule.lane_stream[idx].astype(_I64, copy=False)
     off = schedule.lane_offset[idx].astype(_I64, copy=False)

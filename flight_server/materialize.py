@@ -35,7 +35,7 @@ from contract.errors import ErrorType, WindpipeError
 from contract.wire import INPUT_PAD, BatchMetadata
 from flight_server.cache import ChunkCache, ChunkRequest
 from flight_server.chunks import ChunkMatrices, load_chunk
-from flight_server.lanes import LanePlan, lane_plans
+from flight_server.lanes import LanePlan, block_lanes, lane_plans
 from flight_server.plan_tables import plan_tables
 from flight_server.plans import PlanContext
 from flight_server.provenance import provenance_batch
@@ -257,10 +257,7 @@ class BatchBuilder:
         gs = np.asarray(gs, dtype=_I64)
         if not gs.shape[0]:
             return
-        lo = schedule.batch_lane_ptr[gs].astype(_I64)
-        counts = schedule.batch_lane_ptr[gs + 1].astype(_I64) - lo
-        ptr = np.concatenate([[0], np.cumsum(counts)]).astype(_I64)
-        idx = np.arange(int(ptr[-1]), dtype=_I64) + np.repeat(lo - ptr[:-1], counts)
+        _, counts, ptr, idx = block_lanes(schedule, gs)
         prov = self._provenance(
             schedule.lane_stream[idx].astype(_I64, copy=False),
             schedule.lane_offset[idx].astype(_I64, copy=False),
