@@ -26,7 +26,7 @@ from catalog.streams import Streams
 from contract.configs import LoaderConfig
 from contract.errors import ErrorType, WindpipeError
 from contract.identity import manifest_row_id
-from contract.wire import BatchMetadata, FlightCommand, batch_arrays
+from contract.wire import ACTION_CACHE_STATS, BatchMetadata, FlightCommand, batch_arrays
 from flight_server.plans import PlanContext, build_plan_context
 from flight_server.runner import RunningFlightServer, start_flight_server
 from services.settings import Settings
@@ -185,6 +185,20 @@ class Received:
     inputs: np.ndarray
     targets: np.ndarray
     mask: np.ndarray
+
+
+def flight_actions(location: str, kind: str, body: bytes = b"") -> list[dict[str, Any]]:
+    """The JSON results of one ``DoAction`` on a server (raw pyarrow.flight)."""
+    client = fl.connect(location)
+    try:
+        return [json.loads(r.body.to_pybytes()) for r in client.do_action(fl.Action(kind, body))]
+    finally:
+        client.close()
+
+
+def cache_stats(location: str) -> dict[str, Any]:
+    """The ``cache-stats`` action's answer of a server."""
+    return flight_actions(location, ACTION_CACHE_STATS)[0]
 
 
 def consume(location: str, cmd: FlightCommand) -> list[Received]:

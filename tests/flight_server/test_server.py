@@ -19,7 +19,6 @@ import pytest
 from contract.configs import LoaderConfig, WindowConfig
 from contract.errors import ErrorType
 from contract.wire import (
-    ACTION_CACHE_STATS,
     ACTION_HEALTH,
     ACTION_WARM,
     META_PLAN_ID,
@@ -35,8 +34,10 @@ from tests.flight_server.helpers import (
     Dataset,
     StreamSpec,
     assert_pass_equal,
+    cache_stats,
     consume,
     expected_pass,
+    flight_actions,
     iter_consume,
     start_server,
     write_dataset,
@@ -61,18 +62,6 @@ def server(dataset: Dataset) -> Any:
     running = start_server({"p": dataset.plan(CONFIG, "p")})
     yield running
     running.stop(grace_s=5)
-
-
-def _actions(location: str, kind: str, body: bytes = b"") -> list[dict[str, Any]]:
-    client = fl.connect(location)
-    try:
-        return [json.loads(r.body.to_pybytes()) for r in client.do_action(fl.Action(kind, body))]
-    finally:
-        client.close()
-
-
-def _stats(location: str) -> dict[str, int]:
-    return _actions(location, ACTION_CACHE_STATS)[0]
 
 
 def test_raw_pyarrow_flight_consumer(dataset: Dataset, server: Any) -> None:
@@ -181,7 +170,7 @@ def test_concurrent_streams_share_chunks_single_flight(dataset: Dataset) -> None
             t.start()
         for t in threads:
             t.join()
-        stats = _stats(running.location)
+        stats = cache_stats(running.location)
     finally:
         running.stop(grace_s=5)
     plan = dataset.plan(CONFIG, "p")
@@ -202,7 +191,7 @@ def test_budget_is_never_exceeded_while_streaming(dataset: Dataset) -> None:
 
     def sample() -> None:
         while not stop.is_set():
-            samples.append(_stats(running.location))
+            samples.append(cache_stats(running.location))
 
     sampler = threading.Thread(target=sample)
     sampler.start()
@@ -219,7 +208,7 @@ def test_budget_is_never_exceeded_while_streaming(dataset: Dataset) -> None:
             t.join()
         stop.set()
         sampler.join()
-        final = _stats(running.location)
+        final = cache_stats(running.location)
     finally:
         running.stop(grace_s=5)
     for k in range(2):
@@ -259,10 +248,10 @@ def test_cancel_and_disconnect_release_pins(dataset: Dataset, server: Any) -> No
     other.close()
     client.close()
     deadline = time.monotonic() + 10
-    stats = _stats(server.location)
+    stats = cache_stats(server.location)
     while (stats["pinned_bytes"] or stats["loads_in_flight"]) and \
             time.monotonic() < deadline:
-        stats = _stats(server.location)
+        stats = cache_stats(server.location)
     assert stats["pinned_bytes"] == 0
     assert stats["loads_in_flight"] == 0
     assert stats["resident_bytes"] + stats["reserved_bytes"] <= stats["budget_bytes"]
@@ -273,16 +262,16 @@ def test_cancel_and_disconnect_release_pins(dataset: Dataset, server: Any) -> No
 
 
 def test_actions_health_stats_and_warm(dataset: Dataset, server: Any) -> None:
-    assert _actions(server.location, ACTION_HEALTH)[0]["status"] == "ok"
-    progress = _actions(server.location, ACTION_WARM, json.dumps({"plan_id": "p"}).encode())
+    assert flight_actions(server.location, ACTION_HEALTH)[0]["status"] == "ok"
+    progress = flight_actions(server.location, ACTION_WARM, json.dumps({"plan_id": "p"}).encode())
     plan = dataset.plan(CONFIG, "p")
     n_chunks = int(plan.chunk_piece.shape[0])
     assert progress[-1]["loaded"] == progress[-1]["total"] == n_chunks
     assert [p["loaded"] for p in progress] == sorted(p["loaded"] for p in progress)
-    before = _stats(server.location)
+    before = cache_stats(server.location)
     assert before["entries"] == n_chunks
     consume(server.location, FlightCommand("p", epoch=3))
-    after = _stats(server.location)
+    after = cache_stats(server.location)
     assert after["misses"] == before["misses"]  # everything was in memory
     assert after["hits"] > before["hits"]
 
@@ -291,7 +280,7 @@ def test_warm_larger_than_budget_fails(dataset: Dataset) -> None:
     running = start_server({"p": dataset.plan(CONFIG, "p")}, cache_bytes=2048)
     try:
         with pytest.raises(fl.FlightServerError) as exc:
-            _actions(running.location, ACTION_WARM, json.dumps({"plan_id": "p"}).encode())
+            flight_actions(running.location, ACTION_WARM, json.dumps({"plan_id": "p"}).encode())
     finally:
         running.stop(grace_s=5)
     err = error_from_flight(exc.value)
@@ -387,7 +376,7 @@ def test_two_servers_locality_aware_endpoints(dataset: Dataset) -> None:
         # each server only cached the segments of its own endpoints (plus chunks read across
         # an endpoint edge): the caches are mostly disjoint. Which server owns which segment
         # depends on the (random) ports, so the bound allows a quarter of the chunks on both.
-        stats = [_stats(loc) for loc in locs]
+        stats = [cache_stats(loc) for loc in locs]
         assert all(s["entries"] > 0 for s in stats)
         n_chunks = int(plans["s"].chunk_piece.shape[0])
         assert stats[0]["entries"] + stats[1]["entries"] <= n_chunks * 1.25
@@ -420,7 +409,7 @@ def test_streams_from_s3(dataset: Dataset, s3_server: Any) -> None:
     running = start_server({"s3": plan}, s3_endpoint=s3_server.endpoint_url, s3_allow_http=True)
     try:
         got = consume(running.location, FlightCommand("s3", epoch=1))
-        stats = _stats(running.location)
+        stats = cache_stats(running.location)
     finally:
         running.stop(grace_s=5)
     assert_pass_equal(got, expected_pass(dataset, CONFIG, epoch=1, rank=0, world_size=1),

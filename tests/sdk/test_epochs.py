@@ -4,24 +4,22 @@
 the catalog, a Flight server and the consumer share one process, so tracemalloc
 sees the Python objects and numpy buffers of all three; a loop that kept one
 epoch's batches alive anywhere (client, pipeline, cache bookkeeping) grows by
-tens of KiB per epoch on this plan, while the bounded caches settle after the
+~95 KiB per epoch on this plan, while the bounded caches settle after the
 first few epochs.
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.flight as fl
 import torch
 
-from contract.wire import ACTION_CACHE_STATS
 from sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
+from tests.flight_server.helpers import cache_stats
 from tests.sdk.deployment import deployment
 
 CONFIG = LoaderConfig(
@@ -30,16 +28,7 @@ CONFIG = LoaderConfig(
 )
 WARM_EPOCHS = 4
 MEASURED_EPOCHS = 8
-GROWTH_BUDGET = 96 * 1024  # bytes over MEASURED_EPOCHS; keeping one epoch alive costs ~40 KiB
-
-
-def _cache_stats(location: str) -> dict[str, Any]:
-    client = fl.connect(location)
-    try:
-        body = next(iter(client.do_action(fl.Action(ACTION_CACHE_STATS, b"")))).body
-        return dict(json.loads(body.to_pybytes()))
-    finally:
-        client.close()
+GROWTH_BUDGET = 96 * 1024  # bytes over MEASURED_EPOCHS; keeping each epoch alive cost ~95 KiB
 
 
 def _where(batch: Any) -> tuple[Any, ...]:
@@ -77,7 +66,7 @@ def test_memory_is_flat_across_epochs(tmp_path: Path, synth_dataset: Any) -> Non
                 gc.collect()
                 heap_before, _ = tracemalloc.get_traced_memory()
                 arrow_before = pa.total_allocated_bytes()
-                cache_before = _cache_stats(dep.locations[0])
+                cache_before = cache_stats(dep.locations[0])
                 for epoch in range(WARM_EPOCHS, WARM_EPOCHS + MEASURED_EPOCHS):
                     one_epoch(epoch)
                 gc.collect()
@@ -85,7 +74,7 @@ def test_memory_is_flat_across_epochs(tmp_path: Path, synth_dataset: Any) -> Non
             finally:
                 tracemalloc.stop()
             arrow_after = pa.total_allocated_bytes()
-            cache_after = _cache_stats(dep.locations[0])
+            cache_after = cache_stats(dep.locations[0])
         finally:
             cat.close()
 

@@ -4,7 +4,6 @@ DataLoader convenience, and the bearer token on Flight calls."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +12,10 @@ import pytest
 import torch
 
 import sdk
-from contract.wire import ACTION_CACHE_STATS, ACTION_HEALTH
+from contract.wire import ACTION_HEALTH
 from sdk import Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
 from sdk._torch import dataloader_options
+from tests.flight_server.helpers import cache_stats
 from tests.sdk.deployment import deployment
 
 CONFIG = LoaderConfig(
@@ -36,15 +36,6 @@ def _plan(url: str, synth: Any, config: LoaderConfig = CONFIG, **kw: Any) -> Any
     return cat, ver.split(ValidationConfig.sample(fraction=0.3, seed=1)).plan(config)
 
 
-def _stats(location: str) -> dict[str, Any]:
-    client = fl.connect(location)
-    try:
-        return dict(json.loads(next(iter(client.do_action(
-            fl.Action(ACTION_CACHE_STATS, b"")))).body.to_pybytes()))
-    finally:
-        client.close()
-
-
 @pytest.fixture(scope="module")
 def dep(tmp_path_factory: pytest.TempPathFactory, synth_dataset: Any) -> Any:
     tmp = tmp_path_factory.mktemp("sdk-runtime")
@@ -60,19 +51,19 @@ def test_full_in_mem_warms_every_location_first_with_progress(
     dep: Any, capsys: pytest.CaptureFixture[str],
 ) -> None:
     plan = dep.extra["plan"]
-    assert all(_stats(loc)["entries"] == 0 for loc in dep.locations)
+    assert all(cache_stats(loc)["entries"] == 0 for loc in dep.locations)
     windowed = [_key(b) for b in plan.batches(epoch=0)]
-    cold = [_stats(loc) for loc in dep.locations]
+    cold = [cache_stats(loc) for loc in dep.locations]
     in_mem = dataclasses.replace(plan, config=CONFIG.model_copy(
         update={"data_access": "full_in_mem"}))
     batches = in_mem.batches(epoch=0, progress=True)
     # warmed before the first batch is read: every chunk of the split resident everywhere
-    warmed = [_stats(loc) for loc in dep.locations]
+    warmed = [cache_stats(loc) for loc in dep.locations]
     assert len({s["entries"] for s in warmed}) == 1
     assert all(w["entries"] >= c["entries"] and w["entries"] > 0
                for w, c in zip(warmed, cold, strict=True))
     assert [_key(b) for b in batches] == windowed
-    after = [_stats(loc) for loc in dep.locations]
+    after = [cache_stats(loc) for loc in dep.locations]
     assert sum(a["misses"] for a in after) == sum(w["misses"] for w in warmed)
     err = capsys.readouterr().err
     assert f"warming {plan.id}" in err
