@@ -284,14 +284,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def _warm(self, body: bytes) -> Iterator[bytes]:
         try:
-            try:
-                args = json.loads(body or b"{}")
-            except ValueError:
-                args = None
-            plan_id = args.get("plan_id") if isinstance(args, dict) else None
-            if not isinstance(plan_id, str) or not plan_id:
-                raise WindpipeError(ErrorType.INVALID_REQUEST,
-                                    "warm needs a JSON body {\"plan_id\": ...}")
+            plan_id = _warm_plan_id(body)
             plan = self.plans.get(plan_id)
             requests = warm_requests(plan, self._storage_for(plan.root_uri))
         except Exception as exc:
@@ -353,6 +346,18 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         ok = done.wait(timeout=grace_s)
         self.cache.close()
         return ok
+
+
+def _warm_plan_id(body: bytes) -> str:
+    """The plan id of a ``warm`` action body ``{"plan_id": ...}``, else ``invalid_request``."""
+    try:
+        args = json.loads(body or b"{}")
+    except ValueError:
+        args = None
+    plan_id = args.get("plan_id") if isinstance(args, dict) else None
+    if not isinstance(plan_id, str) or not plan_id:
+        raise WindpipeError(ErrorType.INVALID_REQUEST, 'warm needs a JSON body {"plan_id": ...}')
+    return plan_id
 
 
 def _command(descriptor: fl.FlightDescriptor) -> FlightCommand:
