@@ -74,7 +74,8 @@ def _server_main(root: str, config_json: dict[str, Any], cache_bytes: int, conn:
     from catalog.service import CatalogContext, create_split, register_version  # noqa: PLC0415
     from contract.configs import LoaderConfig, ValidationConfig  # noqa: PLC0415
     from flight_server.runner import start_flight_server  # noqa: PLC0415
-    from services.database import create_engine, upgrade_database  # noqa: PLC0415
+    from migrations import upgrade_database  # noqa: PLC0415
+    from services.database import create_engine  # noqa: PLC0415
     from services.logging import configure_logging  # noqa: PLC0415
     from services.settings import Settings  # noqa: PLC0415
 

@@ -24,6 +24,7 @@ import pyarrow.flight as fl
 
 from catalog.repository import Repository
 from catalog.service import CatalogContext
+from contract.auth import flight_headers
 from contract.errors import ErrorType
 from contract.wire import ACTION_CACHE_STATS, error_from_flight
 from services.database import session_scope
@@ -81,25 +82,16 @@ def _error(location: str, kind: ErrorType, message: str) -> LocationStats:
 
 
 def _one(location: str, *, timeout_s: float, token: str | None) -> LocationStats:
-    headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
-    options = fl.FlightCallOptions(timeout=timeout_s, headers=headers)
+    options = fl.FlightCallOptions(timeout=timeout_s, headers=flight_headers(token))
     try:
         client = fl.FlightClient(location)
     except (fl.FlightError, ValueError, OSError) as exc:  # a malformed location
         return _error(location, ErrorType.INVALID_REQUEST, f"cannot connect to {location}: {exc}")
     try:
         results = list(client.do_action(fl.Action(ACTION_CACHE_STATS, b""), options=options))
-    except fl.FlightError as exc:
-        typed = error_from_flight(exc)
-        if typed is not None:
-            return _error(location, typed.type, typed.message)
-        kind = (ErrorType.UNAUTHENTICATED
-                if isinstance(exc, (fl.FlightUnauthenticatedError, fl.FlightUnauthorizedError))
-                else ErrorType.UNAVAILABLE)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return _error(location, kind, f"{location}: {type(exc).__name__}: {first}")
-    except OSError as exc:
-        return _error(location, ErrorType.UNAVAILABLE, f"{location}: {exc}")
+    except (fl.FlightError, OSError) as exc:
+        typed = error_from_flight(exc, where=location)
+        return _error(location, typed.type, typed.message)
     finally:
         client.close()
     try:

@@ -15,8 +15,8 @@ from typing import Any
 
 import polars as pl
 
-from catalog.storage import PathEscapeError, Storage
 from contract.errors import ErrorType, WindpipeError
+from storage.store import PathEscapeError, Storage
 
 __all__ = [
     "IDENTITY_COLUMNS",

@@ -1,14 +1,14 @@
 """The catalog's tables (SQLAlchemy 2 typed ORM), shared by SQLite and PostgreSQL.
 
 Everything the catalog stores is immutable once written: a version, its manifest
-rows and segments, a split and its assignments, a plan with its streams and epoch-0
-units. Ids of versions, splits and plans are content digests, so writing the same
-thing twice finds the existing row instead of creating a new one.
+rows and segments, a split and its assignments, a plan with its artifact. Ids of
+versions, splits and plans are content digests, so writing the same thing twice
+finds the existing row instead of creating a new one.
 
-``plan_units`` holds the units (single batches, or whole stateful groups) of epoch 0
-in global order. A ``sequential`` plan is identical in every epoch; the epochs of a
-``shuffled`` plan are the same pure function of ``(plan, seed, epoch)`` and are
-recomputed on demand (``catalog.schedule.epoch_schedule``), never stored.
+``plan_artifacts`` holds each plan's stored form (``planning.artifact``): its
+streams, piece layout and, for the epoch-independent strategies, its schedule. The
+epochs of a ``shuffled`` plan are a pure function of ``(plan, seed, epoch)``,
+computed by whoever reads them, never stored.
 
 The naming convention gives every constraint a stable name, which Alembic's batch
 mode needs to alter SQLite tables. ``migrations/versions`` must match this module
@@ -29,8 +29,7 @@ __all__ = [
     "Dataset",
     "ManifestRow",
     "Plan",
-    "PlanStream",
-    "PlanUnit",
+    "PlanArtifactRow",
     "Segment",
     "Split",
     "SplitAssignment",
@@ -182,37 +181,19 @@ class Plan(Base):
     split: Mapped[Split] = relationship(lazy="joined")
 
 
-class PlanStream(Base):
-    """One stream of a plan (``stream_idx`` = position in index order)."""
+class PlanArtifactRow(Base):
+    """The stored form of a plan (``planning.artifact``): Arrow IPC bytes, one row per plan.
 
-    __tablename__ = "plan_streams"
+    Everything a consumer needs that does not depend on the epoch: streams, piece
+    layout and, for epoch-independent strategies, the schedule. Written in the
+    plan's own transaction; read by the catalog and by every Flight server.
+    """
+
+    __tablename__ = "plan_artifacts"
 
     plan_id: Mapped[str] = mapped_column(
         sa.String(80), sa.ForeignKey("plans.id", ondelete="CASCADE"), primary_key=True
     )
-    stream_idx: Mapped[int] = mapped_column(sa.BigInteger, primary_key=True)
-    protocol: Mapped[str] = mapped_column(sa.String(100))
-    group_key: Mapped[list[Any]] = mapped_column(sa.JSON)
-    alignment_key: Mapped[list[Any]] = mapped_column(sa.JSON)
-    n_rows: Mapped[int] = mapped_column(sa.BigInteger)
-    manifest_row_ids: Mapped[list[Any]] = mapped_column(sa.JSON)
-
-
-class PlanUnit(Base):
-    """One schedulable unit of an epoch: its batches and where its first lane starts.
-
-    No foreign key to ``plans``: units are written in the plan's own transaction, and
-    a per-row key check made COPY of a million units ~40% slower on PostgreSQL.
-    """
-
-    __tablename__ = "plan_units"
-
-    plan_id: Mapped[str] = mapped_column(sa.String(80), primary_key=True)
-    epoch: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
-    unit_idx: Mapped[int] = mapped_column(sa.BigInteger, primary_key=True)
-    protocol: Mapped[str] = mapped_column(sa.String(100))
-    n_batches: Mapped[int] = mapped_column(sa.Integer)
-    n_lanes: Mapped[int] = mapped_column(sa.Integer)
-    batch_start: Mapped[int] = mapped_column(sa.BigInteger)
-    stream_idx: Mapped[int] = mapped_column(sa.BigInteger)
-    window_offset: Mapped[int] = mapped_column(sa.BigInteger)
+    format: Mapped[int] = mapped_column(sa.Integer)
+    n_bytes: Mapped[int] = mapped_column(sa.BigInteger)
+    data: Mapped[bytes] = mapped_column(sa.LargeBinary)

@@ -28,9 +28,9 @@ from catalog.manifest import (
     metadata_columns,
     normalize_manifest,
 )
-from catalog.segments import ColumnInfo, SegmentInfo, SegmentProblem, inspect_segment
-from catalog.storage import PathEscapeError, Storage
 from contract.identity import canonical_json, manifest_row_id
+from storage.segments import ColumnInfo, SegmentInfo, SegmentProblem, inspect_segment
+from storage.store import PathEscapeError, Storage
 
 __all__ = ["PreparedVersion", "prepare_version"]
 

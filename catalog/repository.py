@@ -2,8 +2,8 @@
 
 The repository neither commits nor decides anything: the caller (``catalog.service``)
 owns the transaction, so a registration, a split or a plan is written all at once or
-not at all. Bulk tables (manifest rows, segments, split assignments, plan streams
-and units) are written from polars frames: PostgreSQL through ``COPY ... FROM STDIN``
+not at all. Bulk tables (manifest rows, segments, split assignments) are written
+from polars frames: PostgreSQL through ``COPY ... FROM STDIN``
 (psycopg's ``cursor.copy``) on the session's own connection, SQLite through driver
 ``executemany`` in large chunks. Lists use keyset pagination: the page token is an
 opaque base64 encoding of the last key of the previous page.
@@ -28,8 +28,7 @@ from catalog.models import (
     Dataset,
     ManifestRow,
     Plan,
-    PlanStream,
-    PlanUnit,
+    PlanArtifactRow,
     Segment,
     Split,
     SplitAssignment,
@@ -47,9 +46,6 @@ __all__ = [
 T = TypeVar("T")
 
 _SQLITE_CHUNK = 100_000
-_UNIT_COLUMNS = (
-    "unit_idx", "protocol", "n_batches", "n_lanes", "batch_start", "stream_idx", "window_offset",
-)
 
 
 def encode_page_token(key: Sequence[Any]) -> str:
@@ -301,59 +297,17 @@ class Repository:
         self.session.add(plan)
         self.session.flush()
 
-    def insert_plan_streams(self, plan_id: str, frame: pl.DataFrame) -> None:
-        """Bulk insert; JSON columns (keys, manifest row ids) as JSON text."""
-        self._bulk_insert(
-            _table(PlanStream),
-            frame.select(
-                pl.lit(plan_id).alias("plan_id"),
-                pl.col("stream_idx").cast(pl.Int64),
-                pl.col("protocol").cast(pl.String),
-                pl.col("group_key").cast(pl.String),
-                pl.col("alignment_key").cast(pl.String),
-                pl.col("n_rows").cast(pl.Int64),
-                _json_int_list("manifest_row_ids"),
-            ),
-        )
+    def add_plan_artifact(self, plan_id: str, data: bytes, *, format_version: int) -> None:
+        """Insert a plan's stored artifact (flushed)."""
+        self.session.add(PlanArtifactRow(plan_id=plan_id, format=format_version,
+                                         n_bytes=len(data), data=data))
+        self.session.flush()
 
-    def insert_plan_units(self, plan_id: str, epoch: int, frame: pl.DataFrame) -> None:
-        """Bulk insert of one epoch's units (columns of ``plan_units`` but the keys)."""
-        self._bulk_insert(
-            _table(PlanUnit),
-            frame.select(
-                pl.lit(plan_id).alias("plan_id"),
-                pl.lit(epoch, dtype=pl.Int64).alias("epoch"),
-                *(pl.col(c) for c in _UNIT_COLUMNS),
-            ),
-        )
-
-    def load_plan_units(
-        self, plan_id: str, epoch: int, *, start: int = 0, limit: int | None = None
-    ) -> pl.DataFrame:
-        """Stored units of ``epoch`` from ``unit_idx >= start`` (all columns but the keys)."""
-        table = PlanUnit.__table__
-        stmt = (
-            sa.select(*(table.c[c] for c in _UNIT_COLUMNS))
-            .where(table.c.plan_id == plan_id, table.c.epoch == epoch, table.c.unit_idx >= start)
-            .order_by(table.c.unit_idx)
-        )
-        if limit is not None:
-            stmt = stmt.limit(limit)
-        rows = self.session.execute(stmt).all()
-        return pl.DataFrame(
-            [tuple(r) for r in rows],
-            schema={c: (pl.String if c == "protocol" else pl.Int64) for c in _UNIT_COLUMNS},
-            orient="row",
-        )
-
-    def load_plan_streams(self, plan_id: str) -> list[PlanStream]:
-        """A plan's streams in order."""
-        stmt = (
-            sa.select(PlanStream)
-            .where(PlanStream.plan_id == plan_id)
-            .order_by(PlanStream.stream_idx)
-        )
-        return list(self.session.scalars(stmt))
+    def load_plan_artifact(self, plan_id: str) -> bytes | None:
+        """A plan's stored artifact bytes (None if there is none)."""
+        table = PlanArtifactRow.__table__
+        data = self.session.scalar(sa.select(table.c.data).where(table.c.plan_id == plan_id))
+        return bytes(data) if data is not None else None
 
     # -- maintenance ------------------------------------------------------------------
 

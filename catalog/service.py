@@ -28,17 +28,16 @@ from catalog.models import Dataset, Split, Version
 from catalog.registration import PreparedVersion, prepare_version
 from catalog.repository import Page, Repository
 from catalog.splits import assign_splits, split_counts
-from catalog.storage import Storage
 from contract.configs import ValidationConfig
 from contract.errors import ErrorType, WindpipeError
 from contract.identity import canonical_json
 from services.database import session_scope
+from storage.store import StorageOptions, open_root
 
 __all__ = [
     "CatalogContext",
     "Created",
     "FrameCache",
-    "StorageOptions",
     "content_id",
     "create_split",
     "fetch",
@@ -47,7 +46,6 @@ __all__ = [
     "get_version",
     "list_versions",
     "not_found",
-    "open_storage",
     "register_version",
     "split_index",
     "version_index",
@@ -55,15 +53,6 @@ __all__ = [
 
 T = TypeVar("T")
 _RETRIES = 3
-
-
-@dataclass(frozen=True)
-class StorageOptions:
-    """How to reach S3-compatible storage (``Settings.s3_*``)."""
-
-    s3_endpoint: str | None = None
-    s3_region: str = "us-east-1"
-    s3_allow_http: bool = False
 
 
 class FrameCache:
@@ -127,19 +116,6 @@ def content_id(prefix: str, *parts: Any) -> str:
     return f"{prefix}-{digest}"
 
 
-def open_storage(root: str, options: StorageOptions) -> Storage:
-    """Open a dataset root; a bad URI is ``invalid_request`` naming it."""
-    try:
-        return Storage.from_uri(
-            root, s3_endpoint=options.s3_endpoint, s3_region=options.s3_region,
-            s3_allow_http=options.s3_allow_http,
-        )
-    except ValueError as exc:
-        raise WindpipeError(
-            ErrorType.INVALID_REQUEST, f"root {root!r}: {exc}", details={"root": root}
-        ) from exc
-
-
 def not_found(kind: str, key: str) -> WindpipeError:
     """The ``not_found`` error of one catalog resource (``{kind} {key!r} does not exist``)."""
     return WindpipeError(ErrorType.NOT_FOUND, f"{kind} {key!r} does not exist", details={kind: key})
@@ -200,7 +176,7 @@ def register_version(
         raise WindpipeError(
             ErrorType.INVALID_REQUEST, "give exactly one of 'manifest' (a path) and 'rows'"
         )
-    storage = open_storage(root, ctx.storage)
+    storage = open_root(root, ctx.storage)
     frame = load_manifest(storage, manifest) if manifest is not None else manifest_from_rows(
         rows or []
     )

@@ -26,6 +26,8 @@ __all__ = [
     "IDENTITY_COLUMNS",
     "DatasetProtocolId",
     "LoaderConfig",
+    "LoaderOptions",
+    "PlanSpec",
     "ScalingSpec",
     "Selector",
     "ValidationConfig",
@@ -237,16 +239,19 @@ class ScalingSpec(_Frozen):
     def forward(self, x: _ArrayT) -> _ArrayT:
         """Physical units -> model space; works on numpy arrays and torch tensors.
 
-        Non-finite inputs and, for ``log1p``, values ``<= -1`` come out NaN.
+        The one definition of the map: the Flight server scales every chunk with it.
+        Non-finite inputs stay non-finite (NaN stays NaN) and, for ``log1p``, values
+        ``<= -1`` come out NaN. Float inputs keep their dtype; others become float64
+        (numpy) or float32 (torch).
         """
         lo, hi = self._bounds()
-        gain = (self.output_max - self.output_min) / (hi - lo)
+        out_span = self.output_max - self.output_min
         if _is_torch(x):
             t: Any = x
             v = t.to(dtype=t.dtype if t.is_floating_point() else _torch_float())
             if self.transform == "log1p":
                 v = torch_log1p_or_nan(v)
-            y = self.output_min + (v - lo) * gain
+            y = self.output_min + (v - lo) * out_span / (hi - lo)
             if self.clip:
                 y = y.clamp(min(self.output_min, self.output_max),
                             max(self.output_min, self.output_max))
@@ -255,8 +260,9 @@ class ScalingSpec(_Frozen):
         v_np = arr if np.issubdtype(arr.dtype, np.floating) else arr.astype(np.float64)
         if self.transform == "log1p":
             with np.errstate(invalid="ignore", divide="ignore"):
-                v_np = np.where(v_np > -1.0, np.log1p(np.maximum(v_np, -1.0 + 1e-300)), np.nan)
-        y_np = (self.output_min + (v_np - lo) * gain).astype(v_np.dtype, copy=False)
+                v_np = np.where(v_np > -1.0, np.log1p(np.where(v_np > -1.0, v_np, 0.0)), np.nan)
+        y_np = (self.output_min + (v_np - lo) * out_span / (hi - lo)).astype(
+            v_np.dtype, copy=False)
         if self.clip:
             lo_o, hi_o = sorted((self.output_min, self.output_max))
             y_np = np.clip(y_np, lo_o, hi_o)
@@ -292,11 +298,12 @@ def torch_log1p_or_nan(v: Any) -> Any:
     return torch.where(v > -1.0, torch.log1p(v.clamp(min=-1.0 + 1e-7)), torch.nan)
 
 
-class LoaderConfig(_Frozen):
-    """What to stream and how (SEMANTICS sections 3 to 7).
+class PlanSpec(_Frozen):
+    """What identifies a plan (SEMANTICS sections 3 to 7): the body of ``POST .../plans``.
 
-    The planning fields define a plan's identity; the runtime fields (``data_access``
-    onward) only steer the SDK and the Flight server and never change a batch.
+    The planning fields of ``LoaderConfig``; a plan's id digests them and the split's
+    id, so they (and nothing else) decide every batch. Runtime options live in
+    :class:`LoaderOptions`; a plan body naming one is refused.
     """
 
     split: str = "train"
@@ -315,23 +322,6 @@ class LoaderConfig(_Frozen):
     inputs: dict[str, tuple[str, ...]]
     targets: dict[str, tuple[str, ...]]
     scaling: tuple[ScalingSpec, ...] = ()
-
-    data_access: Literal["windowed", "full_in_mem"] = "windowed"
-    num_workers: int = Field(default=0, ge=0)
-    prefetch_factor: int = Field(default=4, ge=1)
-    persistent_workers: bool = False
-    pin_memory: bool | None = None
-    multiprocessing_context: str | None = None
-    device: str = "auto"
-    prefetch_to_device: bool | None = None
-    non_blocking: bool = True
-
-    PLANNING_FIELDS: ClassVar[tuple[str, ...]] = (
-        "split", "default_window", "window_by_protocol", "seed", "strategy", "phase_shift",
-        "protocol_order", "stateful_n_windows", "cross_protocol_state_carry",
-        "drop_incomplete_batches", "drop_incomplete_distributed", "group_key",
-        "alignment_key", "inputs", "targets", "scaling",
-    )
 
     @field_validator("window_by_protocol", mode="before")
     @classmethod
@@ -358,19 +348,8 @@ class LoaderConfig(_Frozen):
     def _keys(cls, value: Any) -> tuple[str, ...]:
         return _column_tuple(value, what="key")
 
-    @field_validator("device")
-    @classmethod
-    def _device(cls, value: str) -> str:
-        ok = value in ("auto", "cpu", "cuda") or (
-            value.startswith("cuda:") and value[5:].isascii() and value[5:].isdigit()
-        )
-        if not ok:
-            msg = f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}"
-            raise ValueError(msg)
-        return value
-
     @model_validator(mode="after")
-    def _check(self) -> Self:
+    def _check_plan(self) -> Self:
         if not self.inputs:
             msg = "inputs must name at least one protocol"
             raise ValueError(msg)
@@ -397,8 +376,7 @@ class LoaderConfig(_Frozen):
         if len(set(columns)) != len(columns):
             msg = f"scaling names a column twice: {columns}"
             raise ValueError(msg)
-        used = {c for cols in (*self.inputs.values(), *self.targets.values()) for c in cols}
-        unknown = sorted(set(columns) - used)
+        unknown = sorted(set(columns) - set(self.columns()))
         if unknown:
             msg = f"scaling names columns that are neither inputs nor targets: {unknown}"
             raise ValueError(msg)
@@ -434,9 +412,21 @@ class LoaderConfig(_Frozen):
             sorted(self.inputs)
         )
 
+    def plan_spec(self) -> PlanSpec:
+        """Just the planning fields (a :class:`LoaderConfig` drops its runtime options)."""
+        if type(self) is PlanSpec:
+            return self
+        return PlanSpec.model_validate(self.model_dump(include=set(PlanSpec.model_fields)))
+
     def planning_dict(self) -> dict[str, Any]:
-        """The planning fields as JSON-ready data: what defines a plan."""
-        return self.model_dump(mode="json", include=set(self.PLANNING_FIELDS))
+        """The planning fields as JSON-ready data: what defines a plan (the REST body)."""
+        return self.model_dump(mode="json", include=set(PlanSpec.model_fields))
+
+    def columns(self) -> tuple[str, ...]:
+        """Every source column the plan reads (inputs and targets of all protocols), sorted."""
+        return tuple(sorted({
+            c for cols in (*self.inputs.values(), *self.targets.values()) for c in cols
+        }))
 
     def input_columns(self, protocol: str) -> tuple[str, ...]:
         """Input channels of a batch of ``protocol`` (the chained union under chain)."""
@@ -458,3 +448,50 @@ class LoaderConfig(_Frozen):
     def scaling_for(self, column: str) -> ScalingSpec | None:
         """The scaling of ``column``, if any."""
         return next((s for s in self.scaling if s.column == column), None)
+
+
+class LoaderOptions(_Frozen):
+    """How the SDK and the Flight server deliver a plan's batches (TYPES, runtime fields).
+
+    None of these changes a batch, so none is part of a plan's identity.
+    """
+
+    data_access: Literal["windowed", "full_in_mem"] = "windowed"
+    num_workers: int = Field(default=0, ge=0)
+    prefetch_factor: int = Field(default=4, ge=1)
+    persistent_workers: bool = False
+    pin_memory: bool | None = None
+    multiprocessing_context: str | None = None
+    device: str = "auto"
+    prefetch_to_device: bool | None = None
+    non_blocking: bool = True
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        ok = value in ("auto", "cpu", "cuda") or (
+            value.startswith("cuda:") and value[5:].isascii() and value[5:].isdigit()
+        )
+        if not ok:
+            msg = f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}"
+            raise ValueError(msg)
+        return value
+
+
+class LoaderConfig(LoaderOptions, PlanSpec):
+    """What to stream and how: the user's entry point (TYPES ``LoaderConfig``).
+
+    The planning fields (:class:`PlanSpec`) define a plan's identity; the runtime
+    fields (:class:`LoaderOptions`, ``data_access`` onward) only steer the SDK and
+    the Flight server and never change a batch. :meth:`plan_spec` and
+    :meth:`options` split one into the other.
+    """
+
+    PLANNING_FIELDS: ClassVar[tuple[str, ...]] = tuple(PlanSpec.model_fields)
+    RUNTIME_FIELDS: ClassVar[tuple[str, ...]] = tuple(LoaderOptions.model_fields)
+
+    def options(self) -> LoaderOptions:
+        """Just the runtime options."""
+        return LoaderOptions.model_validate(
+            self.model_dump(include=set(LoaderOptions.model_fields))
+        )

@@ -28,8 +28,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.flight as fl
 
-from contract.errors import ErrorType, WindpipeError
+from contract.errors import ERROR_TABLE, ErrorType, WindpipeError
+from contract.ranks import check_rank
 
 __all__ = [
     "ACTION_CACHE_STATS",
@@ -48,6 +50,7 @@ __all__ = [
     "batch_arrays",
     "batch_schema",
     "error_from_flight",
+    "to_flight_error",
 ]
 
 WIRE_VERSION = 1
@@ -134,11 +137,7 @@ class FlightCommand:
     def __post_init__(self) -> None:
         if not isinstance(self.plan_id, str) or not self.plan_id:
             raise _bad("flight command: 'plan_id' must be a non-empty string")
-        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
-            raise _bad(
-                f"flight command: rank {self.rank} is not in [0, world_size={self.world_size})",
-                rank=self.rank, world_size=self.world_size,
-            )
+        check_rank(self.rank, self.world_size)
         if self.epoch < 0 or self.start_batch < 0:
             raise _bad("flight command: epoch and start_batch must be >= 0")
 
@@ -175,10 +174,8 @@ class FlightCommand:
             start_batch=_int_field(body, "start_batch", default=0, minimum=0),
         )
 
-    def descriptor(self) -> Any:
+    def descriptor(self) -> fl.FlightDescriptor:
         """A ``pyarrow.flight.FlightDescriptor`` for this command."""
-        import pyarrow.flight as fl  # noqa: PLC0415 - flight only where used
-
         return fl.FlightDescriptor.for_command(self.encode())
 
 
@@ -288,15 +285,57 @@ def batch_arrays(batch: pa.RecordBatch, meta: BatchMetadata) -> BatchArrays:
     )
 
 
-def error_from_flight(exc: BaseException) -> WindpipeError | None:
-    """The windpipe error carried in a Flight error's ``extra_info``, if any."""
+def to_flight_error(exc: BaseException) -> fl.FlightError:
+    """The Flight error of a ``WindpipeError`` (its type's class, the envelope in
+    ``extra_info``); anything else becomes ``internal``. What servers raise."""
+    if not isinstance(exc, WindpipeError):
+        exc = WindpipeError(ErrorType.INTERNAL, f"{type(exc).__name__}: {exc}")
+    cls = getattr(fl, ERROR_TABLE[exc.type].flight_error)
+    err: fl.FlightError = cls(exc.message, extra_info=exc.to_json())
+    return err
+
+
+def _envelope(exc: BaseException) -> dict[str, Any] | None:
     extra = getattr(exc, "extra_info", None)
     if not extra:
         return None
     try:
-        envelope = json.loads(extra)
-    except (ValueError, UnicodeDecodeError):
+        envelope = json.loads(bytes(extra))
+    except (ValueError, TypeError, UnicodeDecodeError):
         return None
-    if not isinstance(envelope, dict) or "error" not in envelope:
-        return None
-    return WindpipeError.from_envelope(envelope)
+    if isinstance(envelope, dict) and isinstance(envelope.get("error"), dict):
+        return envelope
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    # gRPC appends a long debug context; the first line says what happened.
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first.split(". Detail:")[0]
+
+
+def error_from_flight(exc: BaseException, *, where: str = "") -> WindpipeError:
+    """The windpipe error of a ``pyarrow.flight`` error (or a socket error): what clients call.
+
+    The envelope a windpipe server put in ``extra_info`` wins; without one the Flight
+    error class decides (unauthenticated, unauthorized = ``invalid_ticket``,
+    unavailable / timed out / cancelled / socket errors = ``unavailable``, else
+    ``internal``), with ``where`` and the error's first line as the message.
+    """
+    if isinstance(exc, WindpipeError):
+        return exc
+    envelope = _envelope(exc)
+    if envelope is not None:
+        return WindpipeError.from_envelope(envelope)
+    text = f"{where}: {_first_line(exc)}" if where else _first_line(exc)
+    if isinstance(exc, fl.FlightUnauthenticatedError):
+        kind = ErrorType.UNAUTHENTICATED
+    elif isinstance(exc, fl.FlightUnauthorizedError):
+        kind = ErrorType.INVALID_TICKET
+    elif isinstance(exc, fl.FlightUnavailableError | fl.FlightTimedOutError
+                    | fl.FlightCancelledError | OSError):
+        kind = ErrorType.UNAVAILABLE
+    else:
+        kind = ErrorType.INTERNAL
+    return WindpipeError(kind, text)

@@ -15,11 +15,11 @@ forged ticket acceptable, and a valid ticket does not replace the token.
 
 from __future__ import annotations
 
-import hmac
 from typing import Any
 
 import pyarrow.flight as fl
 
+from contract.auth import AUTH_HEADER, bearer_matches
 from contract.errors import ErrorType, WindpipeError
 
 __all__ = ["AUTH_MIDDLEWARE", "BearerAuthFactory", "CallAuth", "require_auth"]
@@ -29,7 +29,7 @@ AUTH_MIDDLEWARE = "windpipe-auth"
 
 def _unauthenticated(message: str) -> fl.FlightUnauthenticatedError:
     err = WindpipeError(ErrorType.UNAUTHENTICATED, message,
-                        details={"header": "authorization", "scheme": "Bearer"})
+                        details={"header": AUTH_HEADER, "scheme": "Bearer"})
     return fl.FlightUnauthenticatedError(message, extra_info=err.to_json())
 
 
@@ -48,17 +48,14 @@ class BearerAuthFactory(fl.ServerMiddlewareFactory):  # type: ignore[misc]
         if not token:
             msg = "BearerAuthFactory needs a non-empty token"
             raise ValueError(msg)
-        self._token = token.encode()
+        self._token = token
 
     def _check(self, headers: dict[str, Any]) -> str:
-        values = headers.get("authorization") or []
+        values = headers.get(AUTH_HEADER) or []
         if not values:
             return ("this Flight server requires a bearer token: send the header "
                     "'authorization: Bearer <token>' (sdk: Catalog(url, token=...))")
-        value = values[0]
-        raw = value.encode() if isinstance(value, str) else bytes(value)
-        scheme, _, given = raw.partition(b" ")
-        if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self._token):
+        if not bearer_matches(values[0], self._token):
             return "the bearer token sent to this Flight server is not valid"
         return ""
 

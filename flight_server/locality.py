@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from catalog.schedule import Schedule
 from contract.identity import hash64
-from flight_server.plans import PlanContext
+from materialize.plan import PlanContext
+from planning.schedule import Schedule
 
 __all__ = ["batch_homes", "endpoint_ranges", "rendezvous"]
 

@@ -31,10 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from catalog.ranks import rank_batches
-from catalog.schedule import Schedule
-from catalog.storage import Storage
-from contract.errors import ERROR_TABLE, ErrorType, WindpipeError
+from contract.errors import ErrorType, WindpipeError
 from contract.wire import (
     ACTION_CACHE_STATS,
     ACTION_HEALTH,
@@ -42,29 +39,26 @@ from contract.wire import (
     WIRE_VERSION,
     FlightCommand,
     batch_schema,
+    to_flight_error,
 )
 from flight_server.auth import AUTH_MIDDLEWARE, BearerAuthFactory, require_auth
-from flight_server.cache import ChunkCache, ChunkRequest
 from flight_server.locality import endpoint_ranges
-from flight_server.materialize import BadSegmentPolicy, BatchBuilder, chunk_loader
-from flight_server.pipeline import BatchPipeline
-from flight_server.plans import PlanCache, PlanContext
+from flight_server.plan_sources import PlanCache
 from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
+from materialize.builder import BadSegmentPolicy, BatchBuilder, chunk_loader
+from materialize.cache import ChunkCache, ChunkRequest
+from materialize.pipeline import BatchPipeline
+from materialize.plan import PlanContext
+from planning.ranks import rank_batches
+from planning.schedule import Schedule
+from planning.sizes import channel_counts, token_bytes
 from services.logging import get_logger
+from storage.store import Storage
 
-__all__ = ["WindpipeFlightServer", "to_flight_error"]
+__all__ = ["WindpipeFlightServer"]
 
 _I64 = np.int64
 _log = get_logger("windpipe.flight")
-
-
-def to_flight_error(exc: BaseException) -> fl.FlightError:
-    """The Flight error of a ``WindpipeError`` (anything else: ``internal``)."""
-    if not isinstance(exc, WindpipeError):
-        exc = WindpipeError(ErrorType.INTERNAL, f"{type(exc).__name__}: {exc}")
-    cls = getattr(fl, ERROR_TABLE[exc.type].flight_error)
-    err: fl.FlightError = cls(exc.message, extra_info=exc.to_json())
-    return err
 
 
 def _guard(fn: Callable[[], Any]) -> Any:
@@ -92,7 +86,6 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         readahead_batches: int = 2,
         endpoint_batches: int = 64,
         ticket_ttl_s: float | None = None,
-        build_ahead: int = 0,
         token: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -109,7 +102,6 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         self.readahead_batches = readahead_batches
         self.endpoint_batches = max(1, endpoint_batches)
         self.ticket_ttl_s = ticket_ttl_s
-        self.build_ahead = build_ahead  # >0: build batches in a background thread (spare cores)
         self._stopping = threading.Event()
         self._active = 0
         self._active_lock = threading.Lock()
@@ -124,7 +116,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         schedule = plan.schedule(epoch)
         batches = rank_batches(
             schedule, rank=rank, world_size=world_size,
-            drop_incomplete_distributed=plan.config.drop_incomplete_distributed,
+            drop_incomplete_distributed=plan.spec.drop_incomplete_distributed,
         )
         return schedule, np.asarray(batches, dtype=_I64)
 
@@ -150,11 +142,11 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         rest = batches[start:]
         lanes = (schedule.batch_lane_ptr[rest + 1] - schedule.batch_lane_ptr[rest]).astype(_I64)
         seq = schedule.batch_seq_len[rest].astype(_I64)
-        channels = np.asarray(
-            [len(plan.config.input_columns(p)) + len(plan.config.target_columns(p)) + 0.25
-             for p in plan.streams.protocols] or [0.0]
+        per_token = np.asarray(
+            [token_bytes(*channel_counts(plan.spec, p)) for p in plan.streams.protocols] or [0],
+            dtype=_I64,
         )
-        per_batch = channels[schedule.batch_protocol[rest]] * 4 * lanes * seq
+        per_batch = per_token[schedule.batch_protocol[rest]] * lanes * seq
         endpoints = []
         for a, b, home in endpoint_ranges(plan, schedule, batches, start=start,
                                           locations=self.locations,
@@ -212,8 +204,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         sent = nbytes = 0
         outcome, error_type = "completed", None
         pipeline = BatchPipeline(builder, schedule, batches, start=start, end=end,
-                                 readahead_batches=self.readahead_batches,
-                                 depth=self.build_ahead)
+                                 readahead_batches=self.readahead_batches)
         try:
             for i, batch, meta, raw_meta in pipeline:
                 if context.is_cancelled():
@@ -245,7 +236,6 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             outcome, error_type = "error", type(exc).__name__
             raise to_flight_error(exc) from exc
         finally:
-            pipeline.close()
             with self._active_lock:
                 self._active -= 1
             if outcome == "completed" and start + sent < end:

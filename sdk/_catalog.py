@@ -24,14 +24,13 @@ from contract.wire import FlightCommand
 from sdk._batch import Batch, batch_from_arrow
 from sdk._exceptions import InvalidRequest, as_sdk_error
 from sdk._handles import DatasetVersion, Plan, Split
+from sdk._loader import DeviceLoader
 from sdk._models import DatasetInfo
 from sdk._rest import RestClient
+from sdk._stream import FlightStream
 
 if TYPE_CHECKING:
     import httpx
-
-    from sdk._loader import DeviceLoader
-    from sdk._stream import FlightStream
 
 __all__ = ["Catalog"]
 
@@ -178,8 +177,6 @@ class Catalog:
         """The Flight client (created on first use from ``/v1/config``)."""
         with self._lock:
             if self._stream is None:
-                from sdk._stream import FlightStream  # noqa: PLC0415
-
                 locations = self._flight_locations or _flight_locations(self.config())
                 self._stream = FlightStream(locations, token=self._token, timeout=self._timeout)
             return self._stream
@@ -212,8 +209,6 @@ class Catalog:
         )
 
     def _loader(self, plan: Plan, **options: Any) -> DeviceLoader:
-        from sdk._loader import DeviceLoader  # noqa: PLC0415
-
         epoch, rank = options.pop("epoch"), options.pop("rank")
         world_size, start = options.pop("world_size"), options.pop("start_batch")
         cap = options.pop("pinned_bytes_cap")

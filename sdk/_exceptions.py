@@ -23,11 +23,11 @@ status, when REST carried it). Catch :class:`WindpipeError` to handle them all.
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar
 
 from contract.errors import ErrorType
 from contract.errors import WindpipeError as _ContractError
+from contract.wire import error_from_flight as wire_error_from_flight
 
 __all__ = [
     "Conflict",
@@ -192,36 +192,9 @@ def error_from_envelope(
 def error_from_flight(exc: BaseException, *, where: str = "") -> WindpipeError:
     """Translate a ``pyarrow.flight`` error (or a socket error) into the SDK tree.
 
-    The Flight server puts the JSON envelope in ``extra_info``; without one the
-    Flight error class decides (unavailable, unauthenticated, unauthorized, ...).
+    The envelope a windpipe server put in ``extra_info`` wins; without one the Flight
+    error class decides (``contract.wire.error_from_flight``, the one translation).
     """
     if isinstance(exc, WindpipeError):
         return exc
-    extra = getattr(exc, "extra_info", None)
-    if extra:
-        try:
-            envelope = json.loads(bytes(extra))
-        except (ValueError, TypeError):
-            envelope = None
-        if isinstance(envelope, dict) and isinstance(envelope.get("error"), dict):
-            return error_from_envelope(envelope)
-    import pyarrow.flight as fl  # noqa: PLC0415 - flight only when a stream is used
-
-    prefix = f"{where}: " if where else ""
-    text = f"{prefix}{_flight_text(exc)}"
-    if isinstance(exc, fl.FlightUnauthenticatedError):
-        return Unauthenticated(text)
-    if isinstance(exc, fl.FlightUnauthorizedError):
-        return InvalidTicket(text)
-    if isinstance(exc, fl.FlightUnavailableError | fl.FlightTimedOutError | OSError):
-        return Unavailable(text)
-    if isinstance(exc, fl.FlightCancelledError):
-        return Unavailable(text)
-    return InternalError(text)
-
-
-def _flight_text(exc: BaseException) -> str:
-    text = str(exc).strip()
-    # gRPC appends a long debug context; the first line says what happened.
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return first.split(". Detail:")[0]
+    return as_sdk_error(wire_error_from_flight(exc, where=where))

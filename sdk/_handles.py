@@ -11,18 +11,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from torch.utils.data import DataLoader
+
 from contract.configs import LoaderConfig, ValidationConfig
 from sdk._exceptions import InvalidConfig
 from sdk._html import html_table, human_count, text_table
 from sdk._models import MlDatasetIndex, PlanReport
+from sdk._torch import WindpipeIterableDataset, dataloader_options
+from sdk._warm import warm_plan
 
 if TYPE_CHECKING:
-    from torch.utils.data import DataLoader
-
     from sdk._batch import Batch
     from sdk._catalog import Catalog
     from sdk._loader import DeviceLoader
-    from sdk._torch import WindpipeIterableDataset
 
 __all__ = ["DatasetVersion", "Plan", "Split"]
 
@@ -175,8 +176,6 @@ class Plan:
         than a server's cache budget raises :class:`ResourceExhausted` naming both sizes.
         ``progress``: a tqdm bar in bytes (None: when the output is interactive).
         """
-        from sdk._warm import warm_plan  # noqa: PLC0415
-
         results = warm_plan(self._catalog.flight(), self.id, epoch=epoch, progress=progress)
         return {loc: r.as_dict() for loc, r in results.items()}
 
@@ -247,8 +246,6 @@ class Plan:
         ``full_in_mem`` warms the servers' caches once, here, in this process (not in
         each DataLoader worker). :meth:`dataloader` applies the config's runtime fields.
         """
-        from sdk._torch import WindpipeIterableDataset  # noqa: PLC0415
-
         self._prepare(data_access, epoch=epoch, progress=progress)
         return WindpipeIterableDataset(
             self._catalog._worker_source(self.id), plan_id=self.id, epoch=epoch, rank=rank,
@@ -269,10 +266,6 @@ class Plan:
         (see ``sdk._torch.dataloader_options``). The loader's ``dataset`` is the
         :class:`WindpipeIterableDataset` (``set_epoch``, ``state_dict``).
         """
-        from torch.utils.data import DataLoader  # noqa: PLC0415
-
-        from sdk._torch import dataloader_options  # noqa: PLC0415
-
         kwargs = dataloader_options(self.config, **options)
         dataset = self.torch_dataset(
             epoch, rank=rank, world_size=world_size, transform=transform,

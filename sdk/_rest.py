@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from contract.auth import http_headers
 from sdk._exceptions import Unavailable, error_from_envelope
 
 __all__ = ["RestClient"]
@@ -34,9 +35,8 @@ class RestClient:
         backoff_s: float = 0.2,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        headers = {"accept": "application/json", "user-agent": "windpipe-sdk"}
-        if token:
-            headers["authorization"] = f"Bearer {token}"
+        headers = {"accept": "application/json", "user-agent": "windpipe-sdk",
+                   **http_headers(token)}
         self.base_url = base_url.rstrip("/")
         self.retries = retries
         self.backoff_s = backoff_s

@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as fl
 
+from contract.auth import flight_headers
 from contract.wire import BatchMetadata, FlightCommand
 from sdk._exceptions import InternalError, Unavailable, WindpipeError, error_from_flight
 
@@ -66,7 +67,7 @@ class FlightStream:
             raise Unavailable(msg)
         self.locations = [str(loc) for loc in locations]
         self.max_failovers = max_failovers
-        headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+        headers = flight_headers(token)
         self._info_options = fl.FlightCallOptions(headers=headers, timeout=timeout)
         self._get_options = fl.FlightCallOptions(headers=headers)
         self._clients: dict[str, fl.FlightClient] = {}

@@ -16,17 +16,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-__all__ = ["create_engine", "is_postgres", "is_sqlite", "session_scope", "upgrade_database"]
-
-
-def is_sqlite(engine: Engine) -> bool:
-    """Whether ``engine`` talks to SQLite."""
-    return engine.dialect.name == "sqlite"
-
-
-def is_postgres(engine: Engine) -> bool:
-    """Whether ``engine`` talks to PostgreSQL."""
-    return engine.dialect.name == "postgresql"
+__all__ = ["create_engine", "session_scope"]
 
 
 def create_engine(url: str, **kwargs: Any) -> Engine:
@@ -69,12 +59,3 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
         raise
     finally:
         session.close()
-
-
-def upgrade_database(url: str, revision: str = "head") -> None:
-    """Run the Alembic migrations of ``migrations/`` up to ``revision``."""
-    from alembic import command  # noqa: PLC0415 - alembic only when migrating
-
-    from migrations import alembic_config  # noqa: PLC0415
-
-    command.upgrade(alembic_config(url), revision)

@@ -7,6 +7,7 @@ embedded defaults (SQLite and local storage under ``data_dir``) need no setup.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -37,6 +38,23 @@ class Settings(BaseSettings):
         default=(), description="grpc://host:port of every Flight server, for endpoint routing"
     )
     cache_bytes: int = Field(default=1 << 30, ge=1 << 20)
+    cache_wait_s: float = Field(
+        default=30.0, gt=0,
+        description="how long a batch waits for cache room pinned by other streams",
+    )
+    readahead_batches: int = Field(
+        default=2, ge=0, description="batches whose chunks a stream loads ahead (0: none)"
+    )
+    endpoint_batches: int = Field(
+        default=64, ge=1, description="fewest batches per endpoint when several servers serve"
+    )
+    on_bad_segment: Literal["raise", "skip"] = Field(
+        default="raise",
+        description="a segment that cannot be read fails the stream, or its lanes are padding",
+    )
+    ticket_ttl_s: float | None = Field(
+        default=None, gt=0, description="seconds a Flight ticket stays valid (default: no expiry)"
+    )
     ticket_secret: SecretStr = SecretStr("windpipe-dev-secret-change-me")
     token: SecretStr | None = Field(default=None, description="bearer token required by the API")
     s3_endpoint: str | None = None

@@ -20,11 +20,13 @@ from catalog.api.deps import require_token
 from catalog.api.errors import install_error_handlers
 from catalog.api.routes import datasets, flight, health, plans, splits, versions
 from catalog.flight_stats import RequestCounter
-from catalog.service import CatalogContext, StorageOptions
+from catalog.service import CatalogContext
+from migrations import upgrade_engine
 from services.database import create_engine
 from services.settings import Settings
+from storage.store import StorageOptions
 
-__all__ = ["RequestCountMiddleware", "create_app", "migrate", "server_version"]
+__all__ = ["RequestCountMiddleware", "create_app", "server_version"]
 
 
 def server_version() -> str:
@@ -33,18 +35,6 @@ def server_version() -> str:
         return version("windpipe")
     except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
         return "0+unknown"
-
-
-def migrate(engine: Engine) -> None:
-    """Upgrade the database behind ``engine`` to the newest schema."""
-    from alembic import command  # noqa: PLC0415 - alembic only at start-up
-
-    from migrations import alembic_config  # noqa: PLC0415
-
-    config = alembic_config(engine.url.render_as_string(hide_password=False))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
 
 
 class RequestCountMiddleware:
@@ -103,14 +93,10 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
             settings.resolved_database_url()
         )
         try:
-            migrate(bound)
+            upgrade_engine(bound)
             app.state.engine = bound
             app.state.catalog = CatalogContext.from_engine(
-                bound,
-                storage=StorageOptions(
-                    s3_endpoint=settings.s3_endpoint, s3_region=settings.s3_region,
-                    s3_allow_http=settings.s3_allow_http,
-                ),
+                bound, storage=StorageOptions.from_settings(settings),
             )
             yield
         finally:

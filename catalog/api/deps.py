@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import secrets
 from typing import Annotated
 
 from fastapi import Depends, Query, Request
 
 from catalog.api.schemas import MAX_PAGE_SIZE
 from catalog.service import CatalogContext
+from contract.auth import AUTH_HEADER, bearer_matches
 from contract.errors import ErrorType, WindpipeError
 from services.settings import Settings
 
@@ -38,11 +38,7 @@ def require_token(request: Request) -> None:
     token = request.app.state.settings.token
     if token is None:
         return
-    header = request.headers.get("authorization", "")
-    scheme, _sep, value = header.partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(
-        value.strip().encode(), token.get_secret_value().encode()
-    ):
+    if not bearer_matches(request.headers.get(AUTH_HEADER), token.get_secret_value()):
         raise WindpipeError(
             ErrorType.UNAUTHENTICATED, "missing or wrong bearer token (Authorization: Bearer ...)"
         )

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from contract.configs import LoaderOptions
 from contract.errors import ErrorType, WindpipeError, error_envelope
 from services.logging import get_logger
 
@@ -72,6 +73,18 @@ def _is_config_body_error(request: Request, errors: list[dict[str, Any]]) -> boo
     return bool(errors)
 
 
+def _error_text(request: Request, error: dict[str, Any]) -> str:
+    """pydantic's message, or why a runtime option has no place in a plan body."""
+    loc = tuple(error.get("loc", ()))
+    route = request.scope.get("route")
+    if (getattr(route, "operation_id", None) == "create_plan"
+            and error.get("type") == "extra_forbidden" and len(loc) == 2
+            and loc[0] == "body" and loc[1] in LoaderOptions.model_fields):
+        return ("a runtime option of LoaderConfig, not part of a plan: the SDK keeps it "
+                "client-side (send LoaderConfig.planning_dict())")
+    return str(error.get("msg", "invalid request"))
+
+
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = [dict(e) for e in exc.errors()]
@@ -82,7 +95,7 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         e.pop("input", None)
     first = errors[0] if errors else {}
     where = ".".join(str(p) for p in first.get("loc", ()))
-    message = f"{where}: {first.get('msg', 'invalid request')}" if where else "invalid request"
+    message = f"{where}: {_error_text(request, first)}" if where else "invalid request"
     kind = (
         ErrorType.INVALID_CONFIG if _is_config_body_error(request, errors)
         else ErrorType.INVALID_REQUEST

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import uvicorn
 
+from catalog.api.app import create_app
 from services.settings import Settings
 
 __all__ = ["CatalogServer", "start_catalog_server"]
@@ -49,8 +50,6 @@ def start_catalog_server(
     settings: Settings, *, port: int | None = None, startup_timeout_s: float = 30.0
 ) -> CatalogServer:
     """Start the catalog on ``settings.host`` and ``port`` (default ``settings.port``)."""
-    from catalog.api.app import create_app  # noqa: PLC0415 - the app only when serving
-
     config = uvicorn.Config(
         create_app(settings), host=settings.host,
         port=settings.port if port is None else port,

@@ -1,7 +1,8 @@
 """Plans over real HTTP, on SQLite and PostgreSQL: validation, storage, report, schedule.
 
-The stored units and the served schedule are checked against the independent
-reference in ``tests/reference/schedule_ref.py``.
+The stored plan (its artifact, read straight from the database) and the served
+schedule are checked against the independent reference in
+``tests/reference/schedule_ref.py``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from catalog.repository import Repository, encode_page_token
 from contract.configs import LoaderConfig
+from planning.artifact import PlanArtifact
 from services.database import create_engine
 from services.synth import SynthResult
 from tests.catalog.api_support import (
@@ -70,19 +72,42 @@ def _split(client: httpx.Client, root: str, body: dict[str, Any], **split: Any) 
     return str(response.json()["id"])
 
 
-def _stored(database_url: str, plan_id: str) -> tuple[list[RefStream], pl.DataFrame]:
+def _stored_bytes(database_url: str, plan_id: str) -> bytes:
     engine = create_engine(database_url)
     try:
         with Session(engine) as session:
-            repo = Repository(session)
-            streams = [
-                RefStream(protocol=s.protocol, n_rows=s.n_rows, group_key=tuple(s.group_key),
-                          alignment_key=tuple(s.alignment_key))
-                for s in repo.load_plan_streams(plan_id)
-            ]
-            return streams, repo.load_plan_units(plan_id, 0)
+            data = Repository(session).load_plan_artifact(plan_id)
+            assert data is not None
+            return data
     finally:
         engine.dispose()
+
+
+def _stored(database_url: str, plan_id: str) -> tuple[list[RefStream], pl.DataFrame]:
+    """The stored plan's streams and the units of its epoch 0, read from the database."""
+    artifact = PlanArtifact.from_ipc(_stored_bytes(database_url, plan_id))
+    st = artifact.streams
+    streams = [
+        RefStream(protocol=st.protocols[int(st.protocol[s])], n_rows=int(st.n_rows[s]),
+                  group_key=st.group_keys[s], alignment_key=st.alignment_keys[s])
+        for s in range(st.count)
+    ]
+    sched = artifact.epoch_schedule(0)
+    ptr = sched.unit_batch_ptr
+    first_lane = sched.batch_lane_ptr[ptr[:-1]]
+    units = pl.DataFrame({
+        "unit_idx": range(sched.n_units),
+        "protocol": [st.protocols[int(p)] for p in sched.batch_protocol[ptr[:-1]]],
+        "n_batches": (ptr[1:] - ptr[:-1]).tolist(),
+        "n_lanes": sched.batch_lanes[ptr[:-1]].tolist(),
+        "batch_start": ptr[:-1].tolist(),
+        "stream_idx": sched.lane_stream[first_lane].tolist(),
+        "window_offset": sched.lane_offset[first_lane].tolist(),
+    }, schema={
+        "unit_idx": pl.Int64, "protocol": pl.String, "n_batches": pl.Int64, "n_lanes": pl.Int64,
+        "batch_start": pl.Int64, "stream_idx": pl.Int64, "window_offset": pl.Int64,
+    })
+    return streams, units
 
 
 def _units_of(batches: list[RefBatch]) -> pl.DataFrame:
@@ -117,12 +142,23 @@ def test_plan_matches_reference(
     assert plan["status"] == "completed"
     assert plan["config"] == config.planning_dict()
 
-    # Runtime fields do not change a plan: the same plan comes back with 200.
-    again = client.post(f"/v1/splits/{split_id}/plans",
-                        json={**body, "num_workers": 3, "device": "cpu"})
+    # The same planning fields again: the stored plan comes back with 200.
+    again = client.post(f"/v1/splits/{split_id}/plans", json=body)
     assert again.status_code == 200
     assert again.json()["id"] == plan["id"]
     assert client.get(f"/v1/plans/{plan['id']}").json() == plan
+    # A plan body holds only what identifies a plan: runtime options are refused.
+    error = assert_error(client.post(f"/v1/splits/{split_id}/plans",
+                                     json={**body, "num_workers": 3, "device": "cpu"}),
+                         422, "invalid_config")
+    assert "runtime option" in error["message"]
+    assert error["message"].startswith(("body.num_workers", "body.device"))
+
+    # What the catalog stored is what it serves, byte for byte.
+    artifact = client.get(f"/v1/plans/{plan['id']}/artifact")
+    assert artifact.status_code == 200
+    assert artifact.headers["content-type"] == "application/vnd.apache.arrow.stream"
+    assert artifact.content == _stored_bytes(database_url, plan["id"])
 
     streams, units = _stored(database_url, plan["id"])
     assert len(streams) == plan["n_streams"] > 0
@@ -193,8 +229,12 @@ def test_plan_errors(client: httpx.Client, small_split: str, database_url: str) 
     assert_error(client.post(f"/v1/splits/{small_split}/plans", content=b"{",
                              headers={"content-type": "application/json"}),
                  422, "invalid_request")
+    error = _plan_error(client, small_split, {**base, "data_access": "full_in_mem"})
+    assert "data_access" in error["message"]
+    error = _plan_error(client, small_split, {**base, "no_such_field": 1})
+    assert "no_such_field" in error["message"]
     counts = table_counts(database_url)
-    assert (counts["plans"], counts["plan_streams"], counts["plan_units"]) == (0, 0, 0)
+    assert (counts["plans"], counts["plan_artifacts"]) == (0, 0)
 
     ok = client.post(f"/v1/splits/{small_split}/plans", json=base)
     assert ok.status_code == 201, ok.text
@@ -205,6 +245,7 @@ def test_plan_errors(client: httpx.Client, small_split: str, database_url: str) 
     assert_error(client.get(f"/v1/plans/{plan_id}/report", params={"world_size": 0}),
                  422, "invalid_request")
     assert_error(client.get("/v1/plans/p-unknown/schedule"), 404, "not_found")
+    assert_error(client.get("/v1/plans/p-unknown/artifact"), 404, "not_found")
 
 
 def test_page_tokens_of_another_shape_are_422(client: httpx.Client, small_split: str) -> None:

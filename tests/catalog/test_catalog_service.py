@@ -11,7 +11,8 @@ import pytest
 from catalog import service
 from catalog.models import Version
 from catalog.repository import Repository
-from services.database import create_engine, upgrade_database
+from migrations import upgrade_database
+from services.database import create_engine
 from tests.catalog.api_support import assert_error, table_counts, write_small_dataset
 
 

@@ -16,9 +16,9 @@ from catalog.index import (
 )
 from catalog.manifest import load_manifest, manifest_from_rows
 from catalog.registration import prepare_version
-from catalog.storage import Storage
 from contract.errors import ErrorType, WindpipeError
 from contract.identity import manifest_row_id
+from storage.store import Storage
 from tests.fixtures.data import write_parquet_segment
 
 

@@ -8,8 +8,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from catalog.models import Base
-from migrations import alembic_config
-from services.database import create_engine, upgrade_database
+from migrations import alembic_config, upgrade_database
+from services.database import create_engine
 
 
 def _diffs(url: str) -> list[object]:

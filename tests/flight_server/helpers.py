@@ -2,7 +2,7 @@
 
 Datasets are written as real parquet / zarr v3 segments; the reference values are
 read back straight from the files with pyarrow / zarr (never through
-``catalog.segments``), and batches are computed by ``tests.reference.schedule_ref``.
+``storage.segments``), and batches are computed by ``tests.reference.schedule_ref``.
 """
 
 from __future__ import annotations
@@ -20,16 +20,17 @@ import pyarrow.parquet as pq
 import zarr
 from pydantic import SecretStr
 
-from catalog.segments import inspect_segment
-from catalog.storage import Storage
-from catalog.streams import Streams
 from contract.configs import LoaderConfig
 from contract.errors import ErrorType, WindpipeError
 from contract.identity import manifest_row_id
 from contract.wire import ACTION_CACHE_STATS, BatchMetadata, FlightCommand, batch_arrays
-from flight_server.plans import PlanContext, build_plan_context
 from flight_server.runner import RunningFlightServer, start_flight_server
+from materialize.plan import PlanContext
+from planning.artifact import PieceLayout, PieceRecord, PlanArtifact, make_artifact
+from planning.streams import Streams
 from services.settings import Settings
+from storage.segments import inspect_segment
+from storage.store import Storage
 from tests.fixtures.data import write_parquet_segment, write_zarr_segment
 from tests.reference.schedule_ref import ref_streams, reference_rank, reference_values
 
@@ -60,14 +61,24 @@ class Dataset:
     segments: dict[str, Any]
     data: list[dict[str, np.ndarray]] = field(default_factory=list)
 
+    def artifact(self, config: LoaderConfig, plan_id: str = "p-test", *,
+                 root_uri: str | None = None) -> PlanArtifact:
+        """The stored plan over this dataset (``root_uri``: where a copy of it lives), made
+        by the planning core and read back from its stored bytes, as a catalog would."""
+        records = {path: PieceRecord(info.format, info.fingerprint, info.chunk_rows)
+                   for path, info in self.segments.items()}
+        made = make_artifact(
+            plan_id=plan_id, split_id="s-test", version_id="v-test",
+            root_uri=root_uri or Path(self.root).resolve().as_uri(), spec=config,
+            streams=self.streams,
+            pieces=PieceLayout.from_records(self.streams.piece_path, records),
+        )
+        return PlanArtifact.from_ipc(made.to_ipc())
+
     def plan(self, config: LoaderConfig, plan_id: str = "p-test", *,
              root_uri: str | None = None) -> PlanContext:
-        """A plan context over this dataset (``root_uri``: where a copy of it lives)."""
-        return build_plan_context(
-            plan_id=plan_id, version_id="v-test",
-            root_uri=root_uri or Path(self.root).resolve().as_uri(),
-            config=config, streams=self.streams, segments=self.segments,
-        )
+        """A plan context over this dataset (see :meth:`artifact`)."""
+        return PlanContext.from_artifact(self.artifact(config, plan_id, root_uri=root_uri))
 
 
 def _values(rng: np.random.Generator, protocol: str, n: int) -> dict[str, np.ndarray]:
@@ -161,19 +172,19 @@ def read_back(ds: Dataset) -> list[dict[str, np.ndarray]]:
 
 def start_server(plans: dict[str, PlanContext], *, cache_bytes: int = 64 << 20,
                  locations: tuple[str, ...] = (), port: int = 0,
-                 s3_endpoint: str | None = None, s3_allow_http: bool = False,
-                 **kwargs: Any) -> RunningFlightServer:
-    """A Flight server on loopback serving ``plans`` (no catalog)."""
-    settings = Settings(flight_host="127.0.0.1", flight_port=port,
-                        flight_locations=locations, ticket_secret=SecretStr("test-secret"),
-                        s3_endpoint=s3_endpoint, s3_allow_http=s3_allow_http)
+                 **settings: Any) -> RunningFlightServer:
+    """A Flight server on loopback serving ``plans`` (no catalog); ``settings`` are
+    ``Settings`` fields (``readahead_batches``, ``on_bad_segment``, ``s3_endpoint``...)."""
+    config = Settings(flight_host="127.0.0.1", flight_port=port,
+                      flight_locations=locations, ticket_secret=SecretStr("test-secret"),
+                      **settings)
 
-    def source(plan_id: str) -> PlanContext:
+    def source(plan_id: str) -> PlanArtifact:
         if plan_id not in plans:
             raise WindpipeError(ErrorType.NOT_FOUND, f"plan {plan_id!r} does not exist")
-        return plans[plan_id]
+        return plans[plan_id].artifact
 
-    return start_flight_server(settings, plan_source=source, cache_bytes=cache_bytes, **kwargs)
+    return start_flight_server(config, plan_source=source, cache_bytes=cache_bytes)
 
 
 @dataclass

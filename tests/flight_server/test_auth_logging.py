@@ -18,8 +18,8 @@ from contract.configs import LoaderConfig, WindowConfig
 from contract.errors import ErrorType
 from contract.wire import ACTION_CACHE_STATS, ACTION_HEALTH, ACTION_WARM, FlightCommand
 from contract.wire import error_from_flight as wire_error
-from flight_server.plans import PlanContext
 from flight_server.runner import RunningFlightServer, start_flight_server
+from materialize.plan import PlanContext
 from services.settings import Settings
 from tests.flight_server.helpers import (
     COLUMNS,
@@ -48,7 +48,8 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
 def _start_with_token(plans: dict[str, PlanContext]) -> RunningFlightServer:
     settings = Settings(flight_host="127.0.0.1", flight_port=0,
                         ticket_secret=SecretStr("test-secret"), token=SecretStr(TOKEN))
-    return start_flight_server(settings, plan_source=plans.__getitem__, cache_bytes=64 << 20)
+    return start_flight_server(settings, plan_source=lambda plan_id: plans[plan_id].artifact,
+                               cache_bytes=64 << 20)
 
 
 def _unauthenticated(exc: pytest.ExceptionInfo[Any]) -> str:

@@ -51,7 +51,7 @@ def test_plans_from_database_and_rest(catalog_server: str, database_url: str,
     split = _post(f"{catalog_server}/v1/versions/{version['id']}/splits",
                   ValidationConfig.sample(0.3, seed=2).model_dump(mode="json"))
     plan = _post(f"{catalog_server}/v1/splits/{split['id']}/plans",
-                 CONFIG.model_dump(mode="json"))
+                 CONFIG.planning_dict())
     plan_id = plan["id"]
     engine = create_engine(database_url)
     passes = []

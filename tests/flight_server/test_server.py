@@ -185,7 +185,7 @@ def test_budget_is_never_exceeded_while_streaming(dataset: Dataset) -> None:
     plan = dataset.plan(CONFIG, "p")
     chunk_bytes = 16 * 4 * 4  # 16 rows x (3 inputs + 1 target) float32
     budget = 6 * chunk_bytes  # a batch needs at most 4 chunks
-    running = start_server({"p": plan}, cache_bytes=budget, wait_timeout_s=10)
+    running = start_server({"p": plan}, cache_bytes=budget, cache_wait_s=10)
     samples: list[dict[str, int]] = []
     stop = threading.Event()
 

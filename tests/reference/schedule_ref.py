@@ -13,7 +13,7 @@ draws are shared with the real code, because they *are* the definition:
 API:
 
 - :class:`RefStream` - a stream as plain values; :func:`ref_streams` converts a
-  ``catalog.streams.Streams`` (reads its plain fields only).
+  ``planning.streams.Streams`` (reads its plain fields only).
 - :func:`reference_schedule` - all batches of an epoch in global order.
 - :func:`reference_rank` - the batches of one rank's pass.
 - :func:`reference_values` - the ``inputs``/``targets``/``mask`` arrays of a batch
@@ -75,7 +75,7 @@ class RefBatch:
 
 
 def ref_streams(streams: Any) -> list[RefStream]:
-    """Plain streams from a ``catalog.streams.Streams``."""
+    """Plain streams from a ``planning.streams.Streams``."""
     return [
         RefStream(
             protocol=streams.protocols[int(streams.protocol[s])],
@@ -306,7 +306,7 @@ def reference_values(
 def schedule_batches(
     schedule: Any, protocols: tuple[str, ...], batch_ids: Any = None
 ) -> list[RefBatch]:
-    """Convert batches of a ``catalog.schedule.Schedule`` into :class:`RefBatch` values
+    """Convert batches of a ``planning.schedule.Schedule`` into :class:`RefBatch` values
     (a pure re-labelling, for comparison with :func:`reference_schedule`)."""
     ids = range(int(schedule.batch_unit.shape[0])) if batch_ids is None else batch_ids
     out = []

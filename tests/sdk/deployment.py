@@ -38,15 +38,14 @@ def deployment(
     locations = [f"grpc://127.0.0.1:{p}" for p in ports]
     settings = Settings(
         database_url=database_url, data_dir=data_dir, flight_host="127.0.0.1",
-        flight_locations=tuple(locations),
+        flight_locations=tuple(locations), endpoint_batches=endpoint_batches,
         token=SecretStr(token) if token else None, log_level="WARNING",
     )
     with ExitStack() as stack:
         url = stack.enter_context(run_catalog_server(settings))
         flights = []
         for port in ports:
-            running = start_flight_server(settings, port=port, endpoint_batches=endpoint_batches,
-                                          cache_bytes=cache_bytes)
+            running = start_flight_server(settings, port=port, cache_bytes=cache_bytes)
             stack.callback(running.stop, grace_s=5.0)
             flights.append(running)
         yield Deployment(url=url, flights=flights, locations=locations, settings=settings)

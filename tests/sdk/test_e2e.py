@@ -196,8 +196,9 @@ def test_failover_when_a_flight_server_dies_mid_epoch(dep: Any, tmp_path: Path) 
 
     ports = free_ports(2)
     locs = [f"grpc://127.0.0.1:{p}" for p in ports]
-    settings = dep.settings.model_copy(update={"flight_locations": tuple(locs)})
-    servers = [start_flight_server(settings, port=p, endpoint_batches=3) for p in ports]
+    settings = dep.settings.model_copy(update={"flight_locations": tuple(locs),
+                                               "endpoint_batches": 3})
+    servers = [start_flight_server(settings, port=p) for p in ports]
     try:
         cat = Catalog(dep.url, flight_locations=locs)
         stream = cat.flight()

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.cli import build_parser
 from services.settings import Settings
+from windpipe.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,9 +10,9 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from catalog.segments import inspect_segment, read_rows
-from catalog.storage import Storage
 from services.synth import PROTOCOL_COLUMNS, write_synthetic_dataset
+from storage.segments import inspect_segment, read_rows
+from storage.store import Storage
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -1,4 +1,4 @@
-"""Window plans of a split: create, read, report and schedule."""
+"""Window plans of a split: create, read, the stored artifact, report and schedule."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from catalog import plans
 from catalog.api.deps import Context, PageSize, PageToken
 from catalog.api.schemas import DEFAULT_PAGE_SIZE, PageOut, PlanOut, ScheduleBatchOut
 from catalog.repository import decode_page_token, encode_page_token
-from contract.configs import LoaderConfig
-from contract.errors import ErrorType, WindpipeError
+from contract.configs import PlanSpec
+from planning.artifact import ARTIFACT_MEDIA_TYPE
 
 __all__ = ["v1"]
 
@@ -29,10 +29,12 @@ WorldSize = Annotated[int, Query(ge=1, description="number of ranks")]
     response_model=PlanOut,
     responses={200: {"model": PlanOut, "description": "this plan already existed"}},
 )
-def create_plan(ctx: Context, split_id: str, body: LoaderConfig, response: Response) -> PlanOut:
-    """Validate a ``LoaderConfig`` against the data and plan it (201; 200 when known).
+def create_plan(ctx: Context, split_id: str, body: PlanSpec, response: Response) -> PlanOut:
+    """Validate a ``PlanSpec`` (the planning fields of a ``LoaderConfig``) against the data
+    and plan it once (201; 200 when known).
 
-    Runtime fields in the body are accepted and ignored: they do not change a plan.
+    The body holds only what identifies a plan: a runtime option (``data_access``,
+    ``device``, ...) or an unknown field is refused with 422.
     """
     result = plans.create_plan(ctx, split_id, body)
     if not result.created:
@@ -44,6 +46,18 @@ def create_plan(ctx: Context, split_id: str, body: LoaderConfig, response: Respo
 def get_plan(ctx: Context, plan_id: str) -> PlanOut:
     """One plan."""
     return PlanOut.from_row(plans.get_plan(ctx, plan_id))
+
+
+@v1.get(
+    "/plans/{plan_id}/artifact", operation_id="get_plan_artifact",
+    response_class=Response,
+    responses={200: {"description": "the stored plan, Arrow IPC (docs/wire.md section 7)",
+                     "content": {ARTIFACT_MEDIA_TYPE: {}}}},
+)
+def get_plan_artifact(ctx: Context, plan_id: str) -> Response:
+    """The stored plan as Arrow IPC: what every Flight server and in-process reader loads."""
+    return Response(content=plans.plan_artifact_bytes(ctx, plan_id),
+                    media_type=ARTIFACT_MEDIA_TYPE)
 
 
 @v1.get("/plans/{plan_id}/report", operation_id="get_plan_report")
@@ -61,11 +75,6 @@ def get_plan_schedule(
     page_size: PageSize = DEFAULT_PAGE_SIZE, page_token: PageToken = None,
 ) -> PageOut[ScheduleBatchOut]:
     """The batches of one rank's pass of ``epoch``, in order, as lanes (paged)."""
-    if rank >= world_size:
-        raise WindpipeError(
-            ErrorType.INVALID_REQUEST, f"rank {rank} is not below world_size {world_size}",
-            details={"rank": rank, "world_size": world_size},
-        )
     key = decode_page_token(page_token, shape=(int,))
     start = key[0] if key else 0
     items, total = plans.rank_schedule_page(

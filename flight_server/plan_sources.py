@@ -1,0 +1,116 @@
+"""Where a Flight server gets its plans: the stored artifact, from the database or over REST.
+
+Both sources fetch the bytes the catalog stored when it made the plan and decode
+them with the one loader, :meth:`planning.artifact.PlanArtifact.from_ipc`; neither
+reads the index or rebuilds streams. :class:`PlanCache` keeps a few loaded plans
+(:class:`materialize.plan.PlanContext`) and loads each at most once at a time. A
+client never sends a path or a config.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Protocol
+
+import httpx
+from sqlalchemy.engine import Engine
+
+from catalog.plans import plan_artifact_bytes
+from catalog.service import CatalogContext
+from contract.auth import http_headers
+from contract.errors import ErrorType, WindpipeError
+from materialize.plan import PlanContext
+from planning.artifact import ARTIFACT_MEDIA_TYPE, PlanArtifact
+
+__all__ = ["DatabasePlanSource", "PlanCache", "PlanSource", "RestPlanSource"]
+
+
+class PlanSource(Protocol):
+    """Where plans come from."""
+
+    def load(self, plan_id: str) -> PlanArtifact:
+        """The stored plan ``plan_id``; ``not_found`` if the catalog has none."""
+        ...
+
+
+class DatabasePlanSource:
+    """Plans read from the catalog database (the ``plan_artifacts`` table)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._ctx = CatalogContext.from_engine(engine)
+
+    def load(self, plan_id: str) -> PlanArtifact:
+        """Read and decode the stored artifact."""
+        return PlanArtifact.from_ipc(plan_artifact_bytes(self._ctx, plan_id))
+
+
+class RestPlanSource:
+    """Plans read with one call, ``GET /v1/plans/{id}/artifact`` (no database access)."""
+
+    def __init__(self, base_url: str, *, token: str | None = None,
+                 timeout_s: float = 60.0) -> None:
+        self._base = base_url.rstrip("/")
+        self._headers = {**http_headers(token), "accept": ARTIFACT_MEDIA_TYPE}
+        self._timeout = timeout_s
+
+    def load(self, plan_id: str) -> PlanArtifact:
+        """Fetch and decode the artifact; ``unavailable`` when the catalog cannot be reached
+        (a connection error, not a server bug)."""
+        path = f"/v1/plans/{plan_id}/artifact"
+        try:
+            resp = httpx.get(f"{self._base}{path}", headers=self._headers,
+                             timeout=self._timeout)
+        except httpx.TransportError as exc:
+            raise WindpipeError(
+                ErrorType.UNAVAILABLE,
+                f"this Flight server cannot reach its catalog at {self._base}: {exc}",
+                details={"plan_id": plan_id, "catalog_url": self._base},
+            ) from exc
+        if resp.status_code == 404:
+            raise WindpipeError(ErrorType.NOT_FOUND, f"plan {plan_id!r} does not exist",
+                                details={"plan": plan_id})
+        if resp.status_code != 200:
+            raise WindpipeError(
+                ErrorType.UNAVAILABLE,
+                f"catalog answered {resp.status_code} to GET {path}: {resp.text[:300]}",
+                details={"plan_id": plan_id, "status": resp.status_code, "path": path},
+            )
+        return PlanArtifact.from_ipc(resp.content)
+
+
+class PlanCache:
+    """Loaded plans by id (a few kept; loads of one plan happen once at a time)."""
+
+    def __init__(self, source: PlanSource | Callable[[str], PlanArtifact], *,
+                 max_plans: int = 16) -> None:
+        self._load = source.load if hasattr(source, "load") else source
+        self._max = max_plans
+        self._plans: OrderedDict[str, PlanContext] = OrderedDict()
+        self._lock = threading.Lock()
+        self._loading: dict[str, threading.Lock] = {}
+
+    def get(self, plan_id: str) -> PlanContext:
+        """The plan ``plan_id`` (loaded on first use)."""
+        with self._lock:
+            plan = self._plans.get(plan_id)
+            if plan is not None:
+                self._plans.move_to_end(plan_id)
+                return plan
+            gate = self._loading.setdefault(plan_id, threading.Lock())
+        try:
+            with gate:
+                with self._lock:
+                    plan = self._plans.get(plan_id)
+                if plan is None:
+                    plan = PlanContext.from_artifact(self._load(plan_id))
+                    with self._lock:
+                        self._plans[plan_id] = plan
+                        while len(self._plans) > self._max:
+                            self._plans.popitem(last=False)
+        finally:
+            with self._lock:
+                if self._loading.get(plan_id) is gate and not gate.locked():
+                    del self._loading[plan_id]
+        return plan

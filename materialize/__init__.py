@@ -1,0 +1,23 @@
+"""The materializer: turns a stored plan's batch range into arrays (and Arrow record batches).
+
+One importable library, used by the Flight server and usable by any in-process
+reader: the byte-budgeted chunk cache (:mod:`.cache`), decoded and scaled chunks
+(:mod:`.chunks`), a plan made ready to read (:mod:`.plan`), lane plans and the gather
+(:mod:`.lanes`, :mod:`.builder`), provenance (:mod:`.provenance`) and the ordered
+pipeline with read-ahead (:mod:`.pipeline`). No HTTP, no SQL, no gRPC server.
+"""
+
+from materialize.builder import BadSegmentPolicy, BatchBuilder
+from materialize.cache import CacheStats, ChunkCache, ChunkRequest
+from materialize.pipeline import BatchPipeline
+from materialize.plan import PlanContext
+
+__all__ = [
+    "BadSegmentPolicy",
+    "BatchBuilder",
+    "BatchPipeline",
+    "CacheStats",
+    "ChunkCache",
+    "ChunkRequest",
+    "PlanContext",
+]

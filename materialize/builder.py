@@ -1,0 +1,331 @@
+"""One training batch: a few vectorized copies from cached chunk matrices into outgoing buffers.
+
+For batch ``g`` of an epoch's schedule, :class:`BatchBuilder` finds (vectorized)
+every ``(lane, chunk)`` row range the lanes read, pins those chunks in the shared
+cache for the duration of the copy and writes the lanes straight into the
+outgoing buffers, which are wrapped zero-copy as the Arrow list columns of
+``contract.wire``. Lanes that lie inside one chunk (all but ~T/chunk_rows of them)
+are gathered per chunk with one strided ``np.take`` per matrix; only lanes that
+straddle chunks or end early take a slice loop; a batch whose lanes are back-to-back
+full windows of one chunk (sequential plans) is one contiguous copy per matrix.
+Lane plans and the provenance columns (``take``s from per-plan Arrow arrays,
+:mod:`materialize.plan_tables`; :mod:`materialize.lanes`,
+:mod:`materialize.provenance`) are computed for blocks of 16 batches at once; each
+batch then takes a zero-copy slice (blocks are aligned on the pass, so a resumed
+stream sends the same bytes). Pins are released before the batch is handed to Flight,
+so a client that goes away can never leave chunks pinned.
+
+Outgoing buffers are recycled per stream (:class:`_BufferPool`): gRPC sends Arrow
+buffers without copying and holds them until written, and each holds a reference
+to its numpy array, so an array whose only referent is the pool is free again.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+
+from contract.errors import ErrorType, WindpipeError
+from contract.wire import INPUT_PAD, BatchMetadata
+from materialize.cache import ChunkCache, ChunkRequest
+from materialize.chunks import ChunkMatrices, load_chunk
+from materialize.lanes import LanePlan, block_lanes, lane_plans
+from materialize.plan import PlanContext
+from materialize.plan_tables import plan_tables
+from materialize.provenance import provenance_batch
+from planning.schedule import Schedule
+from storage.store import Storage
+
+__all__ = ["BLOCK_BATCHES", "BadSegmentPolicy", "BatchBuilder", "chunk_loader"]
+
+BadSegmentPolicy = Literal["raise", "skip"]
+_I64 = np.int64
+_POOL_SETS = 8
+BLOCK_BATCHES = 16  # lane plans and provenance are built for this many batches at once
+
+
+def _child(values: np.ndarray, typ: pa.DataType) -> pa.Array:
+    flat = values.reshape(-1)
+    return pa.Array.from_buffers(typ, flat.shape[0], [None, pa.py_buffer(flat)])
+
+
+class _BufferPool:
+    """Outgoing ``(inputs, targets, mask)`` arrays of one stream, reused once released."""
+
+    def __init__(self) -> None:
+        self._sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def take(self, n: int, t: int, c_in: int,
+             c_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        shapes = ((n, t, c_in), (n, t, c_out), (n, t))
+        for i, arrays in enumerate(self._sets):
+            # referenced only by the pool's tuple (and getrefcount's argument): free
+            if (sys.getrefcount(arrays[0]) == 2 and sys.getrefcount(arrays[1]) == 2
+                    and sys.getrefcount(arrays[2]) == 2):
+                if tuple(a.shape for a in arrays) == shapes:
+                    return arrays
+                del self._sets[i]
+                break
+        arrays = (np.empty(shapes[0], np.float32), np.empty(shapes[1], np.float32),
+                  np.empty(shapes[2], np.uint8))
+        if len(self._sets) < _POOL_SETS:
+            self._sets.append(arrays)
+        return arrays
+
+
+class BatchBuilder:
+    """Materializes batches of one plan through the shared cache (one per stream)."""
+
+    def __init__(
+        self,
+        plan: PlanContext,
+        storage: Storage,
+        cache: ChunkCache,
+        schema: pa.Schema,
+        *,
+        on_bad_segment: BadSegmentPolicy = "raise",
+    ) -> None:
+        self.plan = plan
+        self.storage = storage
+        self.cache = cache
+        self.schema = schema
+        self.on_bad_segment = on_bad_segment
+        self.bad_paths: dict[str, str] = {}
+        self.tables = plan_tables(plan)
+        self._requests: dict[int, ChunkRequest] = {}
+        self._pool = _BufferPool()
+        self._prov: dict[int, tuple[pa.RecordBatch, int, int]] = {}
+        self._prov_schema = pa.schema(list(schema)[3:])
+
+    # -- planning ---------------------------------------------------------------------
+
+    def lane_plan(self, schedule: Schedule, g: int) -> LanePlan:
+        """The (lane, chunk) ranges of global batch ``g`` (vectorized)."""
+        return self.lane_plans(schedule, np.asarray([g], dtype=_I64))[0]
+
+    def lane_plans(self, schedule: Schedule, gs: np.ndarray) -> list[LanePlan]:
+        """The lane plans of global batches ``gs``, computed together (one pass of numpy)."""
+        return lane_plans(self.plan, self.tables, schedule, gs)
+
+    def _request(self, c: int) -> ChunkRequest:
+        req = self._requests.get(c)
+        if req is None:
+            plan = self.plan
+            spec = plan.specs[int(plan.chunk_spec[c])]
+            info = plan.piece_info(int(plan.chunk_piece[c]))
+            req = ChunkRequest(
+                key=plan.chunk_keys[c], nbytes=spec.nbytes(int(plan.chunk_len[c])),
+                load=chunk_loader(self.storage, info, int(plan.chunk_index[c]), spec),
+            )
+            self._requests[c] = req
+        return req
+
+    def requests(self, lp: LanePlan, *, skip_lanes: set[int] | None = None) -> list[ChunkRequest]:
+        """The chunk loads of a lane plan (lanes in ``skip_lanes`` left out)."""
+        if not skip_lanes:
+            return [self._request(c) for c in lp.chunks]
+        keep = ~np.isin(lp.rng_lane, np.fromiter(skip_lanes, dtype=_I64))
+        return [self._request(c) for c in dict.fromkeys(lp.rng_chunk[keep].tolist())]
+
+    # -- materialization --------------------------------------------------------------
+
+    def build(self, schedule: Schedule, g: int, *, batch_idx: int,
+              lp: LanePlan | None = None) -> tuple[pa.RecordBatch, BatchMetadata]:
+        """The record batch and metadata of global batch ``g`` (``batch_idx`` in the pass)."""
+        lp = lp if lp is not None else self.lane_plan(schedule, g)
+        skipped: dict[int, tuple[str, str]] = self._skipped_by_known_bad(lp)
+        while True:
+            try:
+                pins = self.cache.acquire(self.requests(lp, skip_lanes=set(skipped)))
+                break
+            except WindpipeError as exc:
+                path = exc.details.get("path")
+                if (self.on_bad_segment != "skip" or exc.type != ErrorType.SEGMENT_ERROR
+                        or not path or path in self.bad_paths):
+                    raise
+                self.bad_paths[str(path)] = exc.message
+                skipped = self._skipped_by_known_bad(lp)
+        with pins:
+            arrays = self._copy(lp, pins, skipped)
+        return self._record_batch(schedule, lp, arrays, skipped, batch_idx)
+
+    def _skipped_by_known_bad(self, lp: LanePlan) -> dict[int, tuple[str, str]]:
+        if not self.bad_paths:
+            return {}
+        out: dict[int, tuple[str, str]] = {}
+        for i, key in enumerate(lp.keys):
+            if key.path in self.bad_paths:
+                out.setdefault(int(lp.rng_lane[i]), (key.path, self.bad_paths[key.path]))
+        return out
+
+    def _copy(self, lp: LanePlan, pins: Any,
+              skipped: dict[int, tuple[str, str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        tables = self.tables
+        spec = self.plan.specs[lp.protocol]
+        c_in, c_out = len(spec.input_columns), len(spec.target_columns)
+        n, t = lp.n_lanes, lp.seq_len
+        inputs, targets, mask = self._pool.take(n, t, c_in, c_out)
+        if lp.tiled_src >= 0 and not skipped:
+            m = pins[self.plan.chunk_keys[lp.chunks[0]]]
+            s0 = lp.tiled_src
+            np.copyto(inputs, m.inputs[s0 : s0 + n * t].reshape(n, t, c_in))
+            np.copyto(targets, m.targets[s0 + 1 : s0 + 1 + n * t].reshape(n, t, c_out))
+            mask.fill(1)
+            return inputs, targets, mask
+        off = lp.lane_offset
+        avail = np.where(off >= 0, tables.n_rows[lp.lane_stream] - off, 0)
+        if skipped:
+            avail[list(skipped)] = 0
+        n_in = np.minimum(avail, t)
+        n_tg = np.clip(avail - 1, 0, t)
+        mask.fill(1)
+        for b in np.flatnonzero(n_in < t).tolist():
+            inputs[b, int(n_in[b]):] = INPUT_PAD
+        for b in np.flatnonzero(n_tg < t).tolist():
+            targets[b, int(n_tg[b]):] = np.nan
+            mask[b, int(n_tg[b]):] = 0
+        lanes, src, win, cnt = lp.rng_lane, lp.rng_src, lp.rng_win, lp.rng_len
+        full = (win == 0) & (cnt == t + 1)
+        if skipped:
+            live = ~np.isin(lanes, np.fromiter(skipped, dtype=_I64))
+            full &= live
+        else:
+            live = None
+        matrices: dict[int, ChunkMatrices] = {}
+        keys = self.plan.chunk_keys
+        for c in lp.chunks:
+            if keys[c] in pins:
+                matrices[c] = pins[keys[c]]
+        if full.any():
+            self._gather_full(lp, matrices, full, inputs, targets)
+        rest = np.flatnonzero(~full if live is None else ~full & live)
+        if rest.shape[0]:
+            chunk = lp.rng_chunk
+            for i in rest.tolist():
+                m = matrices[int(chunk[i])]
+                b, s0, w, k = int(lanes[i]), int(src[i]), int(win[i]), int(cnt[i])
+                i_hi = min(w + k, t)
+                if w < i_hi:
+                    inputs[b, w:i_hi] = m.inputs[s0 : s0 + i_hi - w]
+                t_lo = max(w, 1)
+                if t_lo < w + k:
+                    targets[b, t_lo - 1 : w + k - 1] = m.targets[s0 + t_lo - w : s0 + k]
+        return inputs, targets, mask
+
+    @staticmethod
+    def _gather_full(lp: LanePlan, matrices: dict[int, ChunkMatrices], full: np.ndarray,
+                     inputs: np.ndarray, targets: np.ndarray) -> None:
+        """Lanes whose window (and target row) lie inside one chunk: one take per chunk."""
+        t = lp.seq_len
+        chunk = lp.rng_chunk
+        one_chunk = len(lp.chunks) == 1
+        for c in lp.chunks:
+            sel = full if one_chunk else full & (chunk == c)
+            idx = np.flatnonzero(sel)
+            if not idx.shape[0]:
+                continue
+            m = matrices[c]
+            lanes, src = lp.rng_lane[idx], lp.rng_src[idx]
+            contiguous = int(lanes[-1]) - int(lanes[0]) + 1 == lanes.shape[0] and bool(
+                (np.diff(lanes) == 1).all())
+            n = lanes.shape[0]
+            tiled = contiguous and (n == 1 or bool((np.diff(src) == t).all()))
+            for mat, out, shift in ((m.inputs, inputs, 0), (m.targets, targets, 1)):
+                rows, width = mat.shape
+                if tiled:  # windows back to back in the chunk: one contiguous copy
+                    s0 = int(src[0]) + shift
+                    out[lanes[0] : lanes[0] + n] = mat[s0 : s0 + n * t].reshape(n, t, width)
+                    continue
+                # every T-row window of the chunk (overlapping, no copy)
+                view = np.ndarray((rows - t + 1, t, width), dtype=mat.dtype, buffer=mat,
+                                  strides=(mat.strides[0], mat.strides[0], mat.strides[1]))
+                if contiguous:
+                    out[lanes[0] : lanes[-1] + 1] = view[src + shift]
+                else:
+                    out[lanes] = view[src + shift]
+
+    def prepare(self, schedule: Schedule, gs: np.ndarray) -> None:
+        """Compute the provenance columns of global batches ``gs`` together (vectorized).
+
+        :meth:`build` of each of them then takes a zero-copy slice; the per-batch Arrow
+        and numpy overhead of these 11 columns is paid once per block.
+        """
+        gs = np.asarray(gs, dtype=_I64)
+        if not gs.shape[0]:
+            return
+        _, counts, ptr, idx = block_lanes(schedule, gs)
+        prov = self._provenance(
+            schedule.lane_stream[idx].astype(_I64, copy=False),
+            schedule.lane_offset[idx].astype(_I64, copy=False),
+            schedule.lane_protocol[idx],
+            np.repeat(schedule.batch_seq_len[gs].astype(_I64), counts),
+        )
+        if len(self._prov) > 4 * BLOCK_BATCHES:
+            self._prov.clear()
+        for k, g in enumerate(gs.tolist()):
+            self._prov[g] = (prov, int(ptr[k]), int(counts[k]))
+
+    def _provenance(self, lane_stream: np.ndarray, offsets: np.ndarray,
+                    lane_protocol: np.ndarray, seq_len: np.ndarray) -> pa.RecordBatch:
+        return provenance_batch(self.plan, self.tables, self._prov_schema,
+                                lane_stream=lane_stream, offsets=offsets,
+                                lane_protocol=lane_protocol, seq_len=seq_len)
+
+    def _record_batch(
+        self, schedule: Schedule, lp: LanePlan,
+        arrays: tuple[np.ndarray, np.ndarray, np.ndarray],
+        skipped: dict[int, tuple[str, str]], batch_idx: int,
+    ) -> tuple[pa.RecordBatch, BatchMetadata]:
+        tables = self.tables
+        inputs, targets, mask = arrays
+        n, t = lp.n_lanes, lp.seq_len
+        c_in, c_out = inputs.shape[2], targets.shape[2]
+        g = lp.global_batch
+        cached = self._prov.pop(g, None)
+        if cached is not None and not skipped:
+            block, row, count = cached
+            prov = block.slice(row, count) if count != block.num_rows else block
+        else:
+            offsets = lp.lane_offset
+            if skipped:
+                offsets = offsets.copy()
+                offsets[list(skipped)] = -1
+            prov = self._provenance(lp.lane_stream, offsets, lp.lane_protocol,
+                                    np.full(n, t, dtype=_I64))
+        columns = [
+            pa.ListArray.from_arrays(tables.offsets(n, t * c_in), _child(inputs, pa.float32())),
+            pa.ListArray.from_arrays(tables.offsets(n, t * c_out),
+                                     _child(targets, pa.float32())),
+            pa.ListArray.from_arrays(tables.offsets(n, t), _child(mask, pa.uint8())),
+            *prov.columns,
+        ]
+        batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        group = int(schedule.batch_group[g])
+        code = int(schedule.batch_protocol[g])
+        meta = BatchMetadata(
+            batch_idx=batch_idx, global_batch=g, split=self.plan.spec.split, seq_len=t,
+            c_in=c_in, c_out=c_out,
+            input_columns=self.plan.specs[code].input_columns,
+            target_columns=self.plan.specs[code].target_columns,
+            stateful_group_idx=group if group >= 0 else None,
+            stateful_step_idx=int(schedule.batch_step[g]) if group >= 0 else None,
+            stateful_steps=int(schedule.batch_steps[g]) if group >= 0 else None,
+            skipped_lanes=tuple(
+                {"lane": b, "path": path, "error": err}
+                for b, (path, err) in sorted(skipped.items())
+            ),
+        )
+        return batch, meta
+
+
+def chunk_loader(storage: Storage, info: Any, chunk_idx: int,
+                 spec: Any) -> Callable[[], tuple[ChunkMatrices, int]]:
+    """A zero-argument loader of one chunk (what the cache calls on a miss)."""
+    def load() -> tuple[ChunkMatrices, int]:
+        return load_chunk(storage, info, chunk_idx, spec)
+
+    return load

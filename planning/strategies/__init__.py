@@ -1,0 +1,65 @@
+"""The schedule strategies, one small module each, chosen from :data:`STRATEGIES`.
+
+Every strategy is ``schedule(streams, windows, rules, epoch) -> Schedule`` over the
+narrow inputs of :mod:`planning.rules`:
+
+| name | when | module | epoch-dependent |
+|---|---|---|---|
+| ``plain`` | ``sequential``, ``stateful_n_windows == 0`` (SEMANTICS 3a) | :mod:`.plain` | no |
+| ``sequential`` | ``sequential`` with segments (3b, 4) | :mod:`.sequential` | no |
+| ``shuffled`` | ``shuffled`` (3b, 4, 7) | :mod:`.shuffled` | yes |
+
+A plan stores the schedule of an epoch-independent strategy once; a shuffled plan's
+epochs are computed by its strategy when read (:meth:`PlanArtifact.epoch_schedule`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from contract.configs import PlanSpec
+from contract.errors import ErrorType, WindpipeError
+from planning.rules import OrderRules, WindowTable
+from planning.schedule import DropCounts, Schedule, empty_schedule
+from planning.strategies import plain, sequential, shuffled
+from planning.streams import Streams
+
+__all__ = ["STRATEGIES", "Strategy", "epoch_schedule", "strategy_for"]
+
+ScheduleFn = Callable[[Streams, WindowTable, OrderRules, int], Schedule]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A named way to order an epoch; ``epoch_dependent`` says whether epochs differ."""
+
+    name: str
+    epoch_dependent: bool
+    schedule: ScheduleFn
+
+
+STRATEGIES: dict[str, Strategy] = {
+    "plain": Strategy("plain", epoch_dependent=False, schedule=plain.schedule),
+    "sequential": Strategy("sequential", epoch_dependent=False, schedule=sequential.schedule),
+    "shuffled": Strategy("shuffled", epoch_dependent=True, schedule=shuffled.schedule),
+}
+
+
+def strategy_for(spec: PlanSpec) -> Strategy:
+    """The strategy of a plan: ``plain`` exactly when sequential and stateless."""
+    if spec.strategy == "shuffled":
+        return STRATEGIES["shuffled"]
+    return STRATEGIES["plain" if spec.stateful_n_windows == 0 else "sequential"]
+
+
+def epoch_schedule(streams: Streams, spec: PlanSpec, epoch: int) -> Schedule:
+    """All batches of ``epoch`` in global order (SEMANTICS sections 3a, 3b, 4, 7)."""
+    if epoch < 0:
+        raise WindpipeError(ErrorType.INVALID_REQUEST, f"epoch must be >= 0, got {epoch}",
+                            details={"epoch": epoch})
+    if streams.count == 0:
+        return empty_schedule(epoch, DropCounts())
+    strategy = strategy_for(spec)
+    return strategy.schedule(streams, WindowTable.for_protocols(spec, streams.protocols),
+                             OrderRules.from_spec(spec), epoch)

@@ -1,0 +1,45 @@
+"""Chunk loads: each source column read once, scaled once, laid out as batch rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from contract.configs import LoaderConfig, ScalingSpec
+from materialize.chunks import ChannelSpec, load_chunk
+from storage.segments import inspect_segment
+from storage.store import Storage
+from tests.fixtures.data import write_parquet_segment
+
+ROWS = 32
+
+
+def test_a_column_that_is_input_and_target_is_read_once(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=ROWS)
+    v = rng.uniform(2.5, 4.2, size=ROWS)
+    v[3] = np.nan
+    unused = rng.normal(size=ROWS)
+    write_parquet_segment(tmp_path, "seg.parquet", {"a": a, "v": v, "unused": unused},
+                          row_group_rows=ROWS)
+    storage = Storage.from_uri(tmp_path.as_uri())
+    info = inspect_segment(storage, "seg.parquet")
+    config = LoaderConfig(
+        inputs={"cycling": ("a", "v")}, targets={"cycling": ("v",)},
+        scaling=(ScalingSpec(column="v", input_min=2.5, input_max=4.5),),
+    )
+    spec = ChannelSpec.for_protocol(config, "cycling")
+    assert spec.read_columns == ("a", "v")
+
+    matrices, read = load_chunk(storage, info, 0, spec)
+
+    assert read == 2 * ROWS * 8  # a and v decoded once each (float64), "unused" never
+    scaled = -1.0 + (v - 2.5) * 2.0 / 2.0
+    np.testing.assert_allclose(matrices.inputs[:, 0], a.astype(np.float32), rtol=1e-6)
+    np.testing.assert_allclose(matrices.inputs[:, 1], np.where(np.isnan(v), -2.0, scaled),
+                               rtol=1e-6)
+    np.testing.assert_allclose(matrices.targets[:, 0], scaled, rtol=1e-6)  # NaN stays NaN
+    assert np.isnan(matrices.targets[3, 0])
+    assert matrices.inputs.dtype == matrices.targets.dtype == np.float32
+    assert matrices.nbytes == spec.nbytes(ROWS)

@@ -1,0 +1,31 @@
+"""``windpipe demo`` end to end, as a user runs it: a subprocess from an empty directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end_and_stops_its_servers(tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WINDPIPE_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "windpipe.cli", "demo", "--rows-per-cycle", "2000",
+         "--data-dir", str(tmp_path / "demo")],
+        capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    for step in range(1, 7):
+        assert f"[{step}/6]" in out, out
+    assert "PlanReport" in out
+    streamed = next(line for line in out.splitlines() if line.startswith("[6/6]"))
+    batches = int(streamed.split()[2])
+    assert batches > 0
+    assert "M tokens/s" in streamed
+    assert "demo finished; servers stopped" in out
+    assert (tmp_path / "demo" / "dataset" / "manifest.parquet").exists()

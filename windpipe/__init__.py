@@ -1,0 +1,4 @@
+"""The top of windpipe: the ``windpipe`` command (:mod:`windpipe.cli`) and the demo.
+
+Everything below is a library; only this package may import all of them.
+"""

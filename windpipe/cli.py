@@ -1,0 +1,187 @@
+"""The ``windpipe`` command.
+
+``serve`` runs the catalog REST API and a Flight server in one process on the
+embedded defaults; ``serve catalog`` / ``serve flight`` run one each (what
+docker-compose uses); ``migrate`` upgrades a database; ``synth`` writes demo data;
+``demo`` runs the whole path end to end; ``bench`` runs the benchmarks.
+
+The CLI is the top layer (``docs/architecture.md``): it may import every package.
+Each command imports what it runs when it runs (torch, FastAPI and Flight are slow
+to import), so ``windpipe --help`` stays fast; this module is the one place where
+first-party imports sit inside functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from services.settings import Settings
+
+__all__ = ["build_parser", "main"]
+
+
+def _add_server_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="bind address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="REST port (default 8000)")
+    parser.add_argument("--flight-port", type=int, help="Flight port (default 8815)")
+    parser.add_argument("--data-dir", type=Path, help="embedded state (default ./.windpipe)")
+    parser.add_argument("--database-url", help="any SQLAlchemy URL (default SQLite in data-dir)")
+    parser.add_argument("--cache-bytes", type=int, help="Flight chunk cache budget in bytes")
+    parser.add_argument("--cache-wait-s", type=float,
+                        help="seconds a batch waits for cache room others pin (default 30)")
+    parser.add_argument("--readahead-batches", type=int,
+                        help="batches whose chunks a stream loads ahead (default 2; 0: none)")
+    parser.add_argument("--endpoint-batches", type=int,
+                        help="fewest batches per Flight endpoint with several servers (64)")
+    parser.add_argument("--on-bad-segment", choices=("raise", "skip"),
+                        help="an unreadable segment fails the stream, or pads its lanes")
+    parser.add_argument("--ticket-ttl-s", type=float,
+                        help="seconds a Flight ticket stays valid (default: no expiry)")
+    parser.add_argument("--catalog-url", help="Flight only: read plans over REST from here")
+    parser.add_argument(
+        "--flight-location", action="append", dest="flight_locations",
+        help="grpc://host:port of a Flight server of the deployment (repeat for each)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed so tests can check the CLI surface)."""
+    parser = argparse.ArgumentParser(prog="windpipe", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the catalog and a Flight server")
+    serve.add_argument(
+        "service", nargs="?", choices=("all", "catalog", "flight"), default="all",
+        help="which service to run (default: both in one process)",
+    )
+    _add_server_flags(serve)
+
+    migrate = sub.add_parser("migrate", help="upgrade a database to the latest schema")
+    migrate.add_argument("--database-url", help="SQLAlchemy URL (default SQLite in data-dir)")
+    migrate.add_argument("--data-dir", type=Path)
+    migrate.add_argument("--revision", default="head")
+
+    synth = sub.add_parser("synth", help="write a synthetic battery dataset")
+    synth.add_argument("directory", type=Path)
+    synth.add_argument("--cells", type=int, default=4)
+    synth.add_argument("--cycles", type=int, default=6)
+    synth.add_argument("--rows-per-cycle", type=int, default=600)
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--zarr-fraction", type=float, default=0.25)
+
+    demo = sub.add_parser("demo", help="synthesize, serve, register, split, plan and stream")
+    demo.add_argument("--data-dir", type=Path, help="where to put state (default: a temp dir)")
+    demo.add_argument("--rows-per-cycle", type=int, default=20000)
+    demo.add_argument("--device", default="auto")
+
+    bench = sub.add_parser("bench", help="run the benchmarks (see docs/benchmarks.md)")
+    bench.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {}
+    for name in (
+        "host", "port", "flight_port", "data_dir", "database_url", "cache_bytes",
+        "cache_wait_s", "readahead_batches", "endpoint_batches", "on_bad_segment",
+        "ticket_ttl_s", "catalog_url", "flight_locations",
+    ):
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = tuple(value) if name == "flight_locations" else value
+    return Settings(**overrides)
+
+
+def _wait_for_stop() -> None:
+    stop = threading.Event()
+
+    def _handler(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _handler)
+    signal.signal(signal.SIGINT, _handler)
+    stop.wait()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from services.logging import configure_logging  # noqa: PLC0415
+
+    settings = _settings(args)
+    configure_logging(level=settings.log_level, json=settings.log_json)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    running: list[Any] = []
+    try:
+        if args.service in ("all", "flight"):
+            from flight_server.runner import start_flight_server  # noqa: PLC0415
+
+            flight = start_flight_server(settings)
+            running.append(flight)
+            if not settings.flight_locations:
+                settings = settings.model_copy(update={"flight_locations": (flight.location,)})
+            print(f"windpipe flight ready at {flight.location}", flush=True)
+        if args.service in ("all", "catalog"):
+            from catalog.api.server import start_catalog_server  # noqa: PLC0415
+
+            catalog = start_catalog_server(settings)
+            running.append(catalog)
+            print(f"windpipe catalog ready at {catalog.url}", flush=True)
+        _wait_for_stop()
+    finally:
+        for service in reversed(running):
+            service.stop(grace_s=settings.shutdown_grace_s)
+        print("windpipe stopped", flush=True)
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from migrations import upgrade_database  # noqa: PLC0415
+
+    settings = _settings(args)
+    url = settings.resolved_database_url()
+    upgrade_database(url, args.revision)
+    print(f"database at revision {args.revision}: {url.split('@')[-1]}")
+    return 0
+
+
+def _synth(args: argparse.Namespace) -> int:
+    from services.synth import write_synthetic_dataset  # noqa: PLC0415
+
+    result = write_synthetic_dataset(
+        args.directory, cells=args.cells, cycles=args.cycles,
+        rows_per_cycle=args.rows_per_cycle, seed=args.seed, zarr_fraction=args.zarr_fraction,
+    )
+    print(f"wrote {result.n_rows} rows in {result.n_segments} segments to {result.path}")
+    print(f"manifest: {result.manifest_path}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from windpipe.demo import run_demo  # noqa: PLC0415
+
+    run_demo(data_dir=args.data_dir, rows_per_cycle=args.rows_per_cycle, device=args.device)
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from bench.__main__ import main as bench_main  # noqa: PLC0415
+
+    return bench_main(args.args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``windpipe`` console script."""
+    args = build_parser().parse_args(argv)
+    handlers = {
+        "serve": _serve, "migrate": _migrate, "synth": _synth, "demo": _demo, "bench": _bench,
+    }
+    return handlers[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
