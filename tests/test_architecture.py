@@ -1,0 +1,117 @@
+"""The layer rule of ``docs/architecture.md``, enforced.
+
+``lint-imports`` checks the import contracts of ``pyproject.toml`` (layers, a pure
+planning core, a materializer without server code, an SDK that only speaks the
+wire contract, no import cycles); each contract is shown to fail on a planted
+wrong import in a copy of the tree. Two rules import-linter cannot express are
+checked here directly: no first-party import hides inside a function (the CLI, whose
+``--help`` must stay fast, and the benchmarks aside), and importing the planning
+core or the materializer loads no SQL, HTTP or server code.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("contract", "services", "storage", "planning", "materialize", "catalog",
+            "migrations", "flight_server", "sdk", "bench", "windpipe")
+LINT = Path(sys.executable).with_name("lint-imports")
+# first-party imports inside functions are allowed only where start-up time matters
+LAZY_ALLOWED = ("windpipe/cli.py", "bench/")
+
+
+def _lint(cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    return subprocess.run([str(LINT), "--no-cache", "--no-logo"], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_import_contracts_hold() -> None:
+    result = _lint(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "5 kept, 0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(("module", "planted", "contract", "culprit"), [
+    ("services/settings.py", "import catalog.models", "Layers point one way",
+     "services.settings -> catalog.models"),
+    ("planning/streams.py", "import sqlalchemy", "The planning core has no HTTP",
+     "planning.streams -> sqlalchemy"),
+    ("materialize/cache.py", "import flight_server.server", "The materializer imports no",
+     "materialize.cache -> flight_server.server"),
+    ("sdk/_batch.py", "import catalog.plans", "The SDK speaks the wire contract",
+     "sdk._batch -> catalog.plans"),
+    ("planning/streams.py", "import planning.artifact", "No import cycles",
+     ".streams -> .artifact"),
+])
+def test_a_planted_wrong_import_breaks_its_contract(
+    tmp_path: Path, module: str, planted: str, contract: str, culprit: str
+) -> None:
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, tmp_path / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    assert _lint(tmp_path).returncode == 0  # the copy is as clean as the tree
+    target = tmp_path / module
+    target.write_text(target.read_text() + f"\n{planted}  # planted\n")
+    result = _lint(tmp_path)
+    assert result.returncode != 0
+    broken = [line for line in result.stdout.splitlines() if line.endswith(" BROKEN")]
+    assert [line for line in broken if line.startswith(contract)], result.stdout
+    assert culprit in result.stdout, result.stdout
+
+
+def _function_level_imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Import):
+                names = [a.name for a in inner.names]
+            elif isinstance(inner, ast.ImportFrom) and inner.level == 0 and inner.module:
+                names = [inner.module]
+            else:
+                continue
+            found += [f"{path.relative_to(ROOT)}:{inner.lineno} {n}"
+                      for n in names if n.split(".")[0] in PACKAGES]
+    return found
+
+
+def test_no_first_party_import_hides_in_a_function() -> None:
+    offenders = [
+        hit
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if not str(path.relative_to(ROOT)).startswith(LAZY_ALLOWED)
+        for hit in _function_level_imports(path)
+    ]
+    assert offenders == []
+
+
+def _loaded_after(statement: str) -> set[str]:
+    code = f"import sys\n{statement}\nprint('\\n'.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    return {m.split(".")[0] for m in out.split()} | set(out.split())
+
+
+@pytest.mark.parametrize(("package", "absent"), [
+    ("planning", ("sqlalchemy", "fastapi", "httpx", "uvicorn", "pyarrow._flight", "obstore",
+                  "zarr", "catalog", "flight_server", "storage", "materialize")),
+    ("materialize", ("sqlalchemy", "fastapi", "httpx", "uvicorn", "alembic", "catalog",
+                     "flight_server", "migrations")),
+])
+def test_importing_a_library_loads_no_server_code(package: str, absent: tuple[str, ...]) -> None:
+    loaded = _loaded_after(f"import {package}")
+    assert package in loaded  # the probe ran
+    assert sorted(loaded & set(absent)) == []
