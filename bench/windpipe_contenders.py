@@ -33,6 +33,7 @@ import psutil
 
 from bench.measure import consume
 from bench.workload import INPUTS, TARGETS, Workload
+from planning.sizes import chunk_row_bytes
 
 __all__ = ["WINDPIPE_CONTENDERS", "ServerHandle", "concurrency", "plan_config"]
 
@@ -56,7 +57,7 @@ def plan_config(w: Workload, *,
 
 def data_bytes(w: Workload) -> int:
     """Bytes of the workload's streams as cached chunks (float32 inputs + targets)."""
-    return int(sum(w.stream_rows)) * (len(INPUTS) + len(TARGETS)) * 4
+    return int(sum(w.stream_rows)) * chunk_row_bytes(len(INPUTS), len(TARGETS))
 
 
 def _rusage() -> dict[str, float]:

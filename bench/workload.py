@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from planning.sizes import token_bytes
+
 __all__ = ["INPUTS", "TARGETS", "Workload", "build_workload", "load_workload"]
 
 INPUTS: tuple[str, ...] = ("current_a", "temperature_c", "soc_pct")
@@ -45,8 +47,7 @@ class Workload:
     @property
     def batch_bytes(self) -> int:
         """Bytes of one batch: float32 inputs and targets, bool mask."""
-        b, t = self.batch_size, self.seq_len
-        return b * t * (len(INPUTS) + len(TARGETS)) * 4 + b * t
+        return self.batch_size * self.seq_len * token_bytes(len(INPUTS), len(TARGETS))
 
     def lanes(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
         """(stream, offset) arrays of batch ``batch``."""

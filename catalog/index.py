@@ -10,19 +10,15 @@ Columns: ``manifest_row_id`` (int64), ``set_id``, ``cell_id``, ``cidx`` (int64),
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
 
 import polars as pl
 import pyarrow as pa
 
 from catalog.manifest import IDENTITY_COLUMNS
-from contract.errors import ErrorType, WindpipeError
 
 __all__ = [
     "INDEX_SORT",
-    "MlDatasetIndex",
     "build_index",
-    "index_from_arrow_ipc",
     "index_metadata_columns",
     "index_to_arrow_ipc",
 ]
@@ -70,31 +66,6 @@ def build_index(manifest_rows: pl.DataFrame, segments: pl.DataFrame) -> pl.DataF
     ).sort(list(INDEX_SORT), maintain_order=True)
 
 
-@dataclass(frozen=True, eq=False)
-class MlDatasetIndex:
-    """An ML index frame, optionally with a ``split`` column (after split assignment)."""
-
-    frame: pl.DataFrame
-
-    def __len__(self) -> int:
-        return self.frame.height
-
-    @property
-    def metadata_columns(self) -> tuple[str, ...]:
-        """Metadata columns (``split`` included when present)."""
-        return index_metadata_columns(self.frame)
-
-    def filter_split(self, split: str) -> MlDatasetIndex:
-        """The rows assigned to ``split``; needs a ``split`` column."""
-        if "split" not in self.frame.columns:
-            raise WindpipeError(
-                ErrorType.INVALID_REQUEST,
-                "this index has no 'split' column; assign splits first "
-                "(ValidationConfig) or use a split's index",
-            )
-        return MlDatasetIndex(self.frame.filter(pl.col("split") == split))
-
-
 def index_to_arrow_ipc(frame: pl.DataFrame) -> bytes:
     """The frame as an Arrow IPC stream (large string/list types, no view types)."""
     table = frame.to_arrow(compat_level=pl.CompatLevel.oldest())
@@ -102,11 +73,3 @@ def index_to_arrow_ipc(frame: pl.DataFrame) -> bytes:
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue()
-
-
-def index_from_arrow_ipc(data: bytes) -> pl.DataFrame:
-    """Inverse of :func:`index_to_arrow_ipc`."""
-    table = pa.ipc.open_stream(data).read_all()
-    frame = pl.from_arrow(table)
-    assert isinstance(frame, pl.DataFrame)
-    return frame

@@ -96,30 +96,17 @@ class Page(Generic[T]):
     next_page_token: str | None
 
 
-def _json_text(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), default=str)
-
-
 class Repository:
     """The catalog's reads and writes within the caller's session (and transaction)."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    @property
-    def dialect(self) -> str:
-        """``sqlite`` or ``postgresql``."""
-        return self.session.get_bind().dialect.name
-
     # -- datasets ---------------------------------------------------------------------
 
     def get_dataset(self, name: str) -> Dataset | None:
         """The dataset called ``name``."""
         return self.session.scalars(sa.select(Dataset).where(Dataset.name == name)).first()
-
-    def get_dataset_by_id(self, dataset_id: int) -> Dataset | None:
-        """The dataset with primary key ``dataset_id``."""
-        return self.session.get(Dataset, dataset_id)
 
     def add_dataset(self, name: str) -> Dataset:
         """Insert a dataset (flushed, so its id is known)."""

@@ -26,21 +26,11 @@ from contract.auth import flight_headers
 from contract.wire import BatchMetadata, FlightCommand
 from sdk._exceptions import InternalError, Unavailable, WindpipeError, error_from_flight
 
-__all__ = ["FlightInfoSummary", "FlightStream"]
+__all__ = ["FlightStream"]
 
 _TRANSPORT_ERRORS = (
     fl.FlightUnavailableError, fl.FlightTimedOutError, fl.FlightCancelledError, OSError,
 )
-
-
-@dataclass(frozen=True)
-class FlightInfoSummary:
-    """What ``GetFlightInfo`` said about a pass (for reports and progress bars)."""
-
-    total_records: int
-    total_bytes: int
-    endpoints: int
-    schema: pa.Schema
 
 
 @dataclass
@@ -134,14 +124,6 @@ class FlightStream:
                 yield json.loads(result.body.to_pybytes())
         except (fl.FlightError, OSError) as exc:
             raise error_from_flight(exc, where=where) from exc
-
-    def summary(self, command: FlightCommand) -> FlightInfoSummary:
-        """Totals of a pass without streaming it."""
-        info, _ = self.flight_info(command)
-        return FlightInfoSummary(
-            total_records=int(info.total_records), total_bytes=int(info.total_bytes),
-            endpoints=len(info.endpoints), schema=info.schema,
-        )
 
     def batches(
         self, command: FlightCommand

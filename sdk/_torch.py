@@ -31,6 +31,8 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from contract.configs import LoaderConfig
+from contract.errors import WindpipeError as ContractError
+from contract.ranks import check_rank
 from sdk._batch import Batch
 from sdk._exceptions import InvalidConfig
 
@@ -95,9 +97,10 @@ class WindpipeIterableDataset(IterableDataset[Batch]):
             return from_dist
         rank = 0 if self._rank is None else self._rank
         world = 1 if self._world_size is None else self._world_size
-        if world < 1 or not 0 <= rank < world:
-            msg = f"rank {rank} is not in [0, world_size={world})"
-            raise InvalidConfig(msg)
+        try:
+            check_rank(rank, world)
+        except ContractError as exc:  # the dataset's own settings: a config problem
+            raise InvalidConfig(exc.message, details=exc.details) from None
         return rank, world
 
     def set_epoch(self, epoch: int) -> None:

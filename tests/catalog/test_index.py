@@ -6,18 +6,15 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pytest
 
-from catalog.index import (
-    MlDatasetIndex,
-    build_index,
-    index_from_arrow_ipc,
-    index_to_arrow_ipc,
-)
+from catalog.index import build_index, index_to_arrow_ipc
 from catalog.manifest import load_manifest, manifest_from_rows
 from catalog.registration import prepare_version
-from contract.errors import ErrorType, WindpipeError
+from contract.errors import ErrorType
 from contract.identity import manifest_row_id
+from sdk import InvalidRequest, MlDatasetIndex
 from storage.store import Storage
 from tests.fixtures.data import write_parquet_segment
 
@@ -74,19 +71,18 @@ def test_arrow_ipc_round_trip(version):
     index = build_index(version.manifest_rows, version.segments)
     data = index_to_arrow_ipc(index)
     assert data[:4] == b"\xff\xff\xff\xff"  # an IPC stream starts with a continuation marker
-    assert index_from_arrow_ipc(data).equals(index)
+    assert pl.from_arrow(pa.ipc.open_stream(data).read_all()).equals(index)
 
 
 def test_filter_split(version):
     index = build_index(version.manifest_rows, version.segments)
-    with pytest.raises(WindpipeError, match="no 'split' column") as info:
+    with pytest.raises(InvalidRequest, match="no 'split' column") as info:
         MlDatasetIndex(index).filter_split("train")
     assert info.value.type == ErrorType.INVALID_REQUEST
     with_split = MlDatasetIndex(index.with_columns(
         pl.Series("split", ["train", "val", "train", "train"])))
     assert len(with_split.filter_split("val")) == 1
     assert with_split.filter_split("train").frame.get_column("cidx").to_list() == [2, 9, 10]
-    assert "split" in with_split.metadata_columns
 
 
 def test_synthetic_index_is_sorted_and_complete(synth_dataset):
