@@ -14,7 +14,7 @@ consumer rebuilds streams from the index.
 The bytes are one Arrow IPC stream (zstd-compressed buffers) of one record batch
 with ONE row; every column is one array of the plan as a list (``stream_n_rows``,
 ``piece_path``, ``lane_offset``, ...), and the schema metadata ``windpipe.plan`` is
-a JSON header (ids, spec, protocols, strategy). ``docs/wire.md`` section 7 lists
+a JSON header (ids, spec, protocols, strategy). ``docs/wire.md`` section 8 lists
 every column.
 """
 

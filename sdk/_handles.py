@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader
 
-from contract.configs import LoaderConfig, ValidationConfig
+from contract.configs import LoaderConfig, PlanSpec, ValidationConfig
 from sdk._exceptions import InvalidConfig
 from sdk._html import html_table, human_count, text_table
 from sdk._models import MlDatasetIndex, PlanReport
@@ -104,12 +104,19 @@ class Split:
         """The version's ML index with a ``split`` column."""
         return MlDatasetIndex(self._catalog._arrow_frame(f"/v1/splits/{self.id}/index"))
 
-    def plan(self, config: LoaderConfig) -> Plan:
-        """A window plan of this split (idempotent for the same planning fields)."""
+    def plan(self, config: LoaderConfig | PlanSpec) -> Plan:
+        """A window plan of this split (idempotent for the same planning fields).
+
+        Only the planning fields are sent; a :class:`LoaderConfig`'s runtime options
+        stay here and steer :meth:`Plan.loader` (a bare :class:`PlanSpec` gets the
+        default options).
+        """
         body, status = self._catalog._rest.post_json(
             f"/v1/splits/{self.id}/plans", config.planning_dict()
         )
-        return Plan.from_json(self._catalog, body, created=status == 201, config=config)
+        loader = config if isinstance(config, LoaderConfig) else LoaderConfig.model_validate(
+            config.planning_dict())
+        return Plan.from_json(self._catalog, body, created=status == 201, config=loader)
 
     def _rows(self) -> list[tuple[str, Any]]:
         rows: list[tuple[str, Any]] = [

@@ -80,8 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--rows-per-cycle", type=int, default=20000)
     demo.add_argument("--device", default="auto")
 
-    bench = sub.add_parser("bench", help="run the benchmarks (see docs/benchmarks.md)")
-    bench.add_argument("args", nargs=argparse.REMAINDER)
+    sub.add_parser("bench", add_help=False,
+                   help="run the benchmarks: every option goes to `python -m bench` "
+                        "(--quick, --json PATH, --only ...; see docs/benchmarks.md)")
     return parser
 
 
@@ -168,18 +169,19 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench(args: argparse.Namespace) -> int:
+def _bench(argv: list[str]) -> int:
     from bench.__main__ import main as bench_main  # noqa: PLC0415
 
-    return bench_main(args.args)
+    return bench_main(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``windpipe`` console script."""
-    args = build_parser().parse_args(argv)
-    handlers = {
-        "serve": _serve, "migrate": _migrate, "synth": _synth, "demo": _demo, "bench": _bench,
-    }
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["bench"]:  # every option belongs to the benchmark's own parser
+        return _bench(given[1:])
+    args = build_parser().parse_args(given)
+    handlers = {"serve": _serve, "migrate": _migrate, "synth": _synth, "demo": _demo}
     return handlers[args.command](args)
 
 

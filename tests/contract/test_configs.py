@@ -13,6 +13,8 @@ from pydantic import ValidationError
 from contract.configs import (
     DatasetProtocolId,
     LoaderConfig,
+    LoaderOptions,
+    PlanSpec,
     ScalingSpec,
     ValidationConfig,
     WindowConfig,
@@ -185,3 +187,37 @@ def test_configs_are_immutable_all_the_way_down_and_hashable():
         val.provided[0].clear()
     assert pickle.loads(pickle.dumps(val)) == val
     assert pickle.loads(pickle.dumps(cfg)) == cfg
+
+
+def test_loader_config_splits_into_plan_spec_and_options():
+    cfg = LoaderConfig(inputs={"cycling": ("a",)}, targets={"cycling": ("v",)}, seed=3,
+                       strategy="shuffled", device="cpu", num_workers=2,
+                       data_access="full_in_mem")
+    # the halves are exactly TYPES' planning and runtime fields, and together all of them
+    assert set(LoaderConfig.PLANNING_FIELDS) == {
+        "split", "default_window", "window_by_protocol", "seed", "strategy", "phase_shift",
+        "protocol_order", "stateful_n_windows", "cross_protocol_state_carry",
+        "drop_incomplete_batches", "drop_incomplete_distributed", "group_key",
+        "alignment_key", "inputs", "targets", "scaling"}
+    assert set(LoaderConfig.RUNTIME_FIELDS) == {
+        "data_access", "num_workers", "prefetch_factor", "persistent_workers", "pin_memory",
+        "multiprocessing_context", "device", "prefetch_to_device", "non_blocking"}
+    assert set(LoaderConfig.model_fields) == {*LoaderConfig.PLANNING_FIELDS,
+                                              *LoaderConfig.RUNTIME_FIELDS}
+    spec = cfg.plan_spec()
+    assert type(spec) is PlanSpec
+    assert spec.seed == 3
+    assert spec.strategy == "shuffled"
+    assert spec.planning_dict() == cfg.planning_dict()
+    assert spec.plan_spec() is spec
+    options = cfg.options()
+    assert type(options) is LoaderOptions
+    assert (options.device, options.num_workers, options.data_access) == ("cpu", 2,
+                                                                          "full_in_mem")
+    assert isinstance(cfg, PlanSpec)  # every planner function takes a LoaderConfig too
+    assert LoaderConfig.model_validate({**spec.planning_dict(), **options.model_dump()}) == cfg
+    with pytest.raises(ValidationError, match="device"):
+        PlanSpec.model_validate({**spec.planning_dict(), "device": "cpu"})
+    with pytest.raises(ValidationError, match="scaling"):  # the plan's rules hold on a spec
+        PlanSpec(inputs={"cycling": ("a",)}, targets={"cycling": ("v",)},
+                 scaling=(ScalingSpec(column="zz", input_min=0, input_max=1),))

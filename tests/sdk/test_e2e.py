@@ -12,7 +12,14 @@ import torch
 import sdk
 from contract.wire import FlightCommand
 from flight_server.runner import start_flight_server
-from sdk import Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
+from sdk import (
+    Catalog,
+    LoaderConfig,
+    LoaderOptions,
+    ScalingSpec,
+    ValidationConfig,
+    WindowConfig,
+)
 from tests.fixtures.servers import free_ports
 from tests.sdk.deployment import deployment
 
@@ -173,6 +180,16 @@ def test_loader_equals_batches_and_resumption(dep: Any) -> None:
     resumed = plan.torch_dataset()
     resumed.load_state_dict(state)
     assert seen + [_key(b) for b in resumed] == [_key(b) for b in full]
+
+
+def test_a_plan_spec_plans_the_same_plan_with_default_options(dep: Any) -> None:
+    plan = dep.extra["plan"]
+    again = dep.extra["split"].plan(CONFIG.plan_spec())
+    assert again.id == plan.id
+    assert not again.created
+    assert isinstance(again.config, LoaderConfig)
+    assert again.config.options() == LoaderOptions()
+    assert again.config.plan_spec() == CONFIG.plan_spec()
 
 
 def test_ranks_disjoint_with_equal_counts(dep: Any) -> None:

@@ -13,6 +13,10 @@ import httpx
 import pyarrow.flight as flight
 import sqlalchemy as sa
 
+from flight_server.runner import start_flight_server
+from services.settings import Settings
+from windpipe.cli import _settings, build_parser
+
 WINDPIPE = [sys.executable, "-m", "windpipe.cli"]
 
 
@@ -75,3 +79,31 @@ def test_serve_prints_urls_serves_and_stops_on_sigterm(tmp_path: Path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_bench_passes_every_option_to_the_benchmark():
+    out = subprocess.run([*WINDPIPE, "bench", "--help"], capture_output=True, text=True,
+                         check=True, env=_env())
+    assert out.stdout.startswith("usage: python -m bench")
+    for option in ("--quick", "--json", "--only", "--skip-planning"):
+        assert option in out.stdout
+
+
+def test_flight_knobs_are_settings_flags_and_variables(monkeypatch):
+    flags = ["serve", "flight", "--cache-wait-s", "5", "--readahead-batches", "0",
+             "--endpoint-batches", "7", "--on-bad-segment", "skip", "--ticket-ttl-s", "60",
+             "--flight-port", "0"]
+    settings = _settings(build_parser().parse_args(flags))
+    assert (settings.cache_wait_s, settings.readahead_batches, settings.endpoint_batches,
+            settings.on_bad_segment, settings.ticket_ttl_s) == (5.0, 0, 7, "skip", 60.0)
+    monkeypatch.setenv("WINDPIPE_READAHEAD_BATCHES", "3")
+    monkeypatch.setenv("WINDPIPE_ON_BAD_SEGMENT", "skip")
+    assert (Settings().readahead_batches, Settings().on_bad_segment) == (3, "skip")
+    running = start_flight_server(settings.model_copy(update={"flight_host": "127.0.0.1"}),
+                                  plan_source=lambda plan_id: None)
+    try:
+        server = running.server
+        assert (server.cache.wait_timeout_s, server.readahead_batches, server.endpoint_batches,
+                server.on_bad_segment, server.ticket_ttl_s) == (5.0, 0, 7, "skip", 60.0)
+    finally:
+        running.stop(grace_s=5)

@@ -51,7 +51,7 @@ def get_plan(ctx: Context, plan_id: str) -> PlanOut:
 @v1.get(
     "/plans/{plan_id}/artifact", operation_id="get_plan_artifact",
     response_class=Response,
-    responses={200: {"description": "the stored plan, Arrow IPC (docs/wire.md section 7)",
+    responses={200: {"description": "the stored plan, Arrow IPC (docs/wire.md section 8)",
                      "content": {ARTIFACT_MEDIA_TYPE: {}}}},
 )
 def get_plan_artifact(ctx: Context, plan_id: str) -> Response:
