@@ -11,8 +11,6 @@ content-addressed, so repeating a request returns the existing resource
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -32,12 +30,12 @@ from contract.configs import ValidationConfig
 from contract.errors import ErrorType, WindpipeError
 from contract.identity import canonical_json
 from services.database import session_scope
+from services.memo import Memo
 from storage.store import StorageOptions, open_root
 
 __all__ = [
     "CatalogContext",
     "Created",
-    "FrameCache",
     "content_id",
     "create_split",
     "fetch",
@@ -55,40 +53,14 @@ T = TypeVar("T")
 _RETRIES = 3
 
 
-class FrameCache:
-    """A small thread-safe LRU of immutable values (index frames, streams, schedules)."""
-
-    def __init__(self, maxsize: int = 32) -> None:
-        self._maxsize = maxsize
-        self._items: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[Any, ...], make: Callable[[], T]) -> T:
-        """The cached value of ``key``, made (outside the lock) on a miss."""
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]  # type: ignore[no-any-return]
-        value = make()
-        self.put(key, value)
-        return value
-
-    def put(self, key: tuple[Any, ...], value: Any) -> None:
-        """Store ``value`` under ``key``."""
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self._maxsize:
-                self._items.popitem(last=False)
-
-
 @dataclass
 class CatalogContext:
-    """What the rules need: sessions, storage options and the frame cache."""
+    """What the rules need: sessions, storage options and a cache of immutable values
+    (index frames, segment tables, decoded plans, epoch schedules)."""
 
     sessions: sessionmaker[Session]
     storage: StorageOptions = field(default_factory=StorageOptions)
-    cache: FrameCache = field(default_factory=FrameCache)
+    cache: Memo[tuple[Any, ...], Any] = field(default_factory=lambda: Memo(32))
 
     @classmethod
     def from_engine(
@@ -98,7 +70,7 @@ class CatalogContext:
         return cls(
             sessions=sessionmaker(engine, expire_on_commit=False),
             storage=storage or StorageOptions(),
-            cache=FrameCache(cache_size),
+            cache=Memo(cache_size),
         )
 
 

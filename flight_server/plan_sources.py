@@ -3,14 +3,13 @@
 Both sources fetch the bytes the catalog stored when it made the plan and decode
 them with the one loader, :meth:`planning.artifact.PlanArtifact.from_ipc`; neither
 reads the index or rebuilds streams. :class:`PlanCache` keeps a few loaded plans
-(:class:`materialize.plan.PlanContext`) and loads each at most once at a time. A
-client never sends a path or a config.
+(:class:`materialize.plan.PlanContext`) and loads each at most once at a time; an
+id that fails to load leaves nothing behind. A client never sends a path or a
+config.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
 
@@ -23,6 +22,7 @@ from contract.auth import http_headers
 from contract.errors import ErrorType, WindpipeError
 from materialize.plan import PlanContext
 from planning.artifact import ARTIFACT_MEDIA_TYPE, PlanArtifact
+from services.memo import Memo
 
 __all__ = ["DatabasePlanSource", "PlanCache", "PlanSource", "RestPlanSource"]
 
@@ -81,36 +81,14 @@ class RestPlanSource:
 
 
 class PlanCache:
-    """Loaded plans by id (a few kept; loads of one plan happen once at a time)."""
+    """Loaded plans by id (a few kept; each plan is loaded once at a time)."""
 
     def __init__(self, source: PlanSource | Callable[[str], PlanArtifact], *,
                  max_plans: int = 16) -> None:
         self._load = source.load if hasattr(source, "load") else source
-        self._max = max_plans
-        self._plans: OrderedDict[str, PlanContext] = OrderedDict()
-        self._lock = threading.Lock()
-        self._loading: dict[str, threading.Lock] = {}
+        self._plans: Memo[str, PlanContext] = Memo(max_plans)
 
     def get(self, plan_id: str) -> PlanContext:
         """The plan ``plan_id`` (loaded on first use)."""
-        with self._lock:
-            plan = self._plans.get(plan_id)
-            if plan is not None:
-                self._plans.move_to_end(plan_id)
-                return plan
-            gate = self._loading.setdefault(plan_id, threading.Lock())
-        try:
-            with gate:
-                with self._lock:
-                    plan = self._plans.get(plan_id)
-                if plan is None:
-                    plan = PlanContext.from_artifact(self._load(plan_id))
-                    with self._lock:
-                        self._plans[plan_id] = plan
-                        while len(self._plans) > self._max:
-                            self._plans.popitem(last=False)
-        finally:
-            with self._lock:
-                if self._loading.get(plan_id) is gate and not gate.locked():
-                    del self._loading[plan_id]
-        return plan
+        return self._plans.get(plan_id,
+                               lambda: PlanContext.from_artifact(self._load(plan_id)))

@@ -9,8 +9,6 @@ or rebuilds streams: the artifact is the plan.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +19,7 @@ from materialize.chunks import ChannelSpec, ChunkKey
 from planning.artifact import PlanArtifact
 from planning.schedule import Schedule
 from planning.streams import Streams
+from services.memo import Memo
 from storage.segments import ColumnInfo, SegmentInfo
 
 __all__ = ["PlanContext"]
@@ -50,8 +49,8 @@ class PlanContext:
     chunk_spec: np.ndarray  # int16 [NC]
     group_key_json: tuple[str, ...]
     alignment_key_json: tuple[str, ...]
-    _schedules: OrderedDict[int, Schedule] = field(default_factory=OrderedDict, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _schedules: Memo[int, Schedule] = field(
+        default_factory=lambda: Memo(_EPOCHS_KEPT), repr=False)
 
     @property
     def plan_id(self) -> str:
@@ -79,18 +78,9 @@ class PlanContext:
         return self.artifact.streams
 
     def schedule(self, epoch: int) -> Schedule:
-        """The global schedule of ``epoch`` (the last few epochs are kept)."""
-        with self._lock:
-            cached = self._schedules.get(epoch)
-            if cached is not None:
-                self._schedules.move_to_end(epoch)
-                return cached
-        sched = self.artifact.epoch_schedule(epoch)
-        with self._lock:
-            self._schedules[epoch] = sched
-            while len(self._schedules) > _EPOCHS_KEPT:
-                self._schedules.popitem(last=False)
-        return sched
+        """The global schedule of ``epoch`` (the last few epochs are kept; concurrent
+        streams of one epoch compute it once)."""
+        return self._schedules.get(epoch, lambda: self.artifact.epoch_schedule(epoch))
 
     def piece_info(self, piece: int) -> SegmentInfo:
         """The segment of piece ``piece``."""

@@ -1,8 +1,8 @@
 """Request and response bodies of the REST API.
 
 Config bodies reuse ``contract.configs`` directly (``ValidationConfig`` for splits,
-``LoaderConfig`` for plans; a plan body may carry the runtime fields, which are
-accepted and ignored). Responses are built from ORM rows by the ``from_row``
+``PlanSpec`` for plans: only what identifies a plan, so a runtime option is a 422).
+Responses are built from ORM rows by the ``from_row``
 constructors.
 """
 

@@ -1,0 +1,66 @@
+"""The shared LRU: made once per key at a time, bounded, nothing kept for failures."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from services.memo import Memo
+
+
+def test_values_are_made_once_and_evicted_least_recent_first() -> None:
+    memo: Memo[str, list[str]] = Memo(2)
+    made: list[str] = []
+
+    def maker(key: str) -> list[str]:
+        made.append(key)
+        return [key]
+
+    a = memo.get("a", lambda: maker("a"))
+    assert memo.get("a", lambda: maker("a")) is a
+    memo.get("b", lambda: maker("b"))
+    memo.get("a", lambda: maker("a"))  # a is now the most recent
+    memo.get("c", lambda: maker("c"))  # evicts b
+    assert len(memo) == 2
+    memo.get("a", lambda: maker("a"))
+    memo.get("b", lambda: maker("b"))
+    assert made == ["a", "b", "c", "b"]
+    with pytest.raises(ValueError, match="maxsize"):
+        Memo(0)
+
+
+def test_concurrent_askers_share_one_make() -> None:
+    memo: Memo[str, object] = Memo(4)
+    release = threading.Event()
+    calls: list[int] = []
+
+    def slow() -> object:
+        calls.append(1)
+        release.wait(10)
+        return object()
+
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(memo.get("k", slow)))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert len(calls) == 1
+    assert len(got) == 8
+    assert len({id(v) for v in got}) == 1
+    assert memo._making == {}
+
+
+def test_a_failed_make_leaves_nothing_and_the_next_asker_retries() -> None:
+    memo: Memo[int, int] = Memo(4)
+    for key in range(100):
+        with pytest.raises(KeyError):
+            memo.get(key, lambda: {}["missing"])
+    assert len(memo) == 0
+    assert memo._making == {}  # no state per key that failed (unknown plan ids, say)
+    assert memo.get(7, lambda: 49) == 49
