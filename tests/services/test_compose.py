@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,14 @@ def test_flight_servers_share_secret_and_locations(compose):
     assert f1["WINDPIPE_TICKET_SECRET"] == f2["WINDPIPE_TICKET_SECRET"]
     assert f1["WINDPIPE_FLIGHT_LOCATIONS"] == f2["WINDPIPE_FLIGHT_LOCATIONS"]
     assert f1["WINDPIPE_FLIGHT_PUBLIC_LOCATION"] != f2["WINDPIPE_FLIGHT_PUBLIC_LOCATION"]
+
+
+def test_the_image_copies_every_installed_package():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    installed = {p.rstrip("*") for p in
+                 pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
+    copied = {line.split()[1] for line in (ROOT / "Dockerfile").read_text().splitlines()
+              if line.startswith("COPY ") and "/" not in line.split()[1]
+              and (ROOT / line.split()[1]).is_dir()}
+    assert installed == copied
+    assert installed == set(pyproject["tool"]["importlinter"]["root_packages"])
