@@ -45,7 +45,7 @@ from flight_server.auth import AUTH_MIDDLEWARE, BearerAuthFactory, require_auth
 from flight_server.locality import endpoint_ranges
 from flight_server.plan_sources import PlanCache
 from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
-from materialize.builder import BadSegmentPolicy, BatchBuilder, chunk_loader
+from materialize.builder import BadSegmentPolicy, BatchBuilder, plan_chunk_requests
 from materialize.cache import ChunkCache, ChunkRequest
 from materialize.pipeline import BatchPipeline
 from materialize.plan import PlanContext
@@ -276,7 +276,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         try:
             plan_id = _warm_plan_id(body)
             plan = self.plans.get(plan_id)
-            requests = warm_requests(plan, self._storage_for(plan.root_uri))
+            requests = plan_chunk_requests(plan, self._storage_for(plan.root_uri))
         except Exception as exc:
             raise to_flight_error(exc) from exc
         total_bytes = sum(r.nbytes for r in requests)
@@ -360,16 +360,3 @@ def _command(descriptor: fl.FlightDescriptor) -> FlightCommand:
 def _peer(context: Any) -> str:
     peer = context.peer()
     return peer.decode() if isinstance(peer, bytes) else str(peer)
-
-
-def warm_requests(plan: PlanContext, storage: Storage) -> list[ChunkRequest]:
-    """Every chunk of a plan's streams (its split), in stream order."""
-    out: list[ChunkRequest] = []
-    for c, key in enumerate(plan.chunk_keys):
-        spec = plan.specs[int(plan.chunk_spec[c])]
-        info = plan.piece_info(int(plan.chunk_piece[c]))
-        out.append(ChunkRequest(
-            key=key, nbytes=spec.nbytes(int(plan.chunk_len[c])),
-            load=chunk_loader(storage, info, int(plan.chunk_index[c]), spec),
-        ))
-    return out

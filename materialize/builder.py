@@ -23,7 +23,6 @@ to its numpy array, so an array whose only referent is the pool is free again.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -40,7 +39,9 @@ from materialize.provenance import provenance_batch
 from planning.schedule import Schedule
 from storage.store import Storage
 
-__all__ = ["BLOCK_BATCHES", "BadSegmentPolicy", "BatchBuilder", "chunk_loader"]
+__all__ = [
+    "BLOCK_BATCHES", "BadSegmentPolicy", "BatchBuilder", "chunk_request", "plan_chunk_requests",
+]
 
 BadSegmentPolicy = Literal["raise", "skip"]
 _I64 = np.int64
@@ -114,14 +115,7 @@ class BatchBuilder:
     def _request(self, c: int) -> ChunkRequest:
         req = self._requests.get(c)
         if req is None:
-            plan = self.plan
-            spec = plan.specs[int(plan.chunk_spec[c])]
-            info = plan.piece_info(int(plan.chunk_piece[c]))
-            req = ChunkRequest(
-                key=plan.chunk_keys[c], nbytes=spec.nbytes(int(plan.chunk_len[c])),
-                load=chunk_loader(self.storage, info, int(plan.chunk_index[c]), spec),
-            )
-            self._requests[c] = req
+            req = self._requests[c] = chunk_request(self.plan, self.storage, c)
         return req
 
     def requests(self, lp: LanePlan, *, skip_lanes: set[int] | None = None) -> list[ChunkRequest]:
@@ -322,10 +316,19 @@ class BatchBuilder:
         return batch, meta
 
 
-def chunk_loader(storage: Storage, info: Any, chunk_idx: int,
-                 spec: Any) -> Callable[[], tuple[ChunkMatrices, int]]:
-    """A zero-argument loader of one chunk (what the cache calls on a miss)."""
-    def load() -> tuple[ChunkMatrices, int]:
-        return load_chunk(storage, info, chunk_idx, spec)
+def chunk_request(plan: PlanContext, storage: Storage, c: int) -> ChunkRequest:
+    """The cache request of chunk ``c`` of ``plan``'s chunk table: key, exact size, loader."""
+    spec = plan.specs[int(plan.chunk_spec[c])]
+    info = plan.piece_info(int(plan.chunk_piece[c]))
+    index = int(plan.chunk_index[c])
 
-    return load
+    def load() -> tuple[ChunkMatrices, int]:
+        return load_chunk(storage, info, index, spec)
+
+    return ChunkRequest(key=plan.chunk_keys[c], nbytes=spec.nbytes(int(plan.chunk_len[c])),
+                        load=load)
+
+
+def plan_chunk_requests(plan: PlanContext, storage: Storage) -> list[ChunkRequest]:
+    """Every chunk of a plan's streams (its split), in stream order (``warm``)."""
+    return [chunk_request(plan, storage, c) for c in range(len(plan.chunk_keys))]
