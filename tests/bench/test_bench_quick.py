@@ -11,7 +11,7 @@ import pytest
 
 from bench.__main__ import main
 from bench.data import ensure_dataset
-from bench.planning import planning_times
+from bench.planning import compare_revision, planning_times
 from bench.windpipe_contenders import concurrency, data_bytes
 from bench.workload import build_workload
 
@@ -89,3 +89,16 @@ def test_planning_times(tmp_path: Path) -> None:
     for r in rows:
         assert "error" not in r, r
         assert r["seconds"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_planning_side_by_side_with_a_revision(tmp_path: Path) -> None:
+    rows = compare_revision("HEAD", [500], work_dir=tmp_path, repeats=1)
+    assert [(r["windows"], r["database"]) for r in rows] == [(500, "sqlite"),
+                                                             (500, "postgresql")]
+    for r in rows:
+        assert len(r["runs"]["this"]) == len(r["runs"]["rev"]) == 1
+        assert r["this_s"] > 0
+        assert r["rev_s"] > 0
+        assert r["ratio"] == pytest.approx(r["this_s"] / r["rev_s"])
