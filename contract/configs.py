@@ -318,6 +318,7 @@ class LoaderOptions(_Frozen):
     device: str = "auto"
     prefetch_to_device: bool | None = None
     non_blocking: bool = True
+    transport: Literal["auto", "local", "flight"] = "auto"
 
     @field_validator("device")
     @classmethod

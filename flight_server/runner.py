@@ -4,7 +4,8 @@
 ``settings.flight_port`` (``port=0`` picks a free port), serves in background
 threads and returns a :class:`RunningFlightServer`. Every knob (cache budget and wait,
 read-ahead, endpoint size, bad-segment policy, ticket lifetime) comes from the
-settings, so ``WINDPIPE_*`` variables and CLI flags set them alike.
+settings, so ``WINDPIPE_*`` variables and CLI flags set them alike, and so does the
+host's shared tier of decoded blocks (``tier_dir``, ``tier_bytes``; ``materialize.tier``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sqlalchemy.engine import Engine
 from flight_server.plan_sources import DatabasePlanSource, PlanCache, PlanSource, RestPlanSource
 from flight_server.server import WindpipeFlightServer
 from materialize.cache import ChunkCache
+from materialize.tier import Tier
 from planning.artifact import PlanArtifact
 from services.database import create_engine
 from services.settings import Settings
@@ -83,6 +85,8 @@ def start_flight_server(
         wait_timeout_s=settings.cache_wait_s,
     )
     roots = StorageRoots(StorageOptions.from_settings(settings))
+    tier_dir = settings.resolved_tier_dir()
+    tier = Tier(tier_dir, budget_bytes=settings.tier_bytes) if tier_dir is not None else None
     server = WindpipeFlightServer(
         f"grpc://{host}:{bind_port}",
         plans=PlanCache(plan_source),
@@ -94,6 +98,7 @@ def start_flight_server(
         endpoint_batches=settings.endpoint_batches,
         readahead_batches=settings.readahead_batches,
         ticket_ttl_s=settings.ticket_ttl_s,
+        tier=tier,
         token=settings.token.get_secret_value() if settings.token else None,
     )
     reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host

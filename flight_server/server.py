@@ -45,10 +45,12 @@ from flight_server.auth import AUTH_MIDDLEWARE, BearerAuthFactory, require_auth
 from flight_server.locality import endpoint_ranges
 from flight_server.plan_sources import PlanCache
 from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
-from materialize.builder import BadSegmentPolicy, BatchBuilder, plan_chunk_requests
-from materialize.cache import ChunkCache, ChunkRequest
+from flight_server.warm import warm_results
+from materialize.builder import BadSegmentPolicy, BatchBuilder
+from materialize.cache import ChunkCache
 from materialize.pipeline import BatchPipeline
 from materialize.plan import PlanContext
+from materialize.tier import Tier
 from planning.ranks import rank_batches
 from planning.schedule import Schedule
 from planning.sizes import channel_counts, token_bytes
@@ -86,6 +88,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         readahead_batches: int = 2,
         endpoint_batches: int = 64,
         ticket_ttl_s: float | None = None,
+        tier: Tier | None = None,
         token: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -102,8 +105,10 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         self.readahead_batches = readahead_batches
         self.endpoint_batches = max(1, endpoint_batches)
         self.ticket_ttl_s = ticket_ttl_s
+        self.tier = tier
         self._stopping = threading.Event()
         self._active = 0
+        self._streams = 0  # streams started since the server started
         self._active_lock = threading.Lock()
 
     # -- helpers ----------------------------------------------------------------------
@@ -183,7 +188,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             schema = self._schema(plan)
             builder = BatchBuilder(
                 plan, self._storage_for(plan.root_uri), self.cache, schema,
-                on_bad_segment=self.on_bad_segment,
+                on_bad_segment=self.on_bad_segment, tier=self.tier,
             )
             fields = {"plan": payload.plan_id, "epoch": payload.epoch, "rank": payload.rank,
                       "world_size": payload.world_size, "start_batch": payload.start_batch,
@@ -199,6 +204,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                 fields: dict[str, Any]) -> Iterator[Any]:
         with self._active_lock:
             self._active += 1
+            self._streams += 1
         _log.info("flight.stream.start", **fields)
         t0 = time.perf_counter()
         sent = nbytes = 0
@@ -206,7 +212,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         pipeline = BatchPipeline(builder, schedule, batches, start=start, end=end,
                                  readahead_batches=self.readahead_batches)
         try:
-            for i, batch, meta, raw_meta in pipeline:
+            for i, batch, meta in pipeline:
                 if context.is_cancelled():
                     outcome = "cancelled"
                     return
@@ -218,7 +224,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                     _log.warning("flight.segment.skipped", plan=fields["plan"], batch_idx=i,
                                  skipped=list(meta.skipped_lanes))
                 nbytes += batch.nbytes
-                yield batch, pa.py_buffer(raw_meta)
+                yield batch, pa.py_buffer(meta.encode())
                 sent += 1
         except WindpipeError as exc:
             outcome, error_type = "error", exc.type.value
@@ -261,8 +267,10 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         if kind != ACTION_HEALTH:
             require_auth(context)
         if kind == ACTION_HEALTH:
+            tier = self.tier.info().as_dict() if self.tier is not None else None
             return iter([json.dumps({"status": "ok", "version": WIRE_VERSION,
-                                     "active_streams": self._active}).encode()])
+                                     "active_streams": self._active, "streams": self._streams,
+                                     "tier": tier}).encode()])
         if kind == ACTION_CACHE_STATS:
             return iter([json.dumps(self.cache.stats().as_dict()).encode()])
         if kind == ACTION_WARM:
@@ -274,47 +282,22 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def _warm(self, body: bytes) -> Iterator[bytes]:
         try:
-            plan_id = _warm_plan_id(body)
-            plan = self.plans.get(plan_id)
-            requests = plan_chunk_requests(plan, self._storage_for(plan.root_uri))
+            plan = self.plans.get(_warm_plan_id(body))
+            results = warm_results(plan, self._storage_for(plan.root_uri), self.cache,
+                                   self.tier)
         except Exception as exc:
             raise to_flight_error(exc) from exc
-        total_bytes = sum(r.nbytes for r in requests)
-        if total_bytes > self.cache.budget_bytes:
-            raise to_flight_error(WindpipeError(
-                ErrorType.RESOURCE_EXHAUSTED,
-                f"plan {plan_id} needs {total_bytes} bytes in memory but the cache budget is "
-                f"{self.cache.budget_bytes} bytes: raise --cache-bytes or use "
-                "data_access='windowed'",
-                details={"needed_bytes": total_bytes, "budget_bytes": self.cache.budget_bytes},
-            ))
-        return self._warm_steps(requests, total_bytes)
+        return self._warm_steps(results)
 
-    def _warm_steps(self, requests: list[ChunkRequest], total_bytes: int) -> Iterator[bytes]:
-        """One progress result per step (about 1/20 of the chunks), sent as it completes."""
-        step = max(1, len(requests) // 20)
-        loaded = done_bytes = 0
-        t0 = time.perf_counter()
-
-        def result() -> bytes:
-            return json.dumps({"loaded": loaded, "total": len(requests), "bytes": done_bytes,
-                               "total_bytes": total_bytes,
-                               "seconds": round(time.perf_counter() - t0, 6),
-                               "time": time.time()}).encode()
-
+    def _warm_steps(self, results: Iterator[dict[str, Any]]) -> Iterator[bytes]:
+        last: dict[str, Any] = {}
         try:
-            for k in range(0, len(requests), step):
-                part = requests[k : k + step]
-                self.cache.acquire(part).release()
-                loaded += len(part)
-                done_bytes += sum(r.nbytes for r in part)
-                yield result()
-        except WindpipeError as exc:
+            for last in results:
+                yield json.dumps(last).encode()
+        except Exception as exc:
             raise to_flight_error(exc) from exc
-        if not requests:
-            yield result()
-        _log.info("flight.warm", chunks=loaded, bytes=done_bytes,
-                  seconds=round(time.perf_counter() - t0, 6))
+        _log.info("flight.warm", chunks=last.get("loaded"), bytes=last.get("bytes"),
+                  seconds=last.get("seconds"))
 
     # -- lifecycle --------------------------------------------------------------------
 

@@ -30,20 +30,24 @@ import pyarrow as pa
 
 from contract.errors import ErrorType, WindpipeError
 from contract.wire import INPUT_PAD, BatchMetadata
+from materialize.blocks import block_key, block_layouts, block_request, gather_lanes
 from materialize.cache import ChunkCache, ChunkRequest
 from materialize.chunks import ChunkMatrices, load_chunk
 from materialize.lanes import LanePlan, block_lanes, lane_plans
 from materialize.plan import PlanContext
 from materialize.plan_tables import plan_tables
 from materialize.provenance import provenance_batch
+from materialize.tier import Tier
 from planning.schedule import Schedule
 from storage.store import Storage
 
 __all__ = [
-    "BLOCK_BATCHES", "BadSegmentPolicy", "BatchBuilder", "chunk_request", "plan_chunk_requests",
+    "BLOCK_BATCHES", "BadSegmentPolicy", "BatchBuilder", "BlockUse", "chunk_request",
+    "plan_chunk_requests",
 ]
 
 BadSegmentPolicy = Literal["raise", "skip"]
+BlockUse = Literal["cached", "always"]
 _I64 = np.int64
 _POOL_SETS = 8
 BLOCK_BATCHES = 16  # lane plans and provenance are built for this many batches at once
@@ -84,20 +88,27 @@ class BatchBuilder:
     def __init__(
         self,
         plan: PlanContext,
-        storage: Storage,
+        storage: Storage | None,
         cache: ChunkCache,
         schema: pa.Schema,
         *,
         on_bad_segment: BadSegmentPolicy = "raise",
+        tier: Tier | None = None,
+        blocks: BlockUse = "cached",
     ) -> None:
         self.plan = plan
         self.storage = storage
         self.cache = cache
         self.schema = schema
         self.on_bad_segment = on_bad_segment
+        self.tier = tier
+        self.blocks = blocks
         self.bad_paths: dict[str, str] = {}
         self.tables = plan_tables(plan)
+        self.layouts = block_layouts(plan)
+        self._chain = plan.spec.cross_protocol_state_carry == "chain"
         self._requests: dict[int, ChunkRequest] = {}
+        self._block_requests: dict[int, ChunkRequest] = {}
         self._pool = _BufferPool()
         self._prov: dict[int, tuple[pa.RecordBatch, int, int]] = {}
         self._prov_schema = pa.schema(list(schema)[3:])
@@ -112,9 +123,37 @@ class BatchBuilder:
         """The lane plans of global batches ``gs``, computed together (one pass of numpy)."""
         return lane_plans(self.plan, self.tables, schedule, gs)
 
+    def block_requests(self, lp: LanePlan) -> list[ChunkRequest] | None:
+        """The block loads of a batch that takes the block path, else None.
+
+        With ``blocks="always"`` (an in-process reader) every batch does; with
+        ``"cached"`` (the Flight server) a batch does when the blocks of all its lanes'
+        protocols are in the cache (``full_in_mem`` warms them).
+        """
+        codes = dict.fromkeys(lp.lane_protocol.tolist()) if self._chain else (lp.protocol,)
+        out = []
+        for code in codes:
+            layout = self.layouts[code]
+            if self.blocks == "cached" and not self.cache.contains(block_key(layout)):
+                return None
+            req = self._block_requests.get(code)
+            if req is None:
+                req = self._block_requests[code] = block_request(
+                    self.plan, layout, storage=self.storage, tier=self.tier)
+            out.append(req)
+        return out
+
+    def read_ahead_requests(self, lp: LanePlan) -> list[ChunkRequest]:
+        """What to load ahead for a batch: its blocks, or its chunks."""
+        blocks = self.block_requests(lp)
+        return blocks if blocks is not None else self.requests(lp)
+
     def _request(self, c: int) -> ChunkRequest:
         req = self._requests.get(c)
         if req is None:
+            if self.storage is None:  # a block-only reader never gets here
+                raise WindpipeError(ErrorType.INTERNAL,
+                                    "this batch builder reads blocks only (no storage)")
             req = self._requests[c] = chunk_request(self.plan, self.storage, c)
         return req
 
@@ -131,6 +170,11 @@ class BatchBuilder:
               lp: LanePlan | None = None) -> tuple[pa.RecordBatch, BatchMetadata]:
         """The record batch and metadata of global batch ``g`` (``batch_idx`` in the pass)."""
         lp = lp if lp is not None else self.lane_plan(schedule, g)
+        blocks = self.block_requests(lp)
+        if blocks is not None:
+            with self.cache.acquire(blocks) as pins:
+                arrays = self._gather_blocks(lp, pins)
+            return self._record_batch(schedule, lp, arrays, {}, batch_idx)
         skipped: dict[int, tuple[str, str]] = self._skipped_by_known_bad(lp)
         while True:
             try:
@@ -155,6 +199,18 @@ class BatchBuilder:
             if key.path in self.bad_paths:
                 out.setdefault(int(lp.rng_lane[i]), (key.path, self.bad_paths[key.path]))
         return out
+
+    def _gather_blocks(self, lp: LanePlan, pins: Any) -> tuple[np.ndarray, np.ndarray,
+                                                               np.ndarray]:
+        spec = self.plan.specs[lp.protocol]
+        arrays = self._pool.take(lp.n_lanes, lp.seq_len, len(spec.input_columns),
+                                 len(spec.target_columns))
+        loaded = {layout.protocol: (pins[block_key(layout)], layout) for layout in self.layouts
+                  if block_key(layout) in pins}
+        gather_lanes(loaded, lane_stream=lp.lane_stream, lane_offset=lp.lane_offset,
+                     lane_protocol=lp.lane_protocol, n_rows=self.tables.n_rows,
+                     inputs=arrays[0], targets=arrays[1], mask=arrays[2])
+        return arrays
 
     def _copy(self, lp: LanePlan, pins: Any,
               skipped: dict[int, tuple[str, str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

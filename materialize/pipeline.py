@@ -24,7 +24,7 @@ __all__ = ["BatchPipeline"]
 class BatchPipeline:
     """Builds the batches ``start..end`` of a pass in order, with chunk read-ahead.
 
-    Yields ``(i, record_batch, metadata, encoded_metadata)``. After each batch,
+    Yields ``(i, record_batch, metadata)``. After each batch,
     background loads of the chunks of the next ``readahead_batches`` batches start
     (``ChunkCache.prefetch``). A build error is raised at that batch, after every
     earlier batch. A built batch holds no pins (a build releases them before
@@ -39,10 +39,10 @@ class BatchPipeline:
         self._range = (start, end)
         self._readahead = readahead_batches
 
-    def __iter__(self) -> Iterator[tuple[int, pa.RecordBatch, BatchMetadata, bytes]]:
+    def __iter__(self) -> Iterator[tuple[int, pa.RecordBatch, BatchMetadata]]:
         return self._items()
 
-    def _items(self) -> Iterator[tuple[int, pa.RecordBatch, BatchMetadata, bytes]]:
+    def _items(self) -> Iterator[tuple[int, pa.RecordBatch, BatchMetadata]]:
         builder, schedule, batches = self._builder, self._schedule, self._batches
         start, end = self._range
         plans: dict[int, LanePlan] = {}
@@ -57,7 +57,7 @@ class BatchPipeline:
             lp = plans.pop(i)
             batch, meta = builder.build(schedule, g, batch_idx=i, lp=lp)
             self._read_ahead(i, end, plans)
-            yield i, batch, meta, meta.encode()
+            yield i, batch, meta
 
     def _plan_ahead(self, i: int, end: int, plans: dict[int, LanePlan]) -> None:
         """Make sure ``plans`` holds batch ``i``'s lane plan (computed a block at a time)."""
@@ -74,6 +74,6 @@ class BatchPipeline:
         requests: list[ChunkRequest] = []
         for j in range(i + 1, min(end, i + 1 + self._readahead)):
             self._plan_ahead(j, end, plans)
-            requests.extend(builder.requests(plans[j]))
+            requests.extend(builder.read_ahead_requests(plans[j]))
         if requests:
             builder.cache.prefetch(requests)

@@ -21,10 +21,12 @@ import pyarrow as pa
 
 from contract.errors import WindpipeError as ContractError
 from contract.wire import FlightCommand
+from planning.artifact import ARTIFACT_MEDIA_TYPE
 from sdk._batch import Batch, batch_from_arrow
 from sdk._exceptions import InvalidRequest, as_sdk_error
 from sdk._handles import DatasetVersion, Plan, Split
 from sdk._loader import DeviceLoader
+from sdk._local import LocalReader, LocalReaders
 from sdk._models import DatasetInfo
 from sdk._rest import RestClient
 from sdk._stream import FlightStream
@@ -76,6 +78,7 @@ class Catalog:
         self._flight_locations = list(flight_locations) if flight_locations else None
         self._stream: FlightStream | None = None
         self._lock = threading.Lock()
+        self._local = LocalReaders(self.flight, self._artifact_bytes)
 
     def __repr__(self) -> str:
         return f"Catalog({self.url!r})"
@@ -162,6 +165,11 @@ class Catalog:
         """A plan by id (its config rebuilt from the stored planning fields)."""
         return Plan.from_json(self, self._rest.get_json(f"/v1/plans/{plan_id}"))
 
+    def _artifact_bytes(self, plan_id: str) -> bytes:
+        """The stored plan (``GET /v1/plans/{id}/artifact``), for a same-host reader."""
+        return self._rest.request("GET", f"/v1/plans/{plan_id}/artifact",
+                                  accept=ARTIFACT_MEDIA_TYPE).content
+
     def _arrow_frame(self, path: str) -> pl.DataFrame:
         response = self._rest.request(
             "GET", path, params={"format": "arrow"}, accept=_ARROW_STREAM
@@ -182,8 +190,10 @@ class Catalog:
             return self._stream
 
     def _records(
-        self, plan_id: str, *, epoch: int, rank: int, world_size: int, start_batch: int
+        self, plan_id: str, *, epoch: int, rank: int, world_size: int, start_batch: int,
+        reader: LocalReader | None = None,
     ) -> Iterator[Any]:
+        """One rank's pass: built here from the host's tier (``reader``) or streamed."""
         try:
             command = FlightCommand(
                 plan_id=plan_id, epoch=epoch, rank=rank, world_size=world_size,
@@ -191,26 +201,32 @@ class Catalog:
             )
         except ContractError as exc:
             raise as_sdk_error(exc) from None
+        if reader is not None:
+            return reader.records(epoch=epoch, rank=rank, world_size=world_size,
+                                  start_batch=start_batch)
         return self.flight().batches(command)
 
     def _batches(
-        self, plan_id: str, *, epoch: int, rank: int, world_size: int, start_batch: int
+        self, plan_id: str, *, epoch: int, rank: int, world_size: int, start_batch: int,
+        reader: LocalReader | None = None,
     ) -> Iterator[Batch]:
         records = self._records(
-            plan_id, epoch=epoch, rank=rank, world_size=world_size, start_batch=start_batch
+            plan_id, epoch=epoch, rank=rank, world_size=world_size, start_batch=start_batch,
+            reader=reader,
         )
         for record, meta in records:
             yield batch_from_arrow(record, meta)
 
-    def _worker_source(self, plan_id: str) -> Callable[..., Iterator[Batch]]:
+    def _worker_source(self, plan_id: str, *, transport: str) -> Callable[..., Iterator[Batch]]:
         return _PlanSource(
             plan_id, url=self.url, token=self._token, timeout=self._timeout,
-            flight_locations=self._flight_locations, catalog=self,
+            flight_locations=self._flight_locations, catalog=self, transport=transport,
         )
 
     def _loader(self, plan: Plan, **options: Any) -> DeviceLoader:
         epoch, rank = options.pop("epoch"), options.pop("rank")
         world_size, start = options.pop("world_size"), options.pop("start_batch")
+        reader = options.pop("reader")
         cap = options.pop("pinned_bytes_cap")
         if cap is not None:
             options["pinned_bytes_cap"] = cap
@@ -218,7 +234,8 @@ class Catalog:
         before = stream.counters.failovers
         return DeviceLoader(
             lambda: self._batches(
-                plan.id, epoch=epoch, rank=rank, world_size=world_size, start_batch=start
+                plan.id, epoch=epoch, rank=rank, world_size=world_size, start_batch=start,
+                reader=reader,
             ),
             failovers=lambda: stream.counters.failovers - before,
             desc=f"epoch {epoch}", **options,
@@ -234,15 +251,17 @@ class _PlanSource:
 
     def __init__(
         self, plan_id: str, *, url: str, token: str | None, timeout: float,
-        flight_locations: list[str] | None, catalog: Catalog | None,
+        flight_locations: list[str] | None, catalog: Catalog | None, transport: str = "flight",
     ) -> None:
         self.plan_id = plan_id
+        self.transport = transport
         self._args = (url, token, timeout, flight_locations)
         self._catalog = catalog
         self._pid = os.getpid()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"plan_id": self.plan_id, "_args": self._args, "_catalog": None, "_pid": 0}
+        return {"plan_id": self.plan_id, "transport": self.transport, "_args": self._args,
+                "_catalog": None, "_pid": 0}
 
     def __call__(
         self, *, epoch: int, rank: int, world_size: int, start_batch: int, worker: int = 0,
@@ -255,9 +274,11 @@ class _PlanSource:
             self._catalog = Catalog(
                 url, token=token, timeout=timeout, flight_locations=locations
             )
+        reader = self._catalog._local.reader(self.plan_id, transport=self.transport,
+                                             progress=False)
         records = self._catalog._records(
             self.plan_id, epoch=epoch, rank=rank, world_size=world_size,
-            start_batch=start_batch,
+            start_batch=start_batch, reader=reader,
         )
         for record, meta in records:
             if (meta.batch_idx - start_batch) % num_workers == worker:

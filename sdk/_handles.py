@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from sdk._batch import Batch
     from sdk._catalog import Catalog
     from sdk._loader import DeviceLoader
+    from sdk._local import LocalReader
 
 __all__ = ["DatasetVersion", "Plan", "Split"]
 
@@ -186,27 +187,48 @@ class Plan:
         results = warm_plan(self._catalog.flight(), self.id, epoch=epoch, progress=progress)
         return {loc: r.as_dict() for loc, r in results.items()}
 
-    def _prepare(self, data_access: str | None, *, epoch: int, progress: bool | None) -> None:
-        """Warm first when the data access (argument, else the config) is ``full_in_mem``."""
+    def _prepare(self, data_access: str | None, *, epoch: int, progress: bool | None,
+                 transport: str | None) -> LocalReader | None:
+        """The same-host reader when ``transport`` (argument, else the config) takes that
+        path (``sdk._local``; it warms its server into the host's tier), else None after
+        warming every Flight location when the data access is ``full_in_mem``."""
         mode = self.config.data_access if data_access is None else data_access
         if mode not in ("windowed", "full_in_mem"):
             msg = f"data_access must be 'windowed' or 'full_in_mem', got {mode!r}"
             raise InvalidConfig(msg)
-        if mode == "full_in_mem":
+        reader = self._catalog._local.reader(
+            self.id, transport=self.config.transport if transport is None else transport,
+            progress=progress)
+        if reader is None and mode == "full_in_mem":
             self.warm(epoch=epoch, progress=progress)
+        return reader
+
+    def transport(self, transport: str | None = None) -> str:
+        """``"local"`` or ``"flight"``: the path :meth:`batches` takes with ``transport``
+        (argument, else the config; see ``sdk._local``)."""
+        reader = self._catalog._local.reader(
+            self.id, transport=self.config.transport if transport is None else transport,
+            progress=False)
+        return "flight" if reader is None else "local"
 
     def batches(
         self, epoch: int = 0, rank: int = 0, world_size: int = 1, start_batch: int = 0,
         *, data_access: str | None = None, progress: bool | None = None,
+        transport: str | None = None,
     ) -> Iterator[Batch]:
         """One rank's pass over ``epoch`` as CPU :class:`Batch` es, from ``start_batch`` on.
 
-        With ``data_access="full_in_mem"`` (argument, else the plan's config) the split
-        is warmed into the servers' caches first (:meth:`warm`), before this returns.
+        ``transport`` (argument, else the plan's config): ``"auto"`` builds the batches
+        in this process from the host's shared tier when a Flight server of the
+        deployment shares one with this host, else streams them; ``"local"`` and
+        ``"flight"`` insist (``sdk._local``). Both give the same batches, byte for byte.
+        With ``data_access="full_in_mem"`` a streamed plan is first warmed into the
+        servers' caches (:meth:`warm`), before this returns.
         """
-        self._prepare(data_access, epoch=epoch, progress=progress)
+        reader = self._prepare(data_access, epoch=epoch, progress=progress, transport=transport)
         return self._catalog._batches(
-            self.id, epoch=epoch, rank=rank, world_size=world_size, start_batch=start_batch
+            self.id, epoch=epoch, rank=rank, world_size=world_size, start_batch=start_batch,
+            reader=reader,
         )
 
     def loader(
@@ -224,16 +246,17 @@ class Plan:
         pinned_bytes_cap: int | None = None,
         progress: bool | None = None,
         data_access: str | None = None,
+        transport: str | None = None,
     ) -> DeviceLoader:
         """Batches on ``device`` (default ``config.device``), read ahead in the background.
 
-        Options left as None come from the plan's :class:`LoaderConfig`;
-        ``full_in_mem`` warms the servers' caches first (see :meth:`batches`).
+        Options left as None come from the plan's :class:`LoaderConfig`; ``transport``
+        and ``full_in_mem`` as in :meth:`batches`.
         """
-        self._prepare(data_access, epoch=epoch, progress=progress)
+        reader = self._prepare(data_access, epoch=epoch, progress=progress, transport=transport)
         return self._catalog._loader(
             self, device=device or self.config.device, epoch=epoch, rank=rank,
-            world_size=world_size, start_batch=start_batch,
+            world_size=world_size, start_batch=start_batch, reader=reader,
             prefetch_factor=prefetch_factor or self.config.prefetch_factor,
             pin_memory=self.config.pin_memory if pin_memory is None else pin_memory,
             non_blocking=self.config.non_blocking if non_blocking is None else non_blocking,
@@ -247,22 +270,26 @@ class Plan:
     def torch_dataset(
         self, epoch: int = 0, *, rank: int | None = None, world_size: int | None = None,
         transform: Any = None, data_access: str | None = None, progress: bool | None = None,
+        transport: str | None = None,
     ) -> WindpipeIterableDataset:
         """An ``IterableDataset`` for ``DataLoader(ds, batch_size=None)`` (see ``sdk._torch``).
 
-        ``full_in_mem`` warms the servers' caches once, here, in this process (not in
-        each DataLoader worker). :meth:`dataloader` applies the config's runtime fields.
+        The plan is warmed once, here, in this process (not in each DataLoader worker):
+        into the host's tier when ``transport`` takes the same-host path (each worker
+        then maps it), else into the servers' caches for ``full_in_mem``.
+        :meth:`dataloader` applies the config's runtime fields.
         """
-        self._prepare(data_access, epoch=epoch, progress=progress)
+        reader = self._prepare(data_access, epoch=epoch, progress=progress, transport=transport)
         return WindpipeIterableDataset(
-            self._catalog._worker_source(self.id), plan_id=self.id, epoch=epoch, rank=rank,
-            world_size=world_size, transform=transform,
+            self._catalog._worker_source(self.id,
+                                         transport="flight" if reader is None else "local"),
+            plan_id=self.id, epoch=epoch, rank=rank, world_size=world_size, transform=transform,
         )
 
     def dataloader(
         self, epoch: int = 0, *, rank: int | None = None, world_size: int | None = None,
         transform: Any = None, data_access: str | None = None, progress: bool | None = None,
-        **options: Any,
+        transport: str | None = None, **options: Any,
     ) -> DataLoader[Any]:
         """``DataLoader(self.torch_dataset(...), batch_size=None, ...)`` from the config.
 
@@ -276,7 +303,7 @@ class Plan:
         kwargs = dataloader_options(self.config, **options)
         dataset = self.torch_dataset(
             epoch, rank=rank, world_size=world_size, transform=transform,
-            data_access=data_access, progress=progress,
+            data_access=data_access, progress=progress, transport=transport,
         )
         return DataLoader(dataset, **kwargs)
 

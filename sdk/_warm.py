@@ -14,6 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,11 +28,13 @@ __all__ = ["WarmResult", "warm_plan"]
 
 @dataclass(frozen=True)
 class WarmResult:
-    """What one Flight location loaded: ``chunks``, ``bytes`` and wall ``seconds``."""
+    """What one Flight location loaded: ``chunks``, ``bytes``, wall ``seconds``, and the id
+    of the host tier that now holds the plan's blocks (None without a tier)."""
 
     chunks: int
     bytes: int
     seconds: float
+    tier_id: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """``{"chunks", "bytes", "seconds"}``."""
@@ -40,8 +43,10 @@ class WarmResult:
 
 def warm_plan(
     stream: FlightStream, plan_id: str, *, epoch: int = 0, progress: bool | None = None,
+    locations: Sequence[str] | None = None,
 ) -> dict[str, WarmResult]:
-    """Warm ``plan_id`` on every location of ``stream``; one :class:`WarmResult` each.
+    """Warm ``plan_id`` on every location of ``stream`` (or ``locations``); one
+    :class:`WarmResult` each.
 
     ``progress``: None shows a bar when the output is a terminal or notebook, True
     always, False never. The first error (a budget too small, a bad segment, a
@@ -60,7 +65,7 @@ def warm_plan(
         finally:
             events.put((location, None))
 
-    locations = list(stream.locations)
+    locations = list(stream.locations if locations is None else locations)
     started = time.perf_counter()
     threads = [threading.Thread(target=run, args=(loc,), name=f"windpipe-warm-{k}",
                                 daemon=True) for k, loc in enumerate(locations)]
@@ -95,6 +100,7 @@ def warm_plan(
     return {
         loc: WarmResult(chunks=int(last.get(loc, {}).get("loaded", 0)),
                         bytes=int(last.get(loc, {}).get("bytes", 0)),
-                        seconds=round(seconds.get(loc, 0.0), 6))
+                        seconds=round(seconds.get(loc, 0.0), 6),
+                        tier_id=(last.get(loc, {}).get("tier") or {}).get("id"))
         for loc in locations
     }

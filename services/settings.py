@@ -52,6 +52,19 @@ class Settings(BaseSettings):
         default="raise",
         description="a segment that cannot be read fails the stream, or its lanes are padding",
     )
+    tier_dir: Path | None = Field(
+        default=None,
+        description="directory of the host's shared tier of decoded blocks (default: "
+                    "data_dir/tier; /dev/shm/... keeps it in memory)",
+    )
+    tier_bytes: int = Field(
+        default=4 << 30, ge=0,
+        description="byte budget of the tier (least recently used blocks go); 0: no tier",
+    )
+    build_ahead_bytes: int = Field(
+        default=0, ge=0,
+        description="bytes of batches a stream builds ahead in a second thread (0: none)",
+    )
     ticket_ttl_s: float | None = Field(
         default=None, gt=0, description="seconds a Flight ticket stays valid (default: no expiry)"
     )
@@ -69,6 +82,12 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'catalog.db').resolve()}"
+
+    def resolved_tier_dir(self) -> Path | None:
+        """Where the tier lives, or None when it is off (``tier_bytes == 0``)."""
+        if self.tier_bytes == 0:
+            return None
+        return self.tier_dir if self.tier_dir is not None else self.data_dir / "tier"
 
     def resolved_flight_host(self) -> str:
         """Where the Flight server binds (``host`` unless set)."""

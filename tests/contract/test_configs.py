@@ -201,7 +201,7 @@ def test_loader_config_splits_into_plan_spec_and_options():
         "alignment_key", "inputs", "targets", "scaling"}
     assert set(LoaderConfig.RUNTIME_FIELDS) == {
         "data_access", "num_workers", "prefetch_factor", "persistent_workers", "pin_memory",
-        "multiprocessing_context", "device", "prefetch_to_device", "non_blocking"}
+        "multiprocessing_context", "device", "prefetch_to_device", "non_blocking", "transport"}
     assert set(LoaderConfig.model_fields) == {*LoaderConfig.PLANNING_FIELDS,
                                               *LoaderConfig.RUNTIME_FIELDS}
     spec = cfg.plan_spec()

@@ -174,7 +174,9 @@ def start_server(plans: dict[str, PlanContext], *, cache_bytes: int = 64 << 20,
                  locations: tuple[str, ...] = (), port: int = 0,
                  **settings: Any) -> RunningFlightServer:
     """A Flight server on loopback serving ``plans`` (no catalog); ``settings`` are
-    ``Settings`` fields (``readahead_batches``, ``on_bad_segment``, ``s3_endpoint``...)."""
+    ``Settings`` fields (``readahead_batches``, ``on_bad_segment``, ``s3_endpoint``...;
+    no tier unless ``tier_dir`` is given)."""
+    settings.setdefault("tier_bytes", 1 << 30 if "tier_dir" in settings else 0)
     config = Settings(flight_host="127.0.0.1", flight_port=port,
                       flight_locations=locations, ticket_secret=SecretStr("test-secret"),
                       **settings)

@@ -46,7 +46,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
 
 
 def _start_with_token(plans: dict[str, PlanContext]) -> RunningFlightServer:
-    settings = Settings(flight_host="127.0.0.1", flight_port=0,
+    settings = Settings(flight_host="127.0.0.1", flight_port=0, tier_bytes=0,
                         ticket_secret=SecretStr("test-secret"), token=SecretStr(TOKEN))
     return start_flight_server(settings, plan_source=lambda plan_id: plans[plan_id].artifact,
                                cache_bytes=64 << 20)

@@ -28,6 +28,7 @@ from contract.wire import (
     error_from_flight,
 )
 from flight_server.tickets import TICKET_PREFIX, TicketPayload, sign_ticket, verify_ticket
+from materialize.blocks import block_layouts
 from tests.fixtures.servers import free_ports
 from tests.flight_server.helpers import (
     COLUMNS,
@@ -269,7 +270,10 @@ def test_actions_health_stats_and_warm(dataset: Dataset, server: Any) -> None:
     assert progress[-1]["loaded"] == progress[-1]["total"] == n_chunks
     assert [p["loaded"] for p in progress] == sorted(p["loaded"] for p in progress)
     before = cache_stats(server.location)
-    assert before["entries"] == n_chunks
+    layouts = block_layouts(plan)  # warm loads the plan's blocks: every chunk, end to end
+    assert before["entries"] == len(layouts) == 1
+    assert before["resident_bytes"] == sum(layout.nbytes for layout in layouts) == int(
+        sum(plan.specs[0].nbytes(int(n)) for n in plan.chunk_len))
     consume(server.location, FlightCommand("p", epoch=3))
     after = cache_stats(server.location)
     assert after["misses"] == before["misses"]  # everything was in memory

@@ -57,11 +57,13 @@ def test_full_in_mem_warms_every_location_first_with_progress(
     in_mem = dataclasses.replace(plan, config=CONFIG.model_copy(
         update={"data_access": "full_in_mem"}))
     batches = in_mem.batches(epoch=0, progress=True)
-    # warmed before the first batch is read: every chunk of the split resident everywhere
+    # warmed before the first batch is read: the split's blocks (every chunk of it, end to
+    # end) resident everywhere, on top of what the windowed pass left
     warmed = [cache_stats(loc) for loc in dep.locations]
-    assert len({s["entries"] for s in warmed}) == 1
-    assert all(w["entries"] >= c["entries"] and w["entries"] > 0
-               for w, c in zip(warmed, cold, strict=True))
+    added = [w["resident_bytes"] - c["resident_bytes"] for w, c in zip(warmed, cold, strict=True)]
+    assert len(set(added)) == 1
+    assert added[0] > 0
+    assert all(w["entries"] > c["entries"] for w, c in zip(warmed, cold, strict=True))
     assert [_key(b) for b in batches] == windowed
     after = [cache_stats(loc) for loc in dep.locations]
     assert sum(a["misses"] for a in after) == sum(w["misses"] for w in warmed)
@@ -72,8 +74,8 @@ def test_full_in_mem_warms_every_location_first_with_progress(
     result = plan.warm(progress=False)
     assert set(result) == set(dep.locations)
     for loc in dep.locations:
-        assert result[loc]["chunks"] == warmed[0]["entries"]
-        assert result[loc]["bytes"] == warmed[0]["resident_bytes"] > 0
+        assert result[loc]["chunks"] > 0
+        assert result[loc]["bytes"] == added[0]
         assert result[loc]["seconds"] >= 0.0
     # the override works on a windowed plan too, for the loader and the dataset
     assert [_key(b) for b in plan.loader(device="cpu", data_access="full_in_mem",

@@ -1,0 +1,94 @@
+"""The ``warm`` action: a plan's blocks loaded into the server's cache and its host's tier.
+
+``data_access="full_in_mem"`` and every in-process reader ask for it. The plan's
+blocks (``materialize.blocks``: all rows of each protocol, decoded and scaled, end to
+end) are loaded one by one in a helper thread, through the tier when the server has
+one, so each block is decoded once per host; batches of a warmed plan then take the
+block path (one gather per batch). Progress results are sent about every 1/20 of the
+chunks, as they load; the last result also names the tier that holds the blocks.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from contract.errors import ErrorType, WindpipeError
+from materialize.blocks import block_layouts, block_request
+from materialize.cache import ChunkCache
+from materialize.plan import PlanContext
+from materialize.tier import Tier
+from storage.store import Storage
+
+__all__ = ["warm_results"]
+
+_STEPS = 20
+
+
+def warm_results(plan: PlanContext, storage: Storage, cache: ChunkCache,
+                 tier: Tier | None) -> Iterator[dict[str, Any]]:
+    """Load every block of ``plan``; yields progress results (see the module docstring).
+
+    A plan larger than the cache budget is refused at once, before anything loads.
+    """
+    total_bytes = sum(layout.nbytes for layout in block_layouts(plan))
+    if total_bytes > cache.budget_bytes:
+        raise WindpipeError(
+            ErrorType.RESOURCE_EXHAUSTED,
+            f"plan {plan.plan_id} needs {total_bytes} bytes in memory but the cache budget is "
+            f"{cache.budget_bytes} bytes: raise --cache-bytes or use data_access='windowed'",
+            details={"needed_bytes": total_bytes, "budget_bytes": cache.budget_bytes},
+        )
+    return _progress(plan, storage, cache, tier)
+
+
+def _progress(plan: PlanContext, storage: Storage, cache: ChunkCache,
+              tier: Tier | None) -> Iterator[dict[str, Any]]:
+    layouts = block_layouts(plan)
+    total_bytes = sum(layout.nbytes for layout in layouts)
+    total = sum(int(layout.chunks.shape[0]) for layout in layouts)
+    events: queue.Queue[tuple[int, int] | BaseException | None] = queue.Queue()
+
+    def run() -> None:
+        chunks = done = 0
+        try:
+            for layout in layouts:
+                def progress(k: int, nbytes: int, c0: int = chunks, b0: int = done) -> None:
+                    events.put((c0 + k, b0 + nbytes))
+
+                request = block_request(plan, layout, storage=storage, tier=tier,
+                                        progress=progress)
+                cache.acquire([request]).release()
+                chunks += int(layout.chunks.shape[0])
+                done += layout.nbytes
+                events.put((chunks, done))
+        except BaseException as exc:
+            events.put(exc)
+            return
+        events.put(None)
+
+    t0 = time.perf_counter()
+
+    def result(loaded: int, nbytes: int) -> dict[str, Any]:
+        return {"loaded": loaded, "total": total, "bytes": nbytes, "total_bytes": total_bytes,
+                "seconds": round(time.perf_counter() - t0, 6), "time": time.time()}
+
+    threading.Thread(target=run, name="windpipe-warm", daemon=True).start()
+    step = max(1, total // _STEPS)
+    sent = -1
+    loaded = nbytes = 0
+    while True:
+        item = events.get()
+        if item is None:
+            break
+        if isinstance(item, BaseException):
+            raise item
+        loaded, nbytes = item
+        if loaded - sent >= step and loaded < total:
+            sent = loaded
+            yield result(loaded, nbytes)
+    yield {**result(total, total_bytes), "blocks": [layout.key for layout in layouts],
+           "tier": tier.info().as_dict() if tier is not None else None}

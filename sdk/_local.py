@@ -1,0 +1,158 @@
+"""The same-host path: a plan's batches built in this process from the host's shared tier.
+
+When a Flight server of the deployment runs on this host, it advertises its tier of
+decoded blocks (``health`` action: path and id). A reader that finds that tier here
+asks the server to warm the plan (the server decodes each block once per host, into
+the tier, or finds it there), maps the blocks read-only and builds every batch with
+the same materializer the server runs: the same lanes, values, padding and
+provenance, byte for byte, without the gRPC hop and without decoding anything itself.
+
+``transport`` (``plan.batches``, ``plan.loader``, ``plan.torch_dataset``, or
+``LoaderConfig.transport``): ``"flight"`` always streams; ``"local"`` requires the
+same-host path; ``"auto"`` (default) takes it when a server's tier is reachable here
+and the plan's blocks fit it, else streams.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from contract.wire import ACTION_HEALTH, BatchMetadata, batch_schema
+from materialize.blocks import block_layouts
+from materialize.builder import BatchBuilder
+from materialize.cache import ChunkCache
+from materialize.pipeline import BatchPipeline
+from materialize.plan import PlanContext
+from materialize.tier import Tier, TierInfo
+from planning.artifact import PlanArtifact
+from planning.ranks import rank_batches
+from sdk._exceptions import InvalidConfig, ResourceExhausted, Unavailable
+from sdk._stream import FlightStream
+from sdk._warm import warm_plan
+from services.memo import Memo
+
+__all__ = ["TRANSPORTS", "LocalReader", "LocalReaders"]
+
+TRANSPORTS = ("auto", "local", "flight")
+_BLOCK_HEADER = 64
+
+
+@dataclass(eq=False)
+class LocalReader:
+    """Builds one plan's batches in this process from blocks in a shared tier.
+
+    ``location`` is the Flight server that shares the tier (and warms the plan into
+    it); the reader itself never reads storage.
+    """
+
+    plan: PlanContext
+    tier: Tier
+    location: str
+
+    @classmethod
+    def create(cls, artifact: PlanArtifact, tier: Tier, location: str) -> LocalReader:
+        """A reader of ``artifact`` over ``tier``."""
+        return cls(plan=PlanContext.from_artifact(artifact), tier=tier, location=location)
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of every block of the plan (what the tier must hold)."""
+        return sum(layout.nbytes for layout in block_layouts(self.plan))
+
+    def records(self, *, epoch: int, rank: int, world_size: int,
+                start_batch: int) -> Iterator[tuple[pa.RecordBatch, BatchMetadata]]:
+        """One rank's pass from ``start_batch`` on, as the Flight server would stream it."""
+        plan = self.plan
+        schedule = plan.schedule(epoch)
+        batches = rank_batches(schedule, rank=rank, world_size=world_size,
+                               drop_incomplete_distributed=plan.spec.drop_incomplete_distributed)
+        cache = ChunkCache(max(1, self.block_bytes), readahead_workers=0)
+        builder = BatchBuilder(
+            plan, None, cache, batch_schema(plan_id=plan.plan_id, version_id=plan.version_id),
+            tier=self.tier, blocks="always",
+        )
+        pipeline = BatchPipeline(builder, schedule, batches, start=start_batch,
+                                 end=int(batches.shape[0]), readahead_batches=0)
+        try:
+            for _, record, meta in pipeline:
+                yield record, meta
+        finally:
+            cache.close()
+
+
+class LocalReaders:
+    """The same-host readers of one :class:`~sdk.Catalog`: the tier found on this host
+    (asked once) and a reader per plan."""
+
+    def __init__(self, stream: Callable[[], FlightStream],
+                 artifact: Callable[[str], bytes]) -> None:
+        self._stream = stream
+        self._artifact = artifact
+        self._readers: Memo[str, LocalReader] = Memo(8)
+        self._found: tuple[Tier, str] | None = None
+        self._looked = False
+        self._lock = threading.Lock()
+
+    def reader(self, plan_id: str, *, transport: str,
+               progress: bool | None = None) -> LocalReader | None:
+        """The local reader of ``plan_id`` with its blocks in the tier, or None to stream.
+
+        ``"local"`` raises what keeps the same-host path from working; ``"auto"``
+        then streams over Flight instead.
+        """
+        if transport not in TRANSPORTS:
+            msg = f"transport must be one of {list(TRANSPORTS)}, got {transport!r}"
+            raise InvalidConfig(msg)
+        if transport == "flight":
+            return None
+        try:
+            return self._ready(plan_id, progress=progress)
+        except (Unavailable, ResourceExhausted):
+            if transport == "local":
+                raise
+            return None
+
+    def _ready(self, plan_id: str, *, progress: bool | None) -> LocalReader:
+        found = self._tier()
+        if found is None:
+            msg = ("no Flight server of this deployment shares a tier with this host "
+                   "(transport='local' needs a server on this host with --tier-dir)")
+            raise Unavailable(msg)
+        tier, location = found
+        reader = self._readers.get(plan_id, lambda: LocalReader.create(
+            PlanArtifact.from_ipc(self._artifact(plan_id)), tier, location))
+        needed = reader.block_bytes + _BLOCK_HEADER * len(block_layouts(reader.plan))
+        if needed > tier.budget_bytes:
+            msg = (f"plan {plan_id} needs {needed} bytes of blocks but the tier holds "
+                   f"{tier.budget_bytes}: raise the server's --tier-bytes")
+            raise ResourceExhausted(msg, details={"needed_bytes": needed,
+                                                  "tier_budget_bytes": tier.budget_bytes})
+        warmed = warm_plan(self._stream(), plan_id, progress=progress, locations=[location])
+        if warmed[location].tier_id != tier.id:
+            msg = f"the Flight server at {location} warmed plan {plan_id} into another tier"
+            raise Unavailable(msg)
+        return reader
+
+    def _tier(self) -> tuple[Tier, str] | None:
+        with self._lock:
+            if self._looked:
+                return self._found
+        stream = self._stream()
+        found = None
+        for location in stream.locations:
+            try:
+                health = next(iter(stream.action(location, ACTION_HEALTH)), {})
+            except Unavailable:
+                continue
+            info = TierInfo.from_dict(health.get("tier"))
+            tier = Tier.attach(info) if info is not None else None
+            if tier is not None:
+                found = (tier, location)
+                break
+        with self._lock:
+            self._found, self._looked = found, True
+        return found
