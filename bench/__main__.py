@@ -19,15 +19,17 @@ from typing import Any
 
 import psutil
 
-from bench.report import write_markdown, write_plot
+from bench.report import HEADLINE_RATIOS, write_markdown, write_plot
 
-__all__ = ["CONTENDERS", "main", "ratios", "run_contender"]
+__all__ = ["CONTENDERS", "HEADLINE_RATIOS", "main", "ratios", "run_contender"]
 
 CONTENDERS = (
-    "windpipe_flight_warm", "windpipe_flight_cold", "windpipe_full_in_mem",
-    "windowed_parquet", "rowgroup_parquet", "full_in_mem_torch", "torch_dataloader",
-    "flight_ceiling", "memcpy_ceiling",
+    "windpipe_local", "numpy_memmap", "windpipe_flight_warm", "windpipe_flight_cold",
+    "windpipe_full_in_mem", "windpipe_flight_warm_sequential", "windowed_parquet",
+    "rowgroup_parquet", "full_in_mem_torch", "torch_dataloader", "flight_ceiling",
+    "memcpy_ceiling",
 )
+
 
 
 def _machine() -> dict[str, Any]:
@@ -58,19 +60,22 @@ def run_contender(
     tokens = result["batches"] * result["tokens_per_batch"]
     result["batches_per_s"] = result["batches"] / result["seconds"] if result["seconds"] else 0.0
     result["tokens_per_s"] = tokens / result["seconds"] if result["seconds"] else 0.0
+    # CPU the timed loop cost the whole process tree (client, workers, server)
+    cpu = result.get("run_cpu_s", 0.0)
+    result["tokens_per_cpu_s"] = tokens / cpu if cpu else 0.0
     return result
 
 
 def ratios(contenders: dict[str, Any]) -> dict[str, float]:
-    """``windpipe_flight_warm`` tokens/s over each other contender's (those that ran)."""
-    warm = contenders.get("windpipe_flight_warm", {})
-    if not warm.get("tokens_per_s"):
-        return {}
-    return {
-        f"windpipe_flight_warm/{name}": warm["tokens_per_s"] / r["tokens_per_s"]
-        for name, r in contenders.items()
-        if name != "windpipe_flight_warm" and r.get("tokens_per_s")
-    }
+    """Tokens/s (and, with ``cpu/``, tokens per CPU-second) of the headline pairs."""
+    out: dict[str, float] = {}
+    for num, den, _target in HEADLINE_RATIOS:
+        a, b = contenders.get(num, {}), contenders.get(den, {})
+        if a.get("tokens_per_s") and b.get("tokens_per_s"):
+            out[f"{num}/{den}"] = a["tokens_per_s"] / b["tokens_per_s"]
+        if a.get("tokens_per_cpu_s") and b.get("tokens_per_cpu_s"):
+            out[f"cpu/{num}/{den}"] = a["tokens_per_cpu_s"] / b["tokens_per_cpu_s"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,23 +116,27 @@ def main(argv: list[str] | None = None) -> int:
         if "error" in result:
             print(f"{name:24s} FAILED: {result['error'][-300:]}")
         else:
-            print(f"{name:24s} {result['tokens_per_s'] / 1e6:9.2f} M tokens/s "
-                  f"{result['batches_per_s']:9.1f} batches/s "
-                  f"peak {result['peak_rss_bytes'] / 2**20:8.0f} MiB cpu {result['cpu_s']:.1f} s")
+            print(f"{name:32s} {result['tokens_per_s'] / 1e6:8.2f} M tokens/s "
+                  f"{result['batches_per_s']:8.1f} batches/s "
+                  f"{result['tokens_per_cpu_s'] / 1e6:7.2f} M tokens/cpu-s "
+                  f"peak {result['peak_rss_bytes'] / 2**20:7.0f} MiB")
 
     record: dict[str, Any] = {
-        "contenders": contenders, "concurrency": None, "planning": None,
+        "contenders": contenders, "concurrency": None, "local_concurrency": None,
+        "planning": None,
         "machine": _machine(), "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "rows": int(sum(workload.stream_rows)),
         "batch": {"batch_size": workload.batch_size, "seq_len": workload.seq_len,
-                  "inputs": 3, "targets": 1},
+                  "inputs": 3, "targets": 1, "strategy": workload.strategy},
         "ratios": ratios(contenders),
     }
     if not args.skip_concurrency and not args.only:
-        from bench.windpipe_contenders import concurrency  # noqa: PLC0415
+        from bench.windpipe_contenders import concurrency, local_concurrency  # noqa: PLC0415
 
-        record["concurrency"] = concurrency(workload, consumers=(1, 2, 4),
-                                            max_seconds=min(seconds, 4.0 if args.quick else 10.0))
+        window = min(seconds, 4.0 if args.quick else 10.0)
+        record["concurrency"] = concurrency(workload, consumers=(1, 2, 4), max_seconds=window)
+        record["local_concurrency"] = local_concurrency(workload, consumers=(1, 2, 4),
+                                                        max_seconds=window)
     if not args.skip_planning and not args.only:
         from bench.planning import planning_times  # noqa: PLC0415
 

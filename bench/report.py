@@ -5,7 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_markdown", "write_plot"]
+__all__ = ["HEADLINE_RATIOS", "write_markdown", "write_plot"]
+
+# (numerator, denominator, target) of the ratios the record reports first
+HEADLINE_RATIOS: tuple[tuple[str, str, float | None], ...] = (
+    ("windpipe_local", "numpy_memmap", 1.0),
+    ("windpipe_flight_warm", "flight_ceiling", 0.6),
+    ("windpipe_full_in_mem", "full_in_mem_torch", 1.5),
+    ("windpipe_flight_warm", "numpy_memmap", None),
+    ("windpipe_flight_warm", "windowed_parquet", None),
+    ("windpipe_flight_warm", "torch_dataloader", None),
+)
 
 
 def _ok(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -13,42 +23,59 @@ def _ok(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def write_markdown(record: dict[str, Any], path: Path) -> None:
-    """The contenders, the ratios that matter, concurrency and planning."""
+    """The contenders, the headline ratios, concurrency and planning."""
     ok = _ok(record)
+    batch = record["batch"]
     lines = [
         f"Benchmark of {record['date']} on {record['machine']['cpus']} CPUs, "
-        f"{record['rows']:,} cycling rows, batches of {record['batch']['batch_size']}x"
-        f"{record['batch']['seq_len']} (3 inputs, 1 target).",
+        f"{record['rows']:,} cycling rows, {batch.get('strategy', 'sequential')} batches of "
+        f"{batch['batch_size']}x{batch['seq_len']} (3 inputs, 1 target).",
         "",
-        "| contender | M tokens/s | batches/s | peak RSS (MiB) | CPU s |",
-        "|---|---:|---:|---:|---:|",
+        "| contender | M tokens/s | batches/s | M tokens per CPU-s | peak RSS (MiB) | CPU s |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for name, r in ok.items():
         lines.append(
             f"| {name} | {r['tokens_per_s'] / 1e6:.2f} | {r['batches_per_s']:.1f} | "
+            f"{r.get('tokens_per_cpu_s', 0.0) / 1e6:.2f} | "
             f"{r['peak_rss_bytes'] / 2**20:.0f} | {r['cpu_s']:.1f} |"
         )
     for name, r in record["contenders"].items():
         if "error" in r:
-            lines.append(f"| {name} | failed | | | |")
-    warm = ok.get("windpipe_flight_warm")
-    if warm:
-        lines += ["", "| ratio | value |", "|---|---:|"]
-        for other in ("flight_ceiling", "full_in_mem_torch", "windowed_parquet",
-                      "rowgroup_parquet", "torch_dataloader", "memcpy_ceiling"):
-            if other in ok and ok[other]["tokens_per_s"]:
-                ratio = warm["tokens_per_s"] / ok[other]["tokens_per_s"]
-                lines.append(f"| windpipe_flight_warm / {other} | {ratio:.2f}x |")
+            lines.append(f"| {name} | failed | | | | |")
+    ratios = record.get("ratios", {})
+    if ratios:
+        lines += ["", "| ratio (same run) | tokens/s | tokens per CPU-s | target |",
+                  "|---|---:|---:|---|"]
+        for num, den, target in HEADLINE_RATIOS:
+            key = f"{num}/{den}"
+            if key in ratios:
+                cpu = ratios.get(f"cpu/{key}")
+                goal = f">= {target}x" if target is not None else ""
+                lines.append(f"| {key} | {ratios[key]:.2f}x | "
+                             f"{'' if cpu is None else f'{cpu:.2f}x'} | {goal} |")
     if record.get("concurrency"):
-        lines += ["", "| consumers | aggregate M tokens/s | bytes read from storage (MiB) |",
+        lines += ["", "Flight: N consumer processes of one server.", "",
+                  "| consumers | aggregate M tokens/s | bytes read from storage (MiB) |",
                   "|---:|---:|---:|"]
         for row in record["concurrency"]:
             lines.append(f"| {row['consumers']} | {row['tokens_per_s'] / 1e6:.2f} | "
                          f"{row['storage_bytes'] / 2**20:.0f} |")
+    if record.get("local_concurrency"):
+        lines += ["", "Same host: N consumer processes sharing one tier.", "",
+                  "| consumers | aggregate M tokens/s | read from storage (MiB) | "
+                  "consumers' PSS (MiB) | tier (MiB) |", "|---:|---:|---:|---:|---:|"]
+        for row in record["local_concurrency"]:
+            lines.append(f"| {row['consumers']} | {row['tokens_per_s'] / 1e6:.2f} | "
+                         f"{row['storage_bytes'] / 2**20:.0f} | "
+                         f"{row['consumers_pss_bytes'] / 2**20:.0f} | "
+                         f"{row['tier_bytes'] / 2**20:.0f} |")
     if record.get("planning"):
         lines += ["", "| windows | database | plan creation (s) |", "|---:|---|---:|"]
         for row in record["planning"]:
-            lines.append(f"| {row['windows']:,} | {row['database']} | {row['seconds']:.2f} |")
+            if "seconds" in row:
+                lines.append(f"| {row['windows']:,} | {row['database']} | "
+                             f"{row['seconds']:.2f} |")
     path.write_text("\n".join(lines) + "\n")
 
 

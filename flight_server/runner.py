@@ -99,6 +99,8 @@ def start_flight_server(
         readahead_batches=settings.readahead_batches,
         ticket_ttl_s=settings.ticket_ttl_s,
         tier=tier,
+        build_ahead_bytes=settings.build_ahead_bytes,
+        auto_blocks=settings.auto_blocks,
         token=settings.token.get_secret_value() if settings.token else None,
     )
     reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host

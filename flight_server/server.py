@@ -89,6 +89,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         endpoint_batches: int = 64,
         ticket_ttl_s: float | None = None,
         tier: Tier | None = None,
+        build_ahead_bytes: int = 0,
+        auto_blocks: bool = True,
         token: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -106,6 +108,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         self.endpoint_batches = max(1, endpoint_batches)
         self.ticket_ttl_s = ticket_ttl_s
         self.tier = tier
+        self.build_ahead_bytes = build_ahead_bytes
+        self.auto_blocks = auto_blocks
         self._stopping = threading.Event()
         self._active = 0
         self._streams = 0  # streams started since the server started
@@ -189,6 +193,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             builder = BatchBuilder(
                 plan, self._storage_for(plan.root_uri), self.cache, schema,
                 on_bad_segment=self.on_bad_segment, tier=self.tier,
+                blocks="auto" if self.auto_blocks else "cached",
             )
             fields = {"plan": payload.plan_id, "epoch": payload.epoch, "rank": payload.rank,
                       "world_size": payload.world_size, "start_batch": payload.start_batch,
@@ -210,7 +215,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         sent = nbytes = 0
         outcome, error_type = "completed", None
         pipeline = BatchPipeline(builder, schedule, batches, start=start, end=end,
-                                 readahead_batches=self.readahead_batches)
+                                 readahead_batches=self.readahead_batches,
+                                 build_ahead_bytes=self.build_ahead_bytes)
         try:
             for i, batch, meta in pipeline:
                 if context.is_cancelled():

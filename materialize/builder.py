@@ -47,7 +47,8 @@ __all__ = [
 ]
 
 BadSegmentPolicy = Literal["raise", "skip"]
-BlockUse = Literal["cached", "always"]
+BlockUse = Literal["cached", "auto", "always"]
+_AUTO_SHARE = 2  # "auto": blocks when all of a plan's blocks fit in 1/_AUTO_SHARE of the budget
 _I64 = np.int64
 _POOL_SETS = 8
 BLOCK_BATCHES = 16  # lane plans and provenance are built for this many batches at once
@@ -107,6 +108,9 @@ class BatchBuilder:
         self.tables = plan_tables(plan)
         self.layouts = block_layouts(plan)
         self._chain = plan.spec.cross_protocol_state_carry == "chain"
+        whole = sum(x.nbytes for x in self.layouts)
+        self._fits = whole * _AUTO_SHARE <= cache.budget_bytes and (
+            tier is None or tier.fits(whole, len(self.layouts)))
         self._requests: dict[int, ChunkRequest] = {}
         self._block_requests: dict[int, ChunkRequest] = {}
         self._pool = _BufferPool()
@@ -127,14 +131,19 @@ class BatchBuilder:
         """The block loads of a batch that takes the block path, else None.
 
         With ``blocks="always"`` (an in-process reader) every batch does; with
-        ``"cached"`` (the Flight server) a batch does when the blocks of all its lanes'
-        protocols are in the cache (``full_in_mem`` warms them).
+        ``"cached"`` a batch does when the blocks of all its lanes' protocols are in the
+        cache (``full_in_mem`` warms them); ``"auto"`` (the Flight server) also when the
+        plan's blocks fit in half the cache budget (and the tier), so a split the cache
+        can hold whole is held whole. A segment that cannot be read, or blocks that do
+        not fit after all, send the builder back to chunks (where ``on_bad_segment``
+        applies).
         """
         codes = dict.fromkeys(lp.lane_protocol.tolist()) if self._chain else (lp.protocol,)
+        whole = self.blocks == "always" or (self.blocks == "auto" and self._fits)
         out = []
         for code in codes:
             layout = self.layouts[code]
-            if self.blocks == "cached" and not self.cache.contains(block_key(layout)):
+            if not whole and not self.cache.contains(block_key(layout)):
                 return None
             req = self._block_requests.get(code)
             if req is None:
@@ -172,9 +181,17 @@ class BatchBuilder:
         lp = lp if lp is not None else self.lane_plan(schedule, g)
         blocks = self.block_requests(lp)
         if blocks is not None:
-            with self.cache.acquire(blocks) as pins:
-                arrays = self._gather_blocks(lp, pins)
-            return self._record_batch(schedule, lp, arrays, {}, batch_idx)
+            try:
+                pins = self.cache.acquire(blocks)
+            except WindpipeError as exc:
+                if self.blocks == "always" or exc.type not in (ErrorType.SEGMENT_ERROR,
+                                                               ErrorType.RESOURCE_EXHAUSTED):
+                    raise
+                self._fits, self.blocks = False, "cached"  # read what can be read, by chunks
+            else:
+                with pins:
+                    arrays = self._gather_blocks(lp, pins)
+                return self._record_batch(schedule, lp, arrays, {}, batch_idx)
         skipped: dict[int, tuple[str, str]] = self._skipped_by_known_bad(lp)
         while True:
             try:

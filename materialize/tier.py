@@ -160,6 +160,10 @@ class Tier:
                 "tier_evictions": self.evictions, "tier_bytes_written": self.bytes_written,
                 "tier_used_bytes": self.used_bytes(), "tier_budget_bytes": self.budget_bytes}
 
+    def fits(self, nbytes: int, blocks: int = 1) -> bool:
+        """Whether ``blocks`` blocks of ``nbytes`` bytes in all fit the budget together."""
+        return nbytes + blocks * _HEADER <= self.budget_bytes
+
     def used_bytes(self) -> int:
         """Bytes of every block file in the directory."""
         return sum(size for _, size, _ in self._blocks())

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from contract.wire import ACTION_HEALTH, BatchMetadata, batch_schema
-from materialize.blocks import block_layouts
+from materialize.blocks import block_key, block_layouts
 from materialize.builder import BatchBuilder
 from materialize.cache import ChunkCache
 from materialize.pipeline import BatchPipeline
@@ -52,16 +52,24 @@ class LocalReader:
     plan: PlanContext
     tier: Tier
     location: str
+    cache: ChunkCache  # the mapped blocks, shared by every pass of this reader
 
     @classmethod
     def create(cls, artifact: PlanArtifact, tier: Tier, location: str) -> LocalReader:
         """A reader of ``artifact`` over ``tier``."""
-        return cls(plan=PlanContext.from_artifact(artifact), tier=tier, location=location)
+        plan = PlanContext.from_artifact(artifact)
+        blocks = sum(layout.nbytes for layout in block_layouts(plan))
+        return cls(plan=plan, tier=tier, location=location,
+                   cache=ChunkCache(max(1, blocks), readahead_workers=0))
 
     @property
     def block_bytes(self) -> int:
         """Bytes of every block of the plan (what the tier must hold)."""
-        return sum(layout.nbytes for layout in block_layouts(self.plan))
+        return self.cache.budget_bytes
+
+    def holds_its_blocks(self) -> bool:
+        """Whether every block is mapped here already (then nothing needs warming)."""
+        return all(self.cache.contains(block_key(x)) for x in block_layouts(self.plan))
 
     def records(self, *, epoch: int, rank: int, world_size: int,
                 start_batch: int) -> Iterator[tuple[pa.RecordBatch, BatchMetadata]]:
@@ -70,18 +78,15 @@ class LocalReader:
         schedule = plan.schedule(epoch)
         batches = rank_batches(schedule, rank=rank, world_size=world_size,
                                drop_incomplete_distributed=plan.spec.drop_incomplete_distributed)
-        cache = ChunkCache(max(1, self.block_bytes), readahead_workers=0)
         builder = BatchBuilder(
-            plan, None, cache, batch_schema(plan_id=plan.plan_id, version_id=plan.version_id),
+            plan, None, self.cache,
+            batch_schema(plan_id=plan.plan_id, version_id=plan.version_id),
             tier=self.tier, blocks="always",
         )
         pipeline = BatchPipeline(builder, schedule, batches, start=start_batch,
                                  end=int(batches.shape[0]), readahead_batches=0)
-        try:
-            for _, record, meta in pipeline:
-                yield record, meta
-        finally:
-            cache.close()
+        for _, record, meta in pipeline:
+            yield record, meta
 
 
 class LocalReaders:
@@ -125,6 +130,8 @@ class LocalReaders:
         tier, location = found
         reader = self._readers.get(plan_id, lambda: LocalReader.create(
             PlanArtifact.from_ipc(self._artifact(plan_id)), tier, location))
+        if reader.holds_its_blocks():  # mapped by an earlier pass: eviction cannot hurt it
+            return reader
         needed = reader.block_bytes + _BLOCK_HEADER * len(block_layouts(reader.plan))
         if needed > tier.budget_bytes:
             msg = (f"plan {plan_id} needs {needed} bytes of blocks but the tier holds "

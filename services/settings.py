@@ -61,6 +61,11 @@ class Settings(BaseSettings):
         default=4 << 30, ge=0,
         description="byte budget of the tier (least recently used blocks go); 0: no tier",
     )
+    auto_blocks: bool = Field(
+        default=True,
+        description="hold a plan's split whole as blocks (one gather per batch) when it fits "
+                    "in half the cache budget, without waiting for full_in_mem",
+    )
     build_ahead_bytes: int = Field(
         default=0, ge=0,
         description="bytes of batches a stream builds ahead in a second thread (0: none)",

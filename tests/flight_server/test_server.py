@@ -158,8 +158,11 @@ def test_unknown_plan_and_bad_command(server: Any) -> None:
     client.close()
 
 
-def test_concurrent_streams_share_chunks_single_flight(dataset: Dataset) -> None:
-    running = start_server({"p": dataset.plan(CONFIG, "p")}, readahead_batches=0)
+@pytest.mark.parametrize("auto_blocks", [False, True])
+def test_concurrent_streams_share_chunks_single_flight(dataset: Dataset,
+                                                       auto_blocks: bool) -> None:
+    running = start_server({"p": dataset.plan(CONFIG, "p")}, readahead_batches=0,
+                           auto_blocks=auto_blocks)
     try:
         results: list[int] = []
 
@@ -177,7 +180,9 @@ def test_concurrent_streams_share_chunks_single_flight(dataset: Dataset) -> None
     plan = dataset.plan(CONFIG, "p")
     assert len(set(results)) == 1
     assert results[0] > 0
-    assert stats["misses"] == stats["entries"] == int(plan.chunk_piece.shape[0])
+    # chunks, or (the split fits half the budget) the plan's blocks: each loaded once
+    units = len(block_layouts(plan)) if auto_blocks else int(plan.chunk_piece.shape[0])
+    assert stats["misses"] == stats["entries"] == units
     assert stats["evictions"] == 0
     assert stats["pinned_bytes"] == 0
 

@@ -33,16 +33,18 @@ class Deployment:
 def deployment(
     database_url: str, data_dir: Path, *, n_flight: int = 1, token: str | None = None,
     endpoint_batches: int = 64, cache_bytes: int | None = None, tier_bytes: int = 0,
+    **settings: Any,
 ) -> Iterator[Deployment]:
     """Catalog + ``n_flight`` Flight servers; with ``tier_bytes`` they share a host tier
-    (``data_dir/tier``), which makes the SDK's ``transport="auto"`` read locally."""
+    (``data_dir/tier``), which makes the SDK's ``transport="auto"`` read locally;
+    ``settings``: more ``Settings`` fields."""
     ports = free_ports(n_flight)
     locations = [f"grpc://127.0.0.1:{p}" for p in ports]
     settings = Settings(
         database_url=database_url, data_dir=data_dir, flight_host="127.0.0.1",
         flight_locations=tuple(locations), endpoint_batches=endpoint_batches,
         tier_bytes=tier_bytes, tier_dir=data_dir / "tier",
-        token=SecretStr(token) if token else None, log_level="WARNING",
+        token=SecretStr(token) if token else None, log_level="WARNING", **settings,
     )
     with ExitStack() as stack:
         url = stack.enter_context(run_catalog_server(settings))

@@ -39,8 +39,9 @@ def _plan(url: str, synth: Any, config: LoaderConfig = CONFIG, **kw: Any) -> Any
 @pytest.fixture(scope="module")
 def dep(tmp_path_factory: pytest.TempPathFactory, synth_dataset: Any) -> Any:
     tmp = tmp_path_factory.mktemp("sdk-runtime")
+    # windowed passes read chunks here (auto_blocks off), so a warm visibly adds the split
     with deployment(f"sqlite:///{tmp / 'catalog.db'}", tmp / "state", n_flight=2,
-                    endpoint_batches=3) as d:
+                    endpoint_batches=3, auto_blocks=False) as d:
         cat, plan = _plan(d.url, synth_dataset)
         d.extra.update(cat=cat, plan=plan)
         yield d
