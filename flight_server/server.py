@@ -218,7 +218,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                                  readahead_batches=self.readahead_batches,
                                  build_ahead_bytes=self.build_ahead_bytes)
         try:
-            for i, batch, meta in pipeline:
+            for i, built in pipeline:
                 if context.is_cancelled():
                     outcome = "cancelled"
                     return
@@ -226,11 +226,12 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                     raise WindpipeError(ErrorType.UNAVAILABLE,
                                         "the Flight server is shutting down; resume elsewhere",
                                         details={"next_batch": i})
+                meta = built.meta
                 if meta.skipped_lanes:
                     _log.warning("flight.segment.skipped", plan=fields["plan"], batch_idx=i,
                                  skipped=list(meta.skipped_lanes))
-                nbytes += batch.nbytes
-                yield batch, pa.py_buffer(meta.encode())
+                nbytes += built.nbytes
+                yield builder.record_batch(built), pa.py_buffer(meta.encode())
                 sent += 1
         except WindpipeError as exc:
             outcome, error_type = "error", exc.type.value

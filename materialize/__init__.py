@@ -7,7 +7,7 @@ reader: the byte-budgeted chunk cache (:mod:`.cache`), decoded and scaled chunks
 pipeline with read-ahead (:mod:`.pipeline`). No HTTP, no SQL, no gRPC server.
 """
 
-from materialize.builder import BadSegmentPolicy, BatchBuilder
+from materialize.builder import BadSegmentPolicy, BatchBuilder, BuiltBatch
 from materialize.cache import CacheStats, ChunkCache, ChunkRequest
 from materialize.pipeline import BatchPipeline
 from materialize.plan import PlanContext
@@ -16,6 +16,7 @@ __all__ = [
     "BadSegmentPolicy",
     "BatchBuilder",
     "BatchPipeline",
+    "BuiltBatch",
     "CacheStats",
     "ChunkCache",
     "ChunkRequest",

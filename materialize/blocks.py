@@ -155,41 +155,47 @@ def fill_block(plan: PlanContext, storage: Storage, layout: BlockLayout, inputs:
 
 def gather_lanes(
     blocks: dict[int, tuple[Block, BlockLayout]], *, lane_stream: np.ndarray,
-    lane_offset: np.ndarray, lane_protocol: np.ndarray, n_rows: np.ndarray,
-    inputs: np.ndarray, targets: np.ndarray, mask: np.ndarray,
-) -> None:
-    """Write a batch's lanes from blocks into ``inputs (B, T, C_in)``, ``targets``, ``mask``.
+    lane_offset: np.ndarray, lane_protocol: np.ndarray, n_rows: np.ndarray, seq_len: int,
+    take: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's lanes from blocks: ``inputs (B, T, C_in)``, ``targets``, ``mask``.
 
-    ``blocks`` maps each protocol code of the lanes to its loaded block. Full lanes
-    (``T`` inputs and the target row inside their stream) are one fancy-index copy per
-    matrix and protocol; padding lanes (offset -1) and lanes that end early are
-    written lane by lane with the padding of SEMANTICS 5.
+    ``blocks`` maps each protocol code of the lanes to its loaded block. When every
+    lane is a full window of one protocol (``T`` inputs and the target row inside its
+    stream: the common case) the batch is one fancy-index copy per matrix into new
+    arrays. Otherwise the lanes are written into the arrays ``take()`` returns: full
+    lanes one copy per matrix and protocol, padding lanes (offset -1) and lanes that end
+    early lane by lane with the padding of SEMANTICS 5.
     """
-    t = inputs.shape[1]
-    avail = np.where(lane_offset >= 0, n_rows[lane_stream] - lane_offset, 0)
+    t = seq_len
+    rows = lane_offset.copy()
+    avail = np.zeros(rows.shape[0], dtype=_I64)
+    for code, (_, layout) in blocks.items():
+        mine = (lane_offset >= 0) & (lane_protocol == code)
+        rows[mine] += layout.row0[lane_stream[mine]]
+        avail[mine] = n_rows[lane_stream[mine]] - lane_offset[mine]
     full = avail >= t + 1
-    mask.fill(1)
-    for code in np.unique(lane_protocol).tolist():
-        block, layout = blocks[code]
+    if len(blocks) == 1 and bool(full.all()):
+        block, _ = next(iter(blocks.values()))
         vin, vtg = block.views(t)
-        sel = full & (lane_protocol == code) if len(blocks) > 1 else full
-        rows = layout.row0[lane_stream] + lane_offset
-        if bool(sel.all()):
-            inputs[:] = vin[rows]
-            targets[:] = vtg[rows]
-            continue
-        idx = np.flatnonzero(sel)
+        return vin[rows], vtg[rows], np.ones((rows.shape[0], t), dtype=np.uint8)
+    inputs, targets, mask = take()
+    mask.fill(1)
+    for code, (block, _) in blocks.items():
+        idx = np.flatnonzero(full & (lane_protocol == code))
         if idx.shape[0]:
+            vin, vtg = block.views(t)
             inputs[idx] = vin[rows[idx]]
             targets[idx] = vtg[rows[idx]]
     for b in np.flatnonzero(~full).tolist():
         k = int(avail[b])  # rows of the lane's stream from its first input on (0: padding)
         n_in, n_tg = min(k, t), max(min(k - 1, t), 0)
         if k > 0:
-            block, layout = blocks[int(lane_protocol[b])]
-            r = int(layout.row0[lane_stream[b]] + lane_offset[b])
+            block, _ = blocks[int(lane_protocol[b])]
+            r = int(rows[b])
             inputs[b, :n_in] = block.inputs[r : r + n_in]
             targets[b, :n_tg] = block.targets[r + 1 : r + 1 + n_tg]
         inputs[b, n_in:] = INPUT_PAD
         targets[b, n_tg:] = np.nan
         mask[b, n_tg:] = 0
+    return inputs, targets, mask

@@ -15,14 +15,22 @@ batch then takes a zero-copy slice (blocks are aligned on the pass, so a resumed
 stream sends the same bytes). Pins are released before the batch is handed to Flight,
 so a client that goes away can never leave chunks pinned.
 
-Outgoing buffers are recycled per stream (:class:`_BufferPool`): gRPC sends Arrow
-buffers without copying and holds them until written, and each holds a reference
-to its numpy array, so an array whose only referent is the pool is free again.
+The chunk path's outgoing buffers are recycled per stream (:class:`_BufferPool`): gRPC
+sends Arrow buffers without copying and holds them until written, and each holds a
+reference to its numpy array, so an array whose only referent is the pool is free
+again. A batch of full lanes from a block is one gather into new arrays (no second
+copy into a pooled buffer).
+
+:meth:`BatchBuilder.build_arrays` stops before Arrow (:class:`BuiltBatch`), for an
+in-process reader; :meth:`BatchBuilder.record_batch` wraps the arrays for the wire.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -42,13 +50,13 @@ from planning.schedule import Schedule
 from storage.store import Storage
 
 __all__ = [
-    "BLOCK_BATCHES", "BadSegmentPolicy", "BatchBuilder", "BlockUse", "chunk_request",
-    "plan_chunk_requests",
+    "BLOCK_BATCHES", "BadSegmentPolicy", "BatchBuilder", "BlockUse", "BuiltBatch",
+    "chunk_request", "plan_chunk_requests",
 ]
 
 BadSegmentPolicy = Literal["raise", "skip"]
 BlockUse = Literal["cached", "auto", "always"]
-_AUTO_SHARE = 2  # "auto": blocks when all of a plan's blocks fit in 1/_AUTO_SHARE of the budget
+_AUTO_SPARE = 8  # "auto": blocks when a plan's blocks leave 1/_AUTO_SPARE of the budget free
 _I64 = np.int64
 _POOL_SETS = 8
 BLOCK_BATCHES = 16  # lane plans and provenance are built for this many batches at once
@@ -57,6 +65,31 @@ BLOCK_BATCHES = 16  # lane plans and provenance are built for this many batches 
 def _child(values: np.ndarray, typ: pa.DataType) -> pa.Array:
     flat = values.reshape(-1)
     return pa.Array.from_buffers(typ, flat.shape[0], [None, pa.py_buffer(flat)])
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class BuiltBatch:
+    """One built batch: the arrays the wire's tensor columns wrap, its provenance columns
+    and its metadata. The Flight server sends it as one record batch
+    (:meth:`BatchBuilder.record_batch`); an in-process reader hands the arrays to torch
+    as they are, so both see the same bytes."""
+
+    inputs: np.ndarray  # float32 (B, T, C_in)
+    targets: np.ndarray  # float32 (B, T, C_out)
+    mask: np.ndarray  # uint8 (B, T)
+    provenance: Callable[[], pa.RecordBatch]  # the wire's columns after the first three
+    provenance_bytes: int  # their Arrow bytes (a share of their block's); 0: not built yet
+    meta: BatchMetadata
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the batch as sent: its tensors and (when built) its provenance."""
+        return int(self.inputs.nbytes + self.targets.nbytes + self.mask.nbytes
+                   + self.provenance_bytes)
+
+
+def _given(value: pa.RecordBatch) -> pa.RecordBatch:
+    return value
 
 
 class _BufferPool:
@@ -96,6 +129,7 @@ class BatchBuilder:
         on_bad_segment: BadSegmentPolicy = "raise",
         tier: Tier | None = None,
         blocks: BlockUse = "cached",
+        lazy_provenance: bool = False,
     ) -> None:
         self.plan = plan
         self.storage = storage
@@ -104,17 +138,18 @@ class BatchBuilder:
         self.on_bad_segment = on_bad_segment
         self.tier = tier
         self.blocks = blocks
+        self.lazy_provenance = lazy_provenance
         self.bad_paths: dict[str, str] = {}
         self.tables = plan_tables(plan)
         self.layouts = block_layouts(plan)
         self._chain = plan.spec.cross_protocol_state_carry == "chain"
         whole = sum(x.nbytes for x in self.layouts)
-        self._fits = whole * _AUTO_SHARE <= cache.budget_bytes and (
+        self._fits = whole + cache.budget_bytes // _AUTO_SPARE <= cache.budget_bytes and (
             tier is None or tier.fits(whole, len(self.layouts)))
         self._requests: dict[int, ChunkRequest] = {}
         self._block_requests: dict[int, ChunkRequest] = {}
         self._pool = _BufferPool()
-        self._prov: dict[int, tuple[pa.RecordBatch, int, int]] = {}
+        self._prov: dict[int, tuple[pa.RecordBatch, int, int, int]] = {}
         self._prov_schema = pa.schema(list(schema)[3:])
 
     # -- planning ---------------------------------------------------------------------
@@ -133,10 +168,10 @@ class BatchBuilder:
         With ``blocks="always"`` (an in-process reader) every batch does; with
         ``"cached"`` a batch does when the blocks of all its lanes' protocols are in the
         cache (``full_in_mem`` warms them); ``"auto"`` (the Flight server) also when the
-        plan's blocks fit in half the cache budget (and the tier), so a split the cache
-        can hold whole is held whole. A segment that cannot be read, or blocks that do
-        not fit after all, send the builder back to chunks (where ``on_bad_segment``
-        applies).
+        plan's blocks fit in the cache budget with an eighth of it to spare (and fit the
+        tier), so a split the cache can hold whole is held whole. A segment that cannot be
+        read, or blocks that do not fit after all, send the builder back to chunks (where
+        ``on_bad_segment`` applies).
         """
         codes = dict.fromkeys(lp.lane_protocol.tolist()) if self._chain else (lp.protocol,)
         whole = self.blocks == "always" or (self.blocks == "auto" and self._fits)
@@ -178,6 +213,12 @@ class BatchBuilder:
     def build(self, schedule: Schedule, g: int, *, batch_idx: int,
               lp: LanePlan | None = None) -> tuple[pa.RecordBatch, BatchMetadata]:
         """The record batch and metadata of global batch ``g`` (``batch_idx`` in the pass)."""
+        built = self.build_arrays(schedule, g, batch_idx=batch_idx, lp=lp)
+        return self.record_batch(built), built.meta
+
+    def build_arrays(self, schedule: Schedule, g: int, *, batch_idx: int,
+                     lp: LanePlan | None = None) -> BuiltBatch:
+        """Global batch ``g`` (``batch_idx`` in the pass) as arrays, before Arrow."""
         lp = lp if lp is not None else self.lane_plan(schedule, g)
         blocks = self.block_requests(lp)
         if blocks is not None:
@@ -191,7 +232,7 @@ class BatchBuilder:
             else:
                 with pins:
                     arrays = self._gather_blocks(lp, pins)
-                return self._record_batch(schedule, lp, arrays, {}, batch_idx)
+                return self._built(schedule, lp, arrays, {}, batch_idx)
         skipped: dict[int, tuple[str, str]] = self._skipped_by_known_bad(lp)
         while True:
             try:
@@ -206,7 +247,7 @@ class BatchBuilder:
                 skipped = self._skipped_by_known_bad(lp)
         with pins:
             arrays = self._copy(lp, pins, skipped)
-        return self._record_batch(schedule, lp, arrays, skipped, batch_idx)
+        return self._built(schedule, lp, arrays, skipped, batch_idx)
 
     def _skipped_by_known_bad(self, lp: LanePlan) -> dict[int, tuple[str, str]]:
         if not self.bad_paths:
@@ -220,14 +261,14 @@ class BatchBuilder:
     def _gather_blocks(self, lp: LanePlan, pins: Any) -> tuple[np.ndarray, np.ndarray,
                                                                np.ndarray]:
         spec = self.plan.specs[lp.protocol]
-        arrays = self._pool.take(lp.n_lanes, lp.seq_len, len(spec.input_columns),
-                                 len(spec.target_columns))
         loaded = {layout.protocol: (pins[block_key(layout)], layout) for layout in self.layouts
                   if block_key(layout) in pins}
-        gather_lanes(loaded, lane_stream=lp.lane_stream, lane_offset=lp.lane_offset,
-                     lane_protocol=lp.lane_protocol, n_rows=self.tables.n_rows,
-                     inputs=arrays[0], targets=arrays[1], mask=arrays[2])
-        return arrays
+        return gather_lanes(
+            loaded, lane_stream=lp.lane_stream, lane_offset=lp.lane_offset,
+            lane_protocol=lp.lane_protocol, n_rows=self.tables.n_rows, seq_len=lp.seq_len,
+            take=lambda: self._pool.take(lp.n_lanes, lp.seq_len, len(spec.input_columns),
+                                         len(spec.target_columns)),
+        )
 
     def _copy(self, lp: LanePlan, pins: Any,
               skipped: dict[int, tuple[str, str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -319,10 +360,12 @@ class BatchBuilder:
         """Compute the provenance columns of global batches ``gs`` together (vectorized).
 
         :meth:`build` of each of them then takes a zero-copy slice; the per-batch Arrow
-        and numpy overhead of these 11 columns is paid once per block.
+        and numpy overhead of these 11 columns is paid once per block. A builder with
+        ``lazy_provenance`` (an in-process reader) computes a batch's columns only when
+        asked for them (``BuiltBatch.provenance()``: ``Batch.state``), so not here.
         """
         gs = np.asarray(gs, dtype=_I64)
-        if not gs.shape[0]:
+        if not gs.shape[0] or self.lazy_provenance:
             return
         _, counts, ptr, idx = block_lanes(schedule, gs)
         prov = self._provenance(
@@ -333,8 +376,9 @@ class BatchBuilder:
         )
         if len(self._prov) > 4 * BLOCK_BATCHES:
             self._prov.clear()
+        lanes, nbytes = max(1, prov.num_rows), prov.nbytes
         for k, g in enumerate(gs.tolist()):
-            self._prov[g] = (prov, int(ptr[k]), int(counts[k]))
+            self._prov[g] = (prov, int(ptr[k]), int(counts[k]), nbytes * int(counts[k]) // lanes)
 
     def _provenance(self, lane_stream: np.ndarray, offsets: np.ndarray,
                     lane_protocol: np.ndarray, seq_len: np.ndarray) -> pa.RecordBatch:
@@ -342,35 +386,45 @@ class BatchBuilder:
                                 lane_stream=lane_stream, offsets=offsets,
                                 lane_protocol=lane_protocol, seq_len=seq_len)
 
-    def _record_batch(
+    def record_batch(self, built: BuiltBatch) -> pa.RecordBatch:
+        """The wire record batch of a built batch: its arrays wrapped zero-copy."""
+        inputs, targets, mask = built.inputs, built.targets, built.mask
+        (n, t, c_in), c_out = inputs.shape, targets.shape[2]
+        offsets = self.tables.offsets
+        columns = [
+            pa.ListArray.from_arrays(offsets(n, t * c_in), _child(inputs, pa.float32())),
+            pa.ListArray.from_arrays(offsets(n, t * c_out), _child(targets, pa.float32())),
+            pa.ListArray.from_arrays(offsets(n, t), _child(mask, pa.uint8())),
+            *built.provenance().columns,
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+    def _built(
         self, schedule: Schedule, lp: LanePlan,
         arrays: tuple[np.ndarray, np.ndarray, np.ndarray],
         skipped: dict[int, tuple[str, str]], batch_idx: int,
-    ) -> tuple[pa.RecordBatch, BatchMetadata]:
-        tables = self.tables
+    ) -> BuiltBatch:
         inputs, targets, mask = arrays
         n, t = lp.n_lanes, lp.seq_len
         c_in, c_out = inputs.shape[2], targets.shape[2]
         g = lp.global_batch
         cached = self._prov.pop(g, None)
+        provenance: Callable[[], pa.RecordBatch]
         if cached is not None and not skipped:
-            block, row, count = cached
+            block, row, count, prov_bytes = cached
             prov = block.slice(row, count) if count != block.num_rows else block
+            provenance = functools.partial(_given, prov)
         else:
             offsets = lp.lane_offset
             if skipped:
                 offsets = offsets.copy()
                 offsets[list(skipped)] = -1
-            prov = self._provenance(lp.lane_stream, offsets, lp.lane_protocol,
-                                    np.full(n, t, dtype=_I64))
-        columns = [
-            pa.ListArray.from_arrays(tables.offsets(n, t * c_in), _child(inputs, pa.float32())),
-            pa.ListArray.from_arrays(tables.offsets(n, t * c_out),
-                                     _child(targets, pa.float32())),
-            pa.ListArray.from_arrays(tables.offsets(n, t), _child(mask, pa.uint8())),
-            *prov.columns,
-        ]
-        batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
+            provenance = functools.partial(self._provenance, lp.lane_stream, offsets,
+                                           lp.lane_protocol, np.full(n, t, dtype=_I64))
+            prov_bytes = 0
+            if not self.lazy_provenance:
+                prov = provenance()
+                provenance, prov_bytes = functools.partial(_given, prov), prov.nbytes
         group = int(schedule.batch_group[g])
         code = int(schedule.batch_protocol[g])
         meta = BatchMetadata(
@@ -386,7 +440,8 @@ class BatchBuilder:
                 for b, (path, err) in sorted(skipped.items())
             ),
         )
-        return batch, meta
+        return BuiltBatch(inputs=inputs, targets=targets, mask=mask, provenance=provenance,
+                          provenance_bytes=prov_bytes, meta=meta)
 
 
 def chunk_request(plan: PlanContext, storage: Storage, c: int) -> ChunkRequest:

@@ -14,18 +14,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
-from contract.wire import BatchMetadata
-from materialize.builder import BLOCK_BATCHES, BatchBuilder
+from materialize.builder import BLOCK_BATCHES, BatchBuilder, BuiltBatch
 from materialize.cache import ChunkRequest
 from materialize.lanes import LanePlan
 from planning.schedule import Schedule
-from planning.sizes import token_bytes
 
 __all__ = ["BatchPipeline"]
 
-Item = tuple[int, pa.RecordBatch, BatchMetadata]
+Item = tuple[int, BuiltBatch]
 _DONE = object()
 _JOIN_S = 30.0
 
@@ -36,15 +33,15 @@ class _Failure:
 
 
 def _batch_bytes(item: Item) -> int:
-    _, batch, meta = item
-    return int(batch.num_rows) * meta.seq_len * token_bytes(meta.c_in, meta.c_out)
+    return item[1].nbytes
 
 
 class BatchPipeline:
     """Builds the batches ``start..end`` of a pass in order, with chunk read-ahead.
 
-    Yields ``(i, record_batch, metadata)``. After each batch, background loads of
-    the chunks of the next ``readahead_batches`` batches start (``ChunkCache.prefetch``).
+    Yields ``(i, built)`` (:class:`~materialize.builder.BuiltBatch`). After each batch,
+    background loads of the chunks of the next ``readahead_batches`` batches start
+    (``ChunkCache.prefetch``).
     With ``build_ahead_bytes > 0`` a second thread builds batches ahead, up to that
     many bytes of built batches (at least one), so building the next batch overlaps
     sending this one (numpy and Arrow release the GIL). A build error is raised at
@@ -110,7 +107,7 @@ class BatchPipeline:
                 room.notify_all()
             thread.join(_JOIN_S)
 
-    def _items(self) -> Iterator[tuple[int, pa.RecordBatch, BatchMetadata]]:
+    def _items(self) -> Iterator[Item]:
         builder, schedule, batches = self._builder, self._schedule, self._batches
         start, end = self._range
         plans: dict[int, LanePlan] = {}
@@ -123,9 +120,9 @@ class BatchPipeline:
                 builder.prepare(schedule, batches[k0 : k0 + BLOCK_BATCHES])
             self._plan_ahead(i, end, plans)
             lp = plans.pop(i)
-            batch, meta = builder.build(schedule, g, batch_idx=i, lp=lp)
+            built = builder.build_arrays(schedule, g, batch_idx=i, lp=lp)
             self._read_ahead(i, end, plans)
-            yield i, batch, meta
+            yield i, built
 
     def _plan_ahead(self, i: int, end: int, plans: dict[int, LanePlan]) -> None:
         """Make sure ``plans`` holds batch ``i``'s lane plan (computed a block at a time)."""

@@ -5,7 +5,9 @@ A batch arriving over Flight is one Arrow record batch (one row per lane, see
 copying on the CPU: ``inputs``/``targets``/``mask`` are DLPack views on the Arrow
 value buffers, reshaped to ``(B, T, C)``; the mask's uint8 values are viewed as bool.
 Such tensors share memory with the record batch (which they keep alive); treat them
-as read-only, or ``.clone()`` before writing in place.
+as read-only, or ``.clone()`` before writing in place. A batch built in this process
+(the same-host path) skips Arrow: :func:`batch_from_arrays` wraps the built arrays
+the same way, with the same provenance columns, so both paths give the same batch.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch
 from contract.configs import DatasetProtocolId
 from contract.wire import BatchMetadata
 
-__all__ = ["Batch", "BatchSegmentRef", "BatchState", "batch_from_arrow"]
+__all__ = ["Batch", "BatchSegmentRef", "BatchState", "batch_from_arrays", "batch_from_arrow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +266,7 @@ def _segments(batch: pa.RecordBatch) -> tuple[BatchSegmentRef, ...]:
 
 
 def batch_state(batch: pa.RecordBatch, meta: BatchMetadata) -> BatchState:
-    """The provenance of a wire record batch."""
+    """The provenance of a wire record batch (or of its provenance columns alone)."""
     return BatchState(
         split=meta.split,
         batch_idx=meta.batch_idx,
@@ -299,3 +301,22 @@ def batch_from_arrow(batch: pa.RecordBatch, meta: BatchMetadata | bytes | Any) -
         inputs=inputs, targets=targets, mask=mask, batch_idx=info.batch_idx,
         state_factory=functools.partial(batch_state, batch, info),
     )
+
+
+def batch_from_arrays(inputs: np.ndarray, targets: np.ndarray, mask: np.ndarray,
+                      provenance: Callable[[], pa.RecordBatch], meta: BatchMetadata) -> Batch:
+    """A :class:`Batch` over arrays built in this process: ``inputs``/``targets`` float32
+    ``(B, T, C)``, ``mask`` uint8 ``(B, T)``; ``provenance`` returns the wire's
+    provenance columns, called when ``Batch.state`` is first read.
+
+    No copy: the tensors share the arrays' memory (and keep them alive).
+    """
+    return Batch(
+        inputs=torch.from_numpy(inputs), targets=torch.from_numpy(targets),
+        mask=torch.from_numpy(mask).view(torch.bool), batch_idx=meta.batch_idx,
+        state_factory=functools.partial(_state_of, provenance, meta),
+    )
+
+
+def _state_of(provenance: Callable[[], pa.RecordBatch], meta: BatchMetadata) -> BatchState:
+    return batch_state(provenance(), meta)

@@ -20,9 +20,10 @@ import polars as pl
 import pyarrow as pa
 
 from contract.errors import WindpipeError as ContractError
-from contract.wire import FlightCommand
+from contract.wire import BatchMetadata, FlightCommand
+from materialize.builder import BuiltBatch
 from planning.artifact import ARTIFACT_MEDIA_TYPE
-from sdk._batch import Batch, batch_from_arrow
+from sdk._batch import Batch, batch_from_arrays, batch_from_arrow
 from sdk._exceptions import InvalidRequest, as_sdk_error
 from sdk._handles import DatasetVersion, Plan, Split
 from sdk._loader import DeviceLoader
@@ -37,6 +38,14 @@ if TYPE_CHECKING:
 __all__ = ["Catalog"]
 
 _ARROW_STREAM = "application/vnd.apache.arrow.stream"
+
+
+def _to_batch(record: pa.RecordBatch | BuiltBatch, meta: BatchMetadata) -> Batch:
+    """A streamed record batch, or a batch built in this process, as a :class:`Batch`."""
+    if isinstance(record, BuiltBatch):
+        return batch_from_arrays(record.inputs, record.targets, record.mask,
+                                 record.provenance, meta)
+    return batch_from_arrow(record, meta)
 
 
 def _flight_locations(config: dict[str, Any]) -> list[str]:
@@ -215,7 +224,7 @@ class Catalog:
             reader=reader,
         )
         for record, meta in records:
-            yield batch_from_arrow(record, meta)
+            yield _to_batch(record, meta)
 
     def _worker_source(self, plan_id: str, *, transport: str) -> Callable[..., Iterator[Batch]]:
         return _PlanSource(
@@ -282,7 +291,7 @@ class _PlanSource:
         )
         for record, meta in records:
             if (meta.batch_idx - start_batch) % num_workers == worker:
-                yield batch_from_arrow(record, meta)
+                yield _to_batch(record, meta)
 
 
 def _with_spinner(

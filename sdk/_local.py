@@ -19,11 +19,9 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import pyarrow as pa
-
 from contract.wire import ACTION_HEALTH, BatchMetadata, batch_schema
 from materialize.blocks import block_key, block_layouts
-from materialize.builder import BatchBuilder
+from materialize.builder import BatchBuilder, BuiltBatch
 from materialize.cache import ChunkCache
 from materialize.pipeline import BatchPipeline
 from materialize.plan import PlanContext
@@ -72,8 +70,9 @@ class LocalReader:
         return all(self.cache.contains(block_key(x)) for x in block_layouts(self.plan))
 
     def records(self, *, epoch: int, rank: int, world_size: int,
-                start_batch: int) -> Iterator[tuple[pa.RecordBatch, BatchMetadata]]:
-        """One rank's pass from ``start_batch`` on, as the Flight server would stream it."""
+                start_batch: int) -> Iterator[tuple[BuiltBatch, BatchMetadata]]:
+        """One rank's pass from ``start_batch`` on: the batches the Flight server would
+        stream, before Arrow (:func:`sdk.batch_from_arrays` makes them ``Batch``es)."""
         plan = self.plan
         schedule = plan.schedule(epoch)
         batches = rank_batches(schedule, rank=rank, world_size=world_size,
@@ -81,12 +80,12 @@ class LocalReader:
         builder = BatchBuilder(
             plan, None, self.cache,
             batch_schema(plan_id=plan.plan_id, version_id=plan.version_id),
-            tier=self.tier, blocks="always",
+            tier=self.tier, blocks="always", lazy_provenance=True,
         )
         pipeline = BatchPipeline(builder, schedule, batches, start=start_batch,
                                  end=int(batches.shape[0]), readahead_batches=0)
-        for _, record, meta in pipeline:
-            yield record, meta
+        for _, built in pipeline:
+            yield built, built.meta
 
 
 class LocalReaders:

@@ -64,7 +64,7 @@ class Settings(BaseSettings):
     auto_blocks: bool = Field(
         default=True,
         description="hold a plan's split whole as blocks (one gather per batch) when it fits "
-                    "in half the cache budget, without waiting for full_in_mem",
+                    "in the cache budget with an eighth to spare, without waiting for full_in_mem",
     )
     build_ahead_bytes: int = Field(
         default=0, ge=0,

@@ -43,6 +43,17 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
                         help="an unreadable segment fails the stream, or pads its lanes")
     parser.add_argument("--ticket-ttl-s", type=float,
                         help="seconds a Flight ticket stays valid (default: no expiry)")
+    parser.add_argument("--tier-dir", type=Path,
+                        help="the host's shared tier of decoded blocks (default data-dir/tier; "
+                             "/dev/shm/... keeps it in memory)")
+    parser.add_argument("--tier-bytes", type=int,
+                        help="byte budget of the tier (default 4 GiB; 0: no tier)")
+    parser.add_argument("--auto-blocks", action=argparse.BooleanOptionalAction, default=None,
+                        help="hold a split whole as blocks when it fits the cache with an "
+                             "eighth to spare (default on)")
+    parser.add_argument("--build-ahead-bytes", type=int,
+                        help="bytes of batches a stream builds ahead in a second thread "
+                             "(default 0: none)")
     parser.add_argument("--catalog-url", help="Flight only: read plans over REST from here")
     parser.add_argument(
         "--flight-location", action="append", dest="flight_locations",
@@ -91,7 +102,8 @@ def _settings(args: argparse.Namespace) -> Settings:
     for name in (
         "host", "port", "flight_port", "data_dir", "database_url", "cache_bytes",
         "cache_wait_s", "readahead_batches", "endpoint_batches", "on_bad_segment",
-        "ticket_ttl_s", "catalog_url", "flight_locations",
+        "ticket_ttl_s", "tier_dir", "tier_bytes", "auto_blocks", "build_ahead_bytes",
+        "catalog_url", "flight_locations",
     ):
         value = getattr(args, name, None)
         if value is not None:

@@ -180,7 +180,7 @@ def test_concurrent_streams_share_chunks_single_flight(dataset: Dataset,
     plan = dataset.plan(CONFIG, "p")
     assert len(set(results)) == 1
     assert results[0] > 0
-    # chunks, or (the split fits half the budget) the plan's blocks: each loaded once
+    # chunks, or (the split fits the budget) the plan's blocks: each loaded once
     units = len(block_layouts(plan)) if auto_blocks else int(plan.chunk_piece.shape[0])
     assert stats["misses"] == stats["entries"] == units
     assert stats["evictions"] == 0

@@ -80,3 +80,22 @@ def test_block_layout_rows_follow_streams(dataset: Dataset) -> None:
     assert [x.key for x in block_layouts(again)] == [x.key for x in layouts]
     other = dataset.plan(_config("sequential"), plan_id="seq")
     assert {x.key for x in block_layouts(other)}.isdisjoint({x.key for x in layouts})
+
+
+
+@pytest.mark.parametrize("spare", ["an eighth", "a sixteenth"])
+def test_auto_holds_a_split_whole_when_it_leaves_an_eighth_of_the_cache(
+        dataset: Dataset, spare: str) -> None:
+    plan = dataset.plan(_config("sequential"), plan_id="auto")
+    whole = sum(layout.nbytes for layout in block_layouts(plan))
+    budget = whole * 8 // 7 + 8 if spare == "an eighth" else whole * 16 // 15
+    builder = BatchBuilder(plan, Storage.from_uri(plan.root_uri), ChunkCache(budget),
+                           batch_schema(plan_id="auto", version_id="v-test"), blocks="auto")
+    builder.build(plan.schedule(0), 0, batch_idx=0)
+    keys = builder.cache.keys()
+    if spare == "an eighth":
+        expected = {block_key(x) for x in block_layouts(plan)}
+    else:
+        expected = set(plan.chunk_keys)
+    assert keys
+    assert set(keys) <= expected

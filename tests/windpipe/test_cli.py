@@ -89,13 +89,18 @@ def test_bench_passes_every_option_to_the_benchmark():
         assert option in out.stdout
 
 
-def test_flight_knobs_are_settings_flags_and_variables(monkeypatch):
+def test_flight_knobs_are_settings_flags_and_variables(monkeypatch, tmp_path):
     flags = ["serve", "flight", "--cache-wait-s", "5", "--readahead-batches", "0",
              "--endpoint-batches", "7", "--on-bad-segment", "skip", "--ticket-ttl-s", "60",
-             "--flight-port", "0"]
+             "--flight-port", "0", "--tier-dir", str(tmp_path / "tier"), "--tier-bytes",
+             "12345678", "--no-auto-blocks", "--build-ahead-bytes", "1000"]
     settings = _settings(build_parser().parse_args(flags))
     assert (settings.cache_wait_s, settings.readahead_batches, settings.endpoint_batches,
             settings.on_bad_segment, settings.ticket_ttl_s) == (5.0, 0, 7, "skip", 60.0)
+    assert (settings.resolved_tier_dir(), settings.tier_bytes, settings.auto_blocks,
+            settings.build_ahead_bytes) == (tmp_path / "tier", 12345678, False, 1000)
+    assert _settings(build_parser().parse_args(["serve"])).auto_blocks is True
+    assert Settings(tier_bytes=0).resolved_tier_dir() is None
     monkeypatch.setenv("WINDPIPE_READAHEAD_BATCHES", "3")
     monkeypatch.setenv("WINDPIPE_ON_BAD_SEGMENT", "skip")
     assert (Settings().readahead_batches, Settings().on_bad_segment) == (3, "skip")
@@ -105,5 +110,9 @@ def test_flight_knobs_are_settings_flags_and_variables(monkeypatch):
         server = running.server
         assert (server.cache.wait_timeout_s, server.readahead_batches, server.endpoint_batches,
                 server.on_bad_segment, server.ticket_ttl_s) == (5.0, 0, 7, "skip", 60.0)
+        assert server.tier is not None
+        assert (server.tier.directory, server.tier.budget_bytes) == (tmp_path / "tier",
+                                                                     12345678)
+        assert (server.auto_blocks, server.build_ahead_bytes) == (False, 1000)
     finally:
         running.stop(grace_s=5)
