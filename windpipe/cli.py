@@ -42,7 +42,17 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-bad-segment", choices=("raise", "skip"),
                         help="an unreadable segment fails the stream, or pads its lanes")
     parser.add_argument("--ticket-ttl-s", type=float,
-                        help="seconds a Flight ticket stays valid (default: no expiry)")
+                        help="seconds a Flight ticket stays valid (default 86400)")
+    parser.add_argument(
+        "--allow-root", action="append", dest="allowed_roots",
+        help="a storage root datasets may be registered from, besides data-dir: /abs/dir or "
+             "s3://bucket/prefix (repeat for each; WINDPIPE_ALLOWED_ROOTS)",
+    )
+    parser.add_argument(
+        "--insecure", action="store_true", default=None,
+        help="serve a non-loopback host without tokens or with the development ticket "
+             "secret (logs a warning at every start)",
+    )
     parser.add_argument("--tier-dir", type=Path,
                         help="the host's shared tier of decoded blocks (default data-dir/tier; "
                              "/dev/shm/... keeps it in memory)")
@@ -103,11 +113,11 @@ def _settings(args: argparse.Namespace) -> Settings:
         "host", "port", "flight_port", "data_dir", "database_url", "cache_bytes",
         "cache_wait_s", "readahead_batches", "endpoint_batches", "on_bad_segment",
         "ticket_ttl_s", "tier_dir", "tier_bytes", "auto_blocks", "build_ahead_bytes",
-        "catalog_url", "flight_locations",
+        "catalog_url", "flight_locations", "allowed_roots", "insecure",
     ):
         value = getattr(args, name, None)
         if value is not None:
-            overrides[name] = tuple(value) if name == "flight_locations" else value
+            overrides[name] = tuple(value) if isinstance(value, list) else value
     return Settings(**overrides)
 
 
