@@ -96,8 +96,10 @@ class AllowedRoots:
         return path is not None and any(path.is_relative_to(root) for root in self.local)
 
     def check(self, uri: str) -> None:
-        """Raise ``forbidden`` unless :meth:`permits` (the message names no allowed root)."""
-        if not self.permits(uri):
+        """Raise ``forbidden`` unless :meth:`permits` (the message names no allowed root).
+
+        A scheme no store supports passes: opening it is ``invalid_request`` anyway."""
+        if urlparse(uri).scheme in ("", "file", *_S3) and not self.permits(uri):
             raise WindpipeError(
                 ErrorType.FORBIDDEN,
                 f"storage root {uri!r} is not one this server may read; the operator "

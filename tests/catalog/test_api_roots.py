@@ -63,10 +63,6 @@ def test_allowed_roots_still_register(confined) -> None:
     ok = client.post("/v1/datasets/lab/versions",
                      json={"root": (allowed / "ds").as_uri(), "manifest": "manifest.parquet"})
     assert ok.status_code == 201, ok.text
-    # An allowed bucket is opened (and here fails to answer): not a 403.
-    s3 = client.post("/v1/datasets/lab3/versions",
-                     json={"root": "s3://lab-bucket/lab/run", "manifest": "manifest.parquet"})
-    assert s3.status_code != 403, s3.text
 
 
 def test_segment_symlink_escaping_an_allowed_root(confined, tmp_path: Path) -> None:
