@@ -155,6 +155,7 @@ def test_audit_of_a_register_split_plan_sequence(served: httpx.Client, tmp_path:
     writer, reader = _mint(client, "writer"), _mint(client, "reader")
     write_small_dataset(tmp_path / "d")
     body = {"root": (tmp_path / "d").as_uri(), "manifest": "manifest.parquet"}
+    assert_error(client.post("/v1/datasets/d/versions", json=body), 401, "unauthenticated")
     assert_error(client.post("/v1/datasets/d/versions", json=body, headers=_auth(reader)),
                  403, "forbidden")
     version = client.post("/v1/datasets/d/versions", json=body, headers=_auth(writer)).json()
@@ -175,6 +176,7 @@ def test_audit_of_a_register_split_plan_sequence(served: httpx.Client, tmp_path:
              for t in client.get("/v1/tokens", headers=_auth(BOOT)).json()["items"]}
     writer_name, reader_name = names["writer"], names["reader"]
     assert rows == [
+        ("anonymous", "register_version", "name=d", 401, "refused"),
         (reader_name, "register_version", "name=d", 403, "refused"),
         (writer_name, "register_version", "name=d", 201, "ok"),
         (writer_name, "create_split", f"version_id={version['id']}", 201, "ok"),

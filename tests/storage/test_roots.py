@@ -77,3 +77,21 @@ def test_s3_never_uses_ambient_credentials_unless_asked(monkeypatch: pytest.Monk
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-sk")
     env = Storage.from_uri("s3://bucket/p", StorageOptions())
     assert "skip_signature" not in env.store.config
+
+
+@pytest.mark.s3
+def test_s3_keys_from_configuration_alone(s3_server, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.bin").write_bytes(b"payload")
+    uri = s3_server.upload_dir(tmp_path / "d", s3_server.unique_prefix("creds"))
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    options = StorageOptions(
+        s3_endpoint=s3_server.endpoint_url, s3_allow_http=True,
+        s3_access_key_id="testing", s3_secret_access_key="testing",
+        allowed=AllowedRoots.parse([uri]))
+    assert open_root(uri, options).get("a.bin") == b"payload"
+    with pytest.raises(WindpipeError) as info:
+        open_root(f"s3://{s3_server.bucket}/elsewhere", options)
+    assert info.value.type == ErrorType.FORBIDDEN
