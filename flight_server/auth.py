@@ -15,6 +15,7 @@ not replace the token.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pyarrow.flight as fl
@@ -23,10 +24,13 @@ from catalog.principals import LOCAL, Principal, Role
 from contract.auth import AUTH_HEADER, bearer_token
 from contract.errors import ErrorType, WindpipeError
 from flight_server.access import FlightAccess
+from services.logging import get_logger
 
 __all__ = ["AUTH_MIDDLEWARE", "CallAuth", "PrincipalAuthFactory", "caller", "caller_token"]
 
 AUTH_MIDDLEWARE = "windpipe-auth"
+
+_log = get_logger("windpipe.flight.auth")
 
 
 def _unauthenticated(message: str) -> fl.FlightUnauthenticatedError:
@@ -58,12 +62,26 @@ class PrincipalAuthFactory(fl.ServerMiddlewareFactory):  # type: ignore[misc]
         try:
             principal = self.access.authenticate(token)
         except WindpipeError as exc:
-            if exc.type != ErrorType.UNAUTHENTICATED:
-                raise fl.FlightUnavailableError(exc.message, extra_info=exc.to_json()) from None
-            if info.method != fl.FlightMethod.DO_ACTION:
-                raise _unauthenticated(exc.message) from None
-            return CallAuth(principal=None, token=token, reason=exc.message)
+            return self._refuse(info, token, exc)
+        except Exception as exc:  # e.g. the database is down: its message names its address
+            request_id = uuid.uuid4().hex[:16]
+            _log.error("flight.auth_failed", request_id=request_id, error=type(exc).__name__,
+                       exc_info=exc)
+            err = WindpipeError(ErrorType.UNAVAILABLE,
+                                f"this Flight server cannot check tokens now (request id "
+                                f"{request_id}: the server log has the details)",
+                                details={"request_id": request_id})
+            raise fl.FlightUnavailableError(err.message, extra_info=err.to_json()) from None
         return CallAuth(principal=principal, token=token)
+
+    @staticmethod
+    def _refuse(info: Any, token: str | None, exc: WindpipeError) -> CallAuth:
+        """A refused token: raised at once, except for ``DoAction`` (see the module doc)."""
+        if exc.type != ErrorType.UNAUTHENTICATED:
+            raise fl.FlightUnavailableError(exc.message, extra_info=exc.to_json()) from None
+        if info.method != fl.FlightMethod.DO_ACTION:
+            raise _unauthenticated(exc.message) from None
+        return CallAuth(principal=None, token=token, reason=exc.message)
 
 
 def caller(context: Any) -> Principal:

@@ -16,8 +16,9 @@ from contract.auth import flight_headers
 from contract.errors import ErrorType
 from contract.wire import FlightCommand
 from contract.wire import error_from_flight as wire_error
+from flight_server.runner import start_flight_server
 from services.settings import Settings
-from tests.fixtures.servers import run_catalog_server
+from tests.fixtures.servers import free_port, run_catalog_server
 from tests.flight_server.helpers import start_server
 
 SECRETS = ("secret-value", "secret-cell", "secret-m", "secret-zarr", "secret-cidx")
@@ -104,3 +105,23 @@ def test_flight_internal_errors_carry_only_a_request_id(tmp_path: Path) -> None:
     finally:
         client.close()
         running.stop(grace_s=5)
+
+
+def test_flight_with_its_database_down_names_no_address() -> None:
+    port = free_port()
+    settings = Settings(flight_host="127.0.0.1", tier_bytes=0, log_level="CRITICAL",
+                        database_url=f"postgresql://u:hunter2@127.0.0.1:{port}/windpipe")
+    running = start_flight_server(settings, port=0)
+    client = fl.connect(running.location)
+    try:
+        with pytest.raises(fl.FlightUnavailableError) as info:
+            client.get_flight_info(FlightCommand("p-any").descriptor())
+    finally:
+        client.close()
+        running.stop(grace_s=5)
+    text = str(info.value)
+    assert str(port) not in text
+    assert "hunter2" not in text
+    err = wire_error(info.value)
+    assert err.type == ErrorType.UNAVAILABLE
+    assert err.details["request_id"] in err.message
