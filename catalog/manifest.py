@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from contract.errors import ErrorType, WindpipeError
+from services.logging import get_logger
 from storage.store import PathEscapeError, Storage
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "metadata_columns",
     "normalize_manifest",
 ]
+
+_log = get_logger("catalog.manifest")
 
 IDENTITY_COLUMNS: tuple[str, ...] = ("set_id", "cell_id", "cidx", "protocol")
 REQUIRED_COLUMNS: tuple[str, ...] = (*IDENTITY_COLUMNS, "segment_path")
@@ -65,7 +68,8 @@ def _row_problems(
     rows = mask.arg_true().to_list()
     out = []
     for r in rows[:_MAX_LISTED]:
-        text = problem if values is None else f"{problem} (got {values[r]!r})"
+        # The offending value is not echoed: it may come from a file the caller cannot read.
+        text = problem if values is None else f"{problem} (a {values.dtype} value)"
         out.append({"row": int(r), "column": column, "problem": text})
     return out
 
@@ -168,8 +172,10 @@ def manifest_from_rows(rows: list[dict[str, Any]]) -> pl.DataFrame:
     try:
         frame = pl.DataFrame(rows, infer_schema_length=None)
     except Exception as exc:
+        _log.warning("manifest.unreadable", error=f"{type(exc).__name__}: {exc}")
         raise WindpipeError(
-            ErrorType.INVALID_MANIFEST, f"manifest rows cannot be read as a table: {exc}"
+            ErrorType.INVALID_MANIFEST, "manifest rows cannot be read as a table (columns of "
+            f"mixed types?): {type(exc).__name__}"
         ) from exc
     return normalize_manifest(frame)
 
@@ -190,7 +196,7 @@ def load_manifest(storage: Storage, path: str) -> pl.DataFrame:
         data = storage.get(rel)
     except FileNotFoundError as exc:
         raise WindpipeError(
-            ErrorType.INVALID_MANIFEST, f"manifest {rel!r} does not exist under {storage.uri}"
+            ErrorType.INVALID_MANIFEST, f"manifest {rel!r} does not exist under the root"
         ) from exc
     try:
         if lower.endswith(".csv"):
@@ -198,8 +204,10 @@ def load_manifest(storage: Storage, path: str) -> pl.DataFrame:
         else:
             frame = pl.read_parquet(io.BytesIO(data))
     except Exception as exc:
+        _log.warning("manifest.unreadable", path=rel, error=f"{type(exc).__name__}: {exc}")
         raise WindpipeError(
             ErrorType.INVALID_MANIFEST,
-            f"manifest {rel!r} cannot be read: {type(exc).__name__}: {exc}",
+            f"manifest {rel!r} cannot be read as {'CSV' if lower.endswith('.csv') else 'parquet'} "
+            f"({type(exc).__name__}; the server log has the details)",
         ) from exc
     return normalize_manifest(frame)

@@ -25,6 +25,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 __all__ = [
     "NAMING_CONVENTION",
+    "ApiToken",
+    "AuditEvent",
     "Base",
     "Dataset",
     "ManifestRow",
@@ -197,3 +199,35 @@ class PlanArtifactRow(Base):
     format: Mapped[int] = mapped_column(sa.Integer)
     n_bytes: Mapped[int] = mapped_column(sa.BigInteger)
     data: Mapped[bytes] = mapped_column(sa.LargeBinary)
+
+
+class ApiToken(Base):
+    """A principal: an API token stored as the SHA-256 of its text (shown once), a role
+    and an optional glob of the dataset names it may touch."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(200), unique=True)
+    role: Mapped[str] = mapped_column(sa.String(16))
+    datasets: Mapped[str | None] = mapped_column(sa.String(200), nullable=True)
+    token_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    created_by: Mapped[str] = mapped_column(sa.String(200))
+    created_at: Mapped[datetime] = mapped_column(_TS, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(_TS, nullable=True)
+
+
+class AuditEvent(Base):
+    """One mutation attempt: who, what (operation and target), when, and the outcome."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+                                    primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(_TS, default=utcnow, index=True)
+    principal: Mapped[str] = mapped_column(sa.String(200))
+    action: Mapped[str] = mapped_column(sa.String(100))
+    target: Mapped[str | None] = mapped_column(sa.String(300), nullable=True)
+    status: Mapped[int] = mapped_column(sa.Integer)
+    outcome: Mapped[str] = mapped_column(sa.String(16))
+    request_id: Mapped[str] = mapped_column(sa.String(40))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hmac
 
-__all__ = ["AUTH_HEADER", "bearer_matches", "flight_headers", "http_headers"]
+__all__ = ["AUTH_HEADER", "bearer_matches", "bearer_token", "flight_headers", "http_headers"]
 
 AUTH_HEADER = "authorization"
 _SCHEME = "bearer"
@@ -34,3 +34,13 @@ def bearer_matches(value: str | bytes | None, token: str) -> bool:
     return scheme.lower() == _SCHEME.encode() and hmac.compare_digest(
         given.strip(), token.encode()
     )
+
+
+def bearer_token(value: str | bytes | None) -> str | None:
+    """The token of an ``authorization: Bearer <token>`` value; None for no or another scheme."""
+    if not value:
+        return None
+    text = value.decode(errors="replace") if isinstance(value, bytes) else value
+    scheme, _, given = text.partition(" ")
+    given = given.strip()
+    return given if scheme.lower() == _SCHEME and given else None

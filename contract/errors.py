@@ -26,6 +26,7 @@ class ErrorType(StrEnum):
     NOT_FOUND = "not_found"
     CONFLICT = "conflict"
     UNAUTHENTICATED = "unauthenticated"
+    FORBIDDEN = "forbidden"
     INVALID_TICKET = "invalid_ticket"
     SEGMENT_ERROR = "segment_error"
     RESOURCE_EXHAUSTED = "resource_exhausted"
@@ -48,6 +49,7 @@ ERROR_TABLE: dict[ErrorType, ErrorInfo] = {
     ErrorType.NOT_FOUND: ErrorInfo(404, "FlightServerError"),
     ErrorType.CONFLICT: ErrorInfo(409, "FlightServerError"),
     ErrorType.UNAUTHENTICATED: ErrorInfo(401, "FlightUnauthenticatedError"),
+    ErrorType.FORBIDDEN: ErrorInfo(403, "FlightUnauthorizedError"),
     ErrorType.INVALID_TICKET: ErrorInfo(403, "FlightUnauthorizedError"),
     ErrorType.SEGMENT_ERROR: ErrorInfo(422, "FlightInternalError"),
     ErrorType.RESOURCE_EXHAUSTED: ErrorInfo(503, "FlightServerError"),

@@ -288,8 +288,8 @@ def batch_arrays(batch: pa.RecordBatch, meta: BatchMetadata) -> BatchArrays:
 def to_flight_error(exc: BaseException) -> fl.FlightError:
     """The Flight error of a ``WindpipeError`` (its type's class, the envelope in
     ``extra_info``); anything else becomes ``internal``. What servers raise."""
-    if not isinstance(exc, WindpipeError):
-        exc = WindpipeError(ErrorType.INTERNAL, f"{type(exc).__name__}: {exc}")
+    if not isinstance(exc, WindpipeError):  # its text may hold paths or URLs: not sent
+        exc = WindpipeError(ErrorType.INTERNAL, f"internal server error ({type(exc).__name__})")
     cls = getattr(fl, ERROR_TABLE[exc.type].flight_error)
     err: fl.FlightError = cls(exc.message, extra_info=exc.to_json())
     return err

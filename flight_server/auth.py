@@ -1,30 +1,36 @@
-"""Bearer-token authentication of Flight calls (``Settings.token``).
+"""Authentication of Flight calls: the bearer header on every call, a principal per call.
 
-When a token is configured, every Flight call must carry the gRPC header
-``authorization: Bearer <token>``, except the ``health`` action (liveness probes
-carry no secrets). :class:`BearerAuthFactory` refuses other calls in
-``start_call`` with ``FlightUnauthenticatedError`` carrying the ``unauthenticated``
-error envelope in ``extra_info``. ``DoAction`` is the exception: the action's type
-is not known when a call starts, so the factory only records whether the call is
-authenticated and ``WindpipeFlightServer.do_action`` refuses unauthenticated
-actions other than ``health`` (:func:`require_auth`).
+With an access layer (:mod:`flight_server.access`; every served deployment has one)
+:class:`PrincipalAuthFactory` turns ``authorization: Bearer <token>`` into a
+:class:`catalog.principals.Principal` in ``start_call`` and refuses a call without a
+valid one with ``FlightUnauthenticatedError`` (the ``unauthenticated`` envelope in
+``extra_info``). ``DoAction`` is the exception: the action's type is not known when a
+call starts, so the factory only records the outcome and ``do_action`` refuses every
+action but ``health`` (liveness probes carry no secrets) through :func:`caller`.
 
-Tickets stay HMAC-signed independently: a valid bearer token does not make a
-forged ticket acceptable, and a valid ticket does not replace the token.
+Tickets stay HMAC-signed and carry the principal they were issued to: a valid bearer
+token does not make a forged or foreign ticket acceptable, and a valid ticket does
+not replace the token.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pyarrow.flight as fl
 
-from contract.auth import AUTH_HEADER, bearer_matches
+from catalog.principals import LOCAL, Principal, Role
+from contract.auth import AUTH_HEADER, bearer_token
 from contract.errors import ErrorType, WindpipeError
+from flight_server.access import FlightAccess
+from services.logging import get_logger
 
-__all__ = ["AUTH_MIDDLEWARE", "BearerAuthFactory", "CallAuth", "require_auth"]
+__all__ = ["AUTH_MIDDLEWARE", "CallAuth", "PrincipalAuthFactory", "caller", "caller_token"]
 
 AUTH_MIDDLEWARE = "windpipe-auth"
+
+_log = get_logger("windpipe.flight.auth")
 
 
 def _unauthenticated(message: str) -> fl.FlightUnauthenticatedError:
@@ -34,44 +40,62 @@ def _unauthenticated(message: str) -> fl.FlightUnauthenticatedError:
 
 
 class CallAuth(fl.ServerMiddleware):  # type: ignore[misc]
-    """Per-call record: ``authenticated`` and, when not, why (for ``do_action``)."""
+    """Per-call record: the principal and token, or why there is none."""
 
-    def __init__(self, *, authenticated: bool, reason: str = "") -> None:
-        self.authenticated = authenticated
+    def __init__(self, *, principal: Principal | None, token: str | None,
+                 reason: str = "") -> None:
+        self.principal = principal
+        self.token = token
         self.reason = reason
 
 
-class BearerAuthFactory(fl.ServerMiddlewareFactory):  # type: ignore[misc]
-    """Checks ``authorization: Bearer <token>`` on every call (constant-time compare)."""
+class PrincipalAuthFactory(fl.ServerMiddlewareFactory):  # type: ignore[misc]
+    """Authenticates the bearer token of every call through ``access``."""
 
-    def __init__(self, token: str) -> None:
-        if not token:
-            msg = "BearerAuthFactory needs a non-empty token"
-            raise ValueError(msg)
-        self._token = token
-
-    def _check(self, headers: dict[str, Any]) -> str:
-        values = headers.get(AUTH_HEADER) or []
-        if not values:
-            return ("this Flight server requires a bearer token: send the header "
-                    "'authorization: Bearer <token>' (sdk: Catalog(url, token=...))")
-        if not bearer_matches(values[0], self._token):
-            return "the bearer token sent to this Flight server is not valid"
-        return ""
+    def __init__(self, access: FlightAccess) -> None:
+        self.access = access
 
     def start_call(self, info: Any, headers: dict[str, Any]) -> CallAuth:
         """Refuse unauthenticated calls (``DoAction``: decided by the action's type)."""
-        reason = self._check(headers)
-        if reason and info.method != fl.FlightMethod.DO_ACTION:
-            raise _unauthenticated(reason)
-        return CallAuth(authenticated=not reason, reason=reason)
+        values = headers.get(AUTH_HEADER) or []
+        token = bearer_token(values[0]) if values else None
+        try:
+            principal = self.access.authenticate(token)
+        except WindpipeError as exc:
+            return self._refuse(info, token, exc)
+        except Exception as exc:  # e.g. the database is down: its message names its address
+            request_id = uuid.uuid4().hex[:16]
+            _log.error("flight.auth_failed", request_id=request_id, error=type(exc).__name__,
+                       exc_info=exc)
+            err = WindpipeError(ErrorType.UNAVAILABLE,
+                                f"this Flight server cannot check tokens now (request id "
+                                f"{request_id}: the server log has the details)",
+                                details={"request_id": request_id})
+            raise fl.FlightUnavailableError(err.message, extra_info=err.to_json()) from None
+        return CallAuth(principal=principal, token=token)
+
+    @staticmethod
+    def _refuse(info: Any, token: str | None, exc: WindpipeError) -> CallAuth:
+        """A refused token: raised at once, except for ``DoAction`` (see the module doc)."""
+        if exc.type != ErrorType.UNAUTHENTICATED:
+            raise fl.FlightUnavailableError(exc.message, extra_info=exc.to_json()) from None
+        if info.method != fl.FlightMethod.DO_ACTION:
+            raise _unauthenticated(exc.message) from None
+        return CallAuth(principal=None, token=token, reason=exc.message)
 
 
-def require_auth(context: Any) -> None:
-    """Raise the ``unauthenticated`` Flight error unless this call was authenticated.
-
-    A server without a token has no auth middleware: every call passes.
-    """
+def caller(context: Any) -> Principal:
+    """The call's principal; ``unauthenticated`` when it has none. A server without an
+    access layer (a library user's, on loopback) serves everyone as ``local``."""
     call = context.get_middleware(AUTH_MIDDLEWARE)
-    if call is not None and not call.authenticated:
+    if call is None:
+        return Principal(LOCAL, Role.ADMIN)
+    if call.principal is None:
         raise _unauthenticated(call.reason)
+    return call.principal  # type: ignore[no-any-return]
+
+
+def caller_token(context: Any) -> str | None:
+    """The bearer token the call carried (to ask the catalog on the caller's behalf)."""
+    call = context.get_middleware(AUTH_MIDDLEWARE)
+    return None if call is None else call.token  # type: ignore[no-any-return]

@@ -22,9 +22,12 @@ from contract.auth import http_headers
 from contract.errors import ErrorType, WindpipeError
 from materialize.plan import PlanContext
 from planning.artifact import ARTIFACT_MEDIA_TYPE, PlanArtifact
+from services.logging import get_logger
 from services.memo import Memo
 
 __all__ = ["DatabasePlanSource", "PlanCache", "PlanSource", "RestPlanSource"]
+
+_log = get_logger("windpipe.flight.plans")
 
 
 class PlanSource(Protocol):
@@ -63,19 +66,21 @@ class RestPlanSource:
             resp = httpx.get(f"{self._base}{path}", headers=self._headers,
                              timeout=self._timeout)
         except httpx.TransportError as exc:
+            _log.error("flight.catalog_unreachable", path=path, error=str(exc))
             raise WindpipeError(
-                ErrorType.UNAVAILABLE,
-                f"this Flight server cannot reach its catalog at {self._base}: {exc}",
-                details={"plan_id": plan_id, "catalog_url": self._base},
-            ) from exc
+                ErrorType.UNAVAILABLE, "this Flight server cannot reach its catalog",
+                details={"plan_id": plan_id},
+            ) from None
         if resp.status_code == 404:
             raise WindpipeError(ErrorType.NOT_FOUND, f"plan {plan_id!r} does not exist",
                                 details={"plan": plan_id})
         if resp.status_code != 200:
+            _log.error("flight.catalog_refused", path=path, status=resp.status_code,
+                       body=resp.text[:300])
             raise WindpipeError(
                 ErrorType.UNAVAILABLE,
-                f"catalog answered {resp.status_code} to GET {path}: {resp.text[:300]}",
-                details={"plan_id": plan_id, "status": resp.status_code, "path": path},
+                f"the catalog answered {resp.status_code} to this Flight server's plan request",
+                details={"plan_id": plan_id, "status": resp.status_code},
             )
         return PlanArtifact.from_ipc(resp.content)
 

@@ -16,13 +16,23 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from catalog.principals import stored_tokens_exist
+from catalog.service import CatalogContext
+from flight_server.access import (
+    CachedAccess,
+    DatabaseAccess,
+    FlightAccess,
+    RestAccess,
+    StaticAccess,
+)
 from flight_server.plan_sources import DatabasePlanSource, PlanCache, PlanSource, RestPlanSource
 from flight_server.server import WindpipeFlightServer
 from materialize.cache import ChunkCache
 from materialize.tier import Tier
 from planning.artifact import PlanArtifact
 from services.database import create_engine
-from services.settings import Settings
+from services.exposure import check_exposure
+from services.settings import Settings, is_loopback
 from storage.store import StorageOptions, StorageRoots
 
 __all__ = ["RunningFlightServer", "start_flight_server"]
@@ -69,16 +79,36 @@ def start_flight_server(
     settings' 1 MiB floor).
     """
     owned = None
+    token = settings.token.get_secret_value() if settings.token else None
+    host = settings.resolved_flight_host()
+    access: FlightAccess | None = StaticAccess(token) if token else None
     if plan_source is None:
+        if engine is None and not settings.catalog_url:
+            engine = owned = create_engine(settings.resolved_database_url())
         if engine is not None:
             plan_source = DatabasePlanSource(engine)
-        elif settings.catalog_url:
-            token = settings.token.get_secret_value() if settings.token else None
-            plan_source = RestPlanSource(settings.catalog_url, token=token)
+            access = DatabaseAccess(engine, bootstrap=token,
+                                    loopback=is_loopback(host) or settings.insecure)
         else:
-            owned = create_engine(settings.resolved_database_url())
-            plan_source = DatabasePlanSource(owned)
-    host = settings.resolved_flight_host()
+            assert settings.catalog_url is not None
+            plan_source = RestPlanSource(settings.catalog_url, token=token)
+            access = RestAccess(settings.catalog_url)
+    elif engine is not None:
+        access = DatabaseAccess(engine, bootstrap=token,
+                                loopback=is_loopback(host) or settings.insecure)
+    try:
+        check_exposure(
+            settings, service="Flight server", host=host, signs_tickets=True,
+            tokens_configured=lambda: isinstance(access, RestAccess) or (
+                engine is not None
+                and stored_tokens_exist(CatalogContext.from_engine(engine))),
+        )
+    except Exception:
+        if owned is not None:
+            owned.dispose()
+        raise
+    if access is not None:
+        access = CachedAccess(access, ttl_s=settings.auth_cache_s)
     bind_port = settings.flight_port if port is None else port
     cache = ChunkCache(
         settings.cache_bytes if cache_bytes is None else cache_bytes,
@@ -101,7 +131,7 @@ def start_flight_server(
         tier=tier,
         build_ahead_bytes=settings.build_ahead_bytes,
         auto_blocks=settings.auto_blocks,
-        token=settings.token.get_secret_value() if settings.token else None,
+        access=access,
     )
     reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     location = settings.flight_public_location or f"grpc://{reachable}:{server.port}"

@@ -10,8 +10,11 @@
 * ``DoAction``: ``health``, ``cache-stats``, ``warm`` (progress results streamed as
   the chunks load).
 
-With a ``token``, every call but the ``health`` action needs ``authorization:
-Bearer <token>`` (``flight_server.auth``). Logging (``services.logging``): one
+With an access layer (``flight_server.access``), every call but the ``health`` action
+needs ``authorization: Bearer <token>`` of a principal that may read the plan it
+names (``flight_server.auth``); tickets carry the principal they were issued to and
+are refused to anyone else. An unexpected error leaves as ``internal`` with a request
+id; its details go to the log only. Logging (``services.logging``): one
 ``flight.stream.start`` and one ``flight.stream.end`` event per stream (never per
 batch), a warning per batch with skipped lanes, an error per failed segment.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as fl
 
+from catalog.principals import Principal
 from contract.errors import ErrorType, WindpipeError
 from contract.wire import (
     ACTION_CACHE_STATS,
@@ -41,7 +46,8 @@ from contract.wire import (
     batch_schema,
     to_flight_error,
 )
-from flight_server.auth import AUTH_MIDDLEWARE, BearerAuthFactory, require_auth
+from flight_server.access import FlightAccess, StaticAccess
+from flight_server.auth import AUTH_MIDDLEWARE, PrincipalAuthFactory, caller, caller_token
 from flight_server.locality import endpoint_ranges
 from flight_server.plan_sources import PlanCache
 from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
@@ -63,13 +69,27 @@ _I64 = np.int64
 _log = get_logger("windpipe.flight")
 
 
+def _internal(exc: BaseException) -> fl.FlightError:
+    """The Flight error of ``exc``: a ``WindpipeError`` as itself, anything else as a bare
+    ``internal`` with a request id (the details and traceback go to the log only)."""
+    if isinstance(exc, WindpipeError):
+        return to_flight_error(exc)
+    request_id = uuid.uuid4().hex[:16]
+    _log.error("flight.internal_error", request_id=request_id, error=type(exc).__name__,
+               exc_info=exc)
+    return to_flight_error(WindpipeError(
+        ErrorType.INTERNAL,
+        f"internal server error (request id {request_id}: the server log has the details)",
+        details={"request_id": request_id}))
+
+
 def _guard(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except fl.FlightError:
         raise
     except Exception as exc:
-        raise to_flight_error(exc) from exc
+        raise _internal(exc) from None
 
 
 class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
@@ -92,12 +112,16 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         build_ahead_bytes: int = 0,
         auto_blocks: bool = True,
         token: str | None = None,
+        access: FlightAccess | None = None,
         **kwargs: Any,
     ) -> None:
-        if token:
+        if access is None and token:
+            access = StaticAccess(token)
+        if access is not None:
             kwargs["middleware"] = {**kwargs.get("middleware", {}),
-                                    AUTH_MIDDLEWARE: BearerAuthFactory(token)}
+                                    AUTH_MIDDLEWARE: PrincipalAuthFactory(access)}
         super().__init__(location, **kwargs)
+        self._access = access
         self.plans = plans
         self.cache = cache
         self._secret = secret
@@ -129,11 +153,18 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         )
         return schedule, np.asarray(batches, dtype=_I64)
 
-    def _ticket(self, cmd: FlightCommand, start: int, end: int) -> fl.Ticket:
+    def _authorize(self, context: Any, plan_id: str) -> Principal:
+        """The caller, if it may read ``plan_id`` (else ``unauthenticated`` / ``forbidden``)."""
+        principal = caller(context)
+        if self._access is not None:
+            self._access.authorize_plan(caller_token(context), principal, plan_id)
+        return principal
+
+    def _ticket(self, cmd: FlightCommand, start: int, end: int, sub: str) -> fl.Ticket:
         exp = None if self.ticket_ttl_s is None else time.time() + self.ticket_ttl_s
         payload = TicketPayload(
             plan_id=cmd.plan_id, epoch=cmd.epoch, rank=cmd.rank, world_size=cmd.world_size,
-            start_batch=start, end_batch=end, exp=exp,
+            start_batch=start, end_batch=end, exp=exp, sub=sub,
         )
         return fl.Ticket(sign_ticket(payload, self._secret))
 
@@ -141,10 +172,11 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def get_flight_info(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
         """Schema, totals and endpoints of one rank's pass (see ``docs/wire.md``)."""
-        return _guard(lambda: self._flight_info(descriptor))
+        return _guard(lambda: self._flight_info(context, descriptor))
 
-    def _flight_info(self, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
+    def _flight_info(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
         cmd = _command(descriptor)
+        principal = self._authorize(context, cmd.plan_id)
         plan = self.plans.get(cmd.plan_id)
         schedule, batches = self._rank_pass(plan, cmd.epoch, cmd.rank, cmd.world_size)
         start = min(cmd.start_batch, int(batches.shape[0]))
@@ -166,7 +198,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                 locs = (primary, *[loc for loc in self.locations if loc != primary])
             elif self.locations:
                 locs = self.locations
-            endpoints.append(fl.FlightEndpoint(self._ticket(cmd, a, b), list(locs)))
+            endpoints.append(fl.FlightEndpoint(self._ticket(cmd, a, b, principal.name),
+                                               list(locs)))
         return fl.FlightInfo(
             self._schema(plan), descriptor, endpoints,
             total_records=int(lanes.sum()), total_bytes=int(per_batch.sum()), ordered=True,
@@ -174,16 +207,39 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def get_schema(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.SchemaResult:
         """The batch schema of the plan named by the descriptor."""
+        result = self._schema_or_error(context, descriptor)
+        if isinstance(result, BaseException):
+            raise result.with_traceback(None) from None
+        return result
+
+    # pyarrow (26) turns an exception of GetSchema into an answer holding its traceback
+    # (its GetSchema lacks the FlightError clause of the other methods): the raise happens
+    # in a frame with a neutral file name, of an exception without a traceback of its own,
+    # so the answer names no path of this host.
+    get_schema.__code__ = get_schema.__code__.replace(co_filename="<windpipe-flight>")
+
+    def _schema_or_error(self, context: Any,
+                         descriptor: fl.FlightDescriptor) -> fl.SchemaResult | fl.FlightError:
         def run() -> fl.SchemaResult:
             cmd = _command(descriptor)
+            self._authorize(context, cmd.plan_id)
             return fl.SchemaResult(self._schema(self.plans.get(cmd.plan_id)))
 
-        return _guard(run)
+        try:
+            return _guard(run)  # type: ignore[no-any-return]
+        except fl.FlightError as exc:
+            return exc
 
     def do_get(self, context: Any, ticket: fl.Ticket) -> fl.GeneratorStream:
         """Stream the batches a ticket grants, one record batch each."""
         def setup() -> fl.GeneratorStream:
             payload = verify_ticket(ticket.ticket, self._secret)
+            principal = caller(context)
+            if self._access is not None and payload.sub != principal.name:
+                raise WindpipeError(ErrorType.INVALID_TICKET,
+                                    "this ticket was issued to another principal; ask "
+                                    "GetFlightInfo for your own")
+            self._authorize(context, payload.plan_id)
             plan = self.plans.get(payload.plan_id)
             schedule, batches = self._rank_pass(
                 plan, payload.epoch, payload.rank, payload.world_size
@@ -238,7 +294,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             if exc.type == ErrorType.SEGMENT_ERROR:
                 _log.error("flight.segment.failed", plan=fields["plan"],
                            path=exc.details.get("path"), message=exc.message)
-            raise to_flight_error(exc) from exc
+            raise to_flight_error(exc) from None
         except GeneratorExit:
             outcome = "cancelled"
             raise
@@ -247,7 +303,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             raise
         except Exception as exc:
             outcome, error_type = "error", type(exc).__name__
-            raise to_flight_error(exc) from exc
+            raise _internal(exc) from None
         finally:
             with self._active_lock:
                 self._active -= 1
@@ -272,7 +328,12 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         kind = action.type
         body = action.body.to_pybytes() if action.body is not None else b""
         if kind != ACTION_HEALTH:
-            require_auth(context)
+            try:
+                caller(context)
+            except fl.FlightError:
+                raise
+            except Exception as exc:
+                raise _internal(exc) from None
         if kind == ACTION_HEALTH:
             tier = self.tier.info().as_dict() if self.tier is not None else None
             return iter([json.dumps({"status": "ok", "version": WIRE_VERSION,
@@ -281,19 +342,21 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         if kind == ACTION_CACHE_STATS:
             return iter([json.dumps(self.cache.stats().as_dict()).encode()])
         if kind == ACTION_WARM:
-            return self._warm(body)
+            return self._warm(context, body)
         raise to_flight_error(WindpipeError(
             ErrorType.INVALID_REQUEST, f"unknown action {kind!r}",
             details={"actions": [ACTION_HEALTH, ACTION_CACHE_STATS, ACTION_WARM]},
         ))
 
-    def _warm(self, body: bytes) -> Iterator[bytes]:
+    def _warm(self, context: Any, body: bytes) -> Iterator[bytes]:
         try:
-            plan = self.plans.get(_warm_plan_id(body))
+            plan_id = _warm_plan_id(body)
+            self._authorize(context, plan_id)
+            plan = self.plans.get(plan_id)
             results = warm_results(plan, self._storage_for(plan.root_uri), self.cache,
                                    self.tier)
         except Exception as exc:
-            raise to_flight_error(exc) from exc
+            raise _internal(exc) from None
         return self._warm_steps(results)
 
     def _warm_steps(self, results: Iterator[dict[str, Any]]) -> Iterator[bytes]:
@@ -302,7 +365,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             for last in results:
                 yield json.dumps(last).encode()
         except Exception as exc:
-            raise to_flight_error(exc) from exc
+            raise _internal(exc) from None
         _log.info("flight.warm", chunks=last.get("loaded"), bytes=last.get("bytes"),
                   seconds=last.get("seconds"))
 

@@ -36,6 +36,7 @@ class TicketPayload:
     start_batch: int
     end_batch: int
     exp: float | None = None
+    sub: str | None = None  # the principal the ticket was issued to
 
 
 def _b64(raw: bytes) -> bytes:

@@ -27,10 +27,13 @@ from contract.configs import PlanSpec, ScalingSpec
 from contract.errors import ErrorType, WindpipeError
 from contract.wire import INPUT_PAD
 from planning.sizes import chunk_row_bytes
+from services.logging import get_logger
 from storage.segments import SegmentInfo, SegmentProblem, read_chunk
 from storage.store import Storage
 
 __all__ = ["ChannelSpec", "ChunkKey", "ChunkMatrices", "load_chunk"]
+
+_log = get_logger("windpipe.materialize")
 
 
 @dataclass(frozen=True)
@@ -131,10 +134,12 @@ def load_chunk(
             details={**exc.details, "path": info.path, "chunk": chunk_idx},
         ) from exc
     except Exception as exc:
+        _log.warning("segment.chunk_unreadable", path=info.path, chunk=chunk_idx,
+                     error=f"{type(exc).__name__}: {exc}")
         raise WindpipeError(
             ErrorType.SEGMENT_ERROR,
-            f"reading chunk {chunk_idx} of segment {info.path!r} failed: "
-            f"{type(exc).__name__}: {exc}",
+            f"reading chunk {chunk_idx} of segment {info.path!r} failed "
+            f"({type(exc).__name__}; the server log has the details)",
             details={"path": info.path, "chunk": chunk_idx},
         ) from exc
     read = sum(int(a.nbytes) for a in data.values())

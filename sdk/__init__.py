@@ -27,6 +27,7 @@ from sdk._batch import Batch, BatchSegmentRef, BatchState, batch_from_arrow
 from sdk._catalog import Catalog
 from sdk._exceptions import (
     Conflict,
+    Forbidden,
     InternalError,
     InvalidConfig,
     InvalidManifest,
@@ -55,6 +56,7 @@ __all__ = [
     "DatasetProtocolId",
     "DatasetVersion",
     "DeviceLoader",
+    "Forbidden",
     "InternalError",
     "InvalidConfig",
     "InvalidManifest",

@@ -10,6 +10,7 @@ of these, whatever transport carried it::
      +-- NotFound                 not_found           unknown dataset, version, split, plan
      +-- Conflict                 conflict            the request contradicts stored state
      +-- Unauthenticated          unauthenticated     missing or wrong token
+     +-- Forbidden                forbidden           the token's role or scope, or a storage root
      +-- InvalidTicket            invalid_ticket      forged, altered or expired Flight ticket
      +-- SegmentError             segment_error       a segment is missing or corrupt
      +-- ResourceExhausted        resource_exhausted  e.g. the server's cache budget
@@ -31,6 +32,7 @@ from contract.wire import error_from_flight as wire_error_from_flight
 
 __all__ = [
     "Conflict",
+    "Forbidden",
     "InternalError",
     "InvalidConfig",
     "InvalidManifest",
@@ -109,6 +111,13 @@ class Unauthenticated(WindpipeError):  # noqa: N818 - the names of ErrorType
     error_type = ErrorType.UNAUTHENTICATED
 
 
+class Forbidden(WindpipeError):  # noqa: N818 - the names of ErrorType
+    """The token is valid but its role or dataset scope does not allow the call, or a
+    storage root lies outside what the operator allows."""
+
+    error_type = ErrorType.FORBIDDEN
+
+
 class InvalidTicket(WindpipeError):  # noqa: N818 - the names of ErrorType
     """A Flight ticket was forged, altered, expired or signed for another deployment."""
 
@@ -143,7 +152,7 @@ _BY_TYPE: dict[ErrorType, type[WindpipeError]] = {
     cls.error_type: cls
     for cls in (
         InvalidRequest, InvalidConfig, InvalidManifest, NotFound, Conflict, Unauthenticated,
-        InvalidTicket, SegmentError, ResourceExhausted, Unavailable, InternalError,
+        Forbidden, InvalidTicket, SegmentError, ResourceExhausted, Unavailable, InternalError,
     )
 }
 assert set(_BY_TYPE) == set(ErrorType), "every ErrorType needs an SDK exception"

@@ -6,13 +6,26 @@ embedded defaults (SQLite and local storage under ``data_dir``) need no setup.
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-__all__ = ["Settings"]
+__all__ = ["DEV_TICKET_SECRET", "Settings", "is_loopback"]
+
+DEV_TICKET_SECRET = "windpipe-dev-secret-change-me"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps a server on this machine (``localhost``, 127/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class Settings(BaseSettings):
@@ -70,17 +83,49 @@ class Settings(BaseSettings):
         default=0, ge=0,
         description="bytes of batches a stream builds ahead in a second thread (0: none)",
     )
-    ticket_ttl_s: float | None = Field(
-        default=None, gt=0, description="seconds a Flight ticket stays valid (default: no expiry)"
+    ticket_ttl_s: float = Field(
+        default=86400.0, gt=0, description="seconds a Flight ticket stays valid (default a day)"
     )
-    ticket_secret: SecretStr = SecretStr("windpipe-dev-secret-change-me")
-    token: SecretStr | None = Field(default=None, description="bearer token required by the API")
+    ticket_secret: SecretStr = SecretStr(DEV_TICKET_SECRET)
+    token: SecretStr | None = Field(
+        default=None, description="bootstrap admin bearer token (stored tokens: windpipe token)"
+    )
+    auth_cache_s: float = Field(
+        default=30.0, ge=0,
+        description="seconds a Flight server trusts a token it checked (revocation bound)",
+    )
+    insecure: bool = Field(
+        default=False,
+        description="serve a non-loopback host without tokens or with the development secret",
+    )
+    allowed_roots: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="storage roots datasets may be registered from, besides data_dir "
+                    "(comma-separated in WINDPIPE_ALLOWED_ROOTS: /abs/dir, s3://bucket/prefix)",
+    )
     s3_endpoint: str | None = None
     s3_region: str = "us-east-1"
     s3_allow_http: bool = False
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: SecretStr | None = None
+    s3_instance_credentials: bool = Field(
+        default=False,
+        description="let S3 fall back to ambient credentials (instance metadata, web identity)",
+    )
     log_level: str = "INFO"
     log_json: bool = False
     shutdown_grace_s: float = 10.0
+
+    @field_validator("allowed_roots", mode="before")
+    @classmethod
+    def _split_roots(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(v.strip() for v in value.split(",") if v.strip())
+        return value
+
+    def resolved_allowed_roots(self) -> tuple[str, ...]:
+        """``allowed_roots`` and the data directory (absolute)."""
+        return (*self.allowed_roots, str(self.data_dir.resolve()))
 
     def resolved_database_url(self) -> str:
         """The database URL, defaulting to ``sqlite:///<data_dir>/catalog.db``."""

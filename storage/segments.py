@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from contract.errors import ErrorType, WindpipeError
+from services.logging import get_logger
 from storage.store import PathEscapeError, Storage
 from storage.zarr_chunks import ZarrColumnPlan, column_plan, read_chunk_file
 
@@ -35,6 +36,8 @@ __all__ = [
     "read_rows",
     "segment_format",
 ]
+
+_log = get_logger("windpipe.storage")
 
 SegmentFormat = Literal["parquet", "zarr"]
 _TAIL_BYTES = 64 * 1024
@@ -124,8 +127,10 @@ def inspect_segment(storage: Storage, path: str) -> SegmentInfo:
     except FileNotFoundError as exc:
         raise SegmentProblem(f"segment {rel!r} does not exist", path=rel) from exc
     except Exception as exc:
+        _log.warning("segment.unreadable", path=rel, error=f"{type(exc).__name__}: {exc}")
         raise SegmentProblem(
-            f"segment {rel!r} cannot be read: {type(exc).__name__}: {exc}", path=rel
+            f"segment {rel!r} cannot be read as parquet or zarr v3 ({type(exc).__name__}; "
+            "the server log has the details)", path=rel
         ) from exc
 
 
@@ -272,9 +277,11 @@ def read_chunk(
     except (SegmentProblem, WindpipeError):
         raise
     except Exception as exc:
+        _log.warning("segment.chunk_unreadable", path=info.path, chunk=chunk_idx,
+                     error=f"{type(exc).__name__}: {exc}")
         raise SegmentProblem(
-            f"reading chunk {chunk_idx} of segment {info.path!r} failed: "
-            f"{type(exc).__name__}: {exc}",
+            f"reading chunk {chunk_idx} of segment {info.path!r} failed "
+            f"({type(exc).__name__}; the server log has the details)",
             path=info.path,
         ) from exc
 

@@ -7,15 +7,20 @@ local roots symlinks that resolve outside it raise :class:`PathEscapeError`).
 
 All I/O goes through obstore, whose stores are safe to share between threads, so
 one :class:`Storage` serves any number of concurrent readers. S3 credentials come
-from the usual ``AWS_*`` environment variables (obstore reads them).
+from configuration only: ``StorageOptions`` (``WINDPIPE_S3_ACCESS_KEY_ID`` / ``_SECRET_
+ACCESS_KEY``) or the ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` variables the
+operator set. Without either, requests go unsigned rather than to the cloud's instance
+metadata endpoint, unless ``s3_instance_credentials`` opts in. :func:`open_root`
+checks the operator's :class:`storage.roots.AllowedRoots` before opening anything.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -30,6 +35,7 @@ from obstore.store import LocalStore, S3Store
 
 from contract.errors import ErrorType, WindpipeError
 from services.settings import Settings
+from storage.roots import AllowedRoots
 
 __all__ = [
     "ObjectMeta", "PathEscapeError", "Storage", "StorageOptions", "StorageRoots", "open_root",
@@ -44,17 +50,41 @@ class PathEscapeError(ValueError):
 
 @dataclass(frozen=True)
 class StorageOptions:
-    """How to reach S3-compatible storage (``Settings.s3_*``): endpoint, region, plain HTTP."""
+    """How to reach S3-compatible storage (``Settings.s3_*``) and which roots a service
+    may open (``allowed``: None means any, as for a library caller; services pass the
+    operator's list)."""
 
     s3_endpoint: str | None = None
     s3_region: str = "us-east-1"
     s3_allow_http: bool = False
+    s3_access_key_id: str | None = field(default=None, repr=False)
+    s3_secret_access_key: str | None = field(default=None, repr=False)
+    s3_instance_credentials: bool = False
+    allowed: AllowedRoots | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> StorageOptions:
-        """The storage options of a service's settings (``WINDPIPE_S3_*``)."""
-        return cls(s3_endpoint=settings.s3_endpoint, s3_region=settings.s3_region,
-                   s3_allow_http=settings.s3_allow_http)
+        """The storage options of a service's settings (``WINDPIPE_S3_*``, allowed roots)."""
+        secret = settings.s3_secret_access_key
+        return cls(
+            s3_endpoint=settings.s3_endpoint, s3_region=settings.s3_region,
+            s3_allow_http=settings.s3_allow_http, s3_access_key_id=settings.s3_access_key_id,
+            s3_secret_access_key=secret.get_secret_value() if secret else None,
+            s3_instance_credentials=settings.s3_instance_credentials,
+            allowed=AllowedRoots.parse(settings.resolved_allowed_roots()),
+        )
+
+    def s3_credentials(self) -> dict[str, Any]:
+        """S3Store options for credentials: configured keys, the operator's ``AWS_*`` keys
+        (obstore reads them), or unsigned requests (never instance metadata unless
+        ``s3_instance_credentials``)."""
+        if self.s3_access_key_id and self.s3_secret_access_key:
+            return {"access_key_id": self.s3_access_key_id,
+                    "secret_access_key": self.s3_secret_access_key}
+        if (os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")) \
+                or self.s3_instance_credentials:
+            return {}
+        return {"skip_signature": True}
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +197,7 @@ class Storage:
             if not bucket:
                 raise ValueError(f"s3 URI without a bucket: {uri!r}")
             prefix = parsed.path.strip("/")
-            s3: dict[str, Any] = {"region": options.s3_region}
+            s3: dict[str, Any] = {"region": options.s3_region, **options.s3_credentials()}
             if options.s3_endpoint:
                 s3["endpoint"] = options.s3_endpoint
             client_options: Any = {"allow_http": True} if options.s3_allow_http else None
@@ -241,7 +271,7 @@ class Storage:
             resolved = (self._local_root / norm).resolve()
             if not resolved.is_relative_to(self._local_root):
                 raise PathEscapeError(
-                    f"path {path!r} resolves outside the storage root (symlink to {resolved})"
+                    f"path {path!r} resolves outside the storage root (a symlink)"
                 )
         return norm
 
@@ -333,7 +363,10 @@ class Storage:
 
 
 def open_root(uri: str, options: StorageOptions | None = None) -> Storage:
-    """The one way the services open a dataset root: a bad URI is ``invalid_request``."""
+    """The one way the services open a dataset root: a root outside ``options.allowed`` is
+    ``forbidden`` (checked before anything is read), a bad URI ``invalid_request``."""
+    if options is not None and options.allowed is not None:
+        options.allowed.check(uri)
     try:
         return Storage.from_uri(uri, options)
     except ValueError as exc:

@@ -2,7 +2,8 @@
 
 ``serve`` runs the catalog REST API and a Flight server in one process on the
 embedded defaults; ``serve catalog`` / ``serve flight`` run one each (what
-docker-compose uses); ``migrate`` upgrades a database; ``synth`` writes demo data;
+docker-compose uses); ``migrate`` upgrades a database; ``token create|list|revoke``
+manages API tokens in the catalog database; ``synth`` writes demo data;
 ``demo`` runs the whole path end to end; ``bench`` runs the benchmarks.
 
 The CLI is the top layer (``docs/architecture.md``): it may import every package.
@@ -42,7 +43,17 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-bad-segment", choices=("raise", "skip"),
                         help="an unreadable segment fails the stream, or pads its lanes")
     parser.add_argument("--ticket-ttl-s", type=float,
-                        help="seconds a Flight ticket stays valid (default: no expiry)")
+                        help="seconds a Flight ticket stays valid (default 86400)")
+    parser.add_argument(
+        "--allow-root", action="append", dest="allowed_roots",
+        help="a storage root datasets may be registered from, besides data-dir: /abs/dir or "
+             "s3://bucket/prefix (repeat for each; WINDPIPE_ALLOWED_ROOTS)",
+    )
+    parser.add_argument(
+        "--insecure", action="store_true", default=None,
+        help="serve a non-loopback host without tokens or with the development ticket "
+             "secret (logs a warning at every start)",
+    )
     parser.add_argument("--tier-dir", type=Path,
                         help="the host's shared tier of decoded blocks (default data-dir/tier; "
                              "/dev/shm/... keeps it in memory)")
@@ -78,6 +89,19 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--data-dir", type=Path)
     migrate.add_argument("--revision", default="head")
 
+    token = sub.add_parser("token", help="create, list or revoke API tokens")
+    token_sub = token.add_subparsers(dest="token_command", required=True)
+    create = token_sub.add_parser("create", help="mint a token (its text is printed once)")
+    create.add_argument("--name", required=True)
+    create.add_argument("--role", required=True, choices=("reader", "writer", "admin"))
+    create.add_argument("--datasets", help="glob of the dataset names it may touch, e.g. 'lab-*'")
+    listing = token_sub.add_parser("list", help="every token (never its text)")
+    revoke = token_sub.add_parser("revoke", help="revoke a token by name")
+    revoke.add_argument("name")
+    for command in (create, listing, revoke):
+        command.add_argument("--database-url", help="SQLAlchemy URL (default SQLite in data-dir)")
+        command.add_argument("--data-dir", type=Path)
+
     synth = sub.add_parser("synth", help="write a synthetic battery dataset")
     synth.add_argument("directory", type=Path)
     synth.add_argument("--cells", type=int, default=4)
@@ -103,11 +127,11 @@ def _settings(args: argparse.Namespace) -> Settings:
         "host", "port", "flight_port", "data_dir", "database_url", "cache_bytes",
         "cache_wait_s", "readahead_batches", "endpoint_batches", "on_bad_segment",
         "ticket_ttl_s", "tier_dir", "tier_bytes", "auto_blocks", "build_ahead_bytes",
-        "catalog_url", "flight_locations",
+        "catalog_url", "flight_locations", "allowed_roots", "insecure",
     ):
         value = getattr(args, name, None)
         if value is not None:
-            overrides[name] = tuple(value) if name == "flight_locations" else value
+            overrides[name] = tuple(value) if isinstance(value, list) else value
     return Settings(**overrides)
 
 
@@ -123,6 +147,16 @@ def _wait_for_stop() -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from services.exposure import InsecureDeploymentError  # noqa: PLC0415
+
+    try:
+        return _serve_until_stopped(args)
+    except InsecureDeploymentError as exc:
+        print(f"windpipe serve: {exc}", file=sys.stderr)
+        return 2
+
+
+def _serve_until_stopped(args: argparse.Namespace) -> int:
     from services.logging import configure_logging  # noqa: PLC0415
 
     settings = _settings(args)
@@ -162,6 +196,39 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _token(args: argparse.Namespace) -> int:
+    from catalog import principals  # noqa: PLC0415
+    from catalog.service import CatalogContext  # noqa: PLC0415
+    from contract.errors import WindpipeError  # noqa: PLC0415
+    from migrations import upgrade_engine  # noqa: PLC0415
+    from services.database import create_engine  # noqa: PLC0415
+
+    settings = _settings(args)
+    engine = create_engine(settings.resolved_database_url())
+    try:
+        upgrade_engine(engine)
+        ctx = CatalogContext.from_engine(engine)
+        if args.token_command == "create":
+            row, text = principals.create_token(ctx, name=args.name, role=args.role,
+                                                datasets=args.datasets, created_by="cli")
+            scope = f" on datasets {row.datasets!r}" if row.datasets else ""
+            print(f"token {row.name!r} ({row.role}{scope}); shown once, keep it secret:")
+            print(text)
+        elif args.token_command == "list":
+            for row in principals.list_tokens(ctx):
+                state = f"revoked {row.revoked_at:%Y-%m-%d %H:%M}" if row.revoked_at else "active"
+                print(f"{row.name}\t{row.role}\t{row.datasets or '*'}\t{state}")
+        else:
+            principals.revoke_token(ctx, args.name)
+            print(f"token {args.name!r} revoked")
+    except WindpipeError as exc:
+        print(f"windpipe token: {exc.message}", file=sys.stderr)
+        return 1
+    finally:
+        engine.dispose()
+    return 0
+
+
 def _synth(args: argparse.Namespace) -> int:
     from services.synth import write_synthetic_dataset  # noqa: PLC0415
 
@@ -193,7 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if given[:1] == ["bench"]:  # every option belongs to the benchmark's own parser
         return _bench(given[1:])
     args = build_parser().parse_args(given)
-    handlers = {"serve": _serve, "migrate": _migrate, "synth": _synth, "demo": _demo}
+    handlers = {"serve": _serve, "migrate": _migrate, "token": _token, "synth": _synth,
+                "demo": _demo}
     return handlers[args.command](args)
 
 

@@ -52,7 +52,8 @@ def run_demo(
               f"({time.perf_counter() - t0:.1f} s)")
 
         settings = Settings(data_dir=data_dir / "state", port=0, flight_port=0,
-                            cache_bytes=512 << 20, log_level="WARNING")
+                            cache_bytes=512 << 20, log_level="WARNING",
+                            allowed_roots=(str(synth.path),))
         flight = start_flight_server(settings)
         stack.callback(flight.stop, grace_s=5.0)
         settings = settings.model_copy(update={"flight_locations": (flight.location,)})

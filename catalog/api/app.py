@@ -16,9 +16,10 @@ from fastapi import Depends, FastAPI
 from sqlalchemy.engine import Engine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from catalog.api.deps import require_token
+from catalog.api.audit import AuditMiddleware, RequestIdMiddleware
+from catalog.api.auth import authenticate
 from catalog.api.errors import install_error_handlers
-from catalog.api.routes import datasets, flight, health, plans, splits, versions
+from catalog.api.routes import access, datasets, flight, health, plans, splits, versions
 from catalog.flight_stats import RequestCounter
 from catalog.service import CatalogContext
 from migrations import upgrade_engine
@@ -112,10 +113,12 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.state.settings = settings
     app.state.requests = RequestCounter()
     install_error_handlers(app)
+    app.add_middleware(AuditMiddleware)
+    app.add_middleware(RequestIdMiddleware)
     app.add_middleware(RequestCountMiddleware, counter=app.state.requests)
     app.include_router(health.router)
-    secured = [Depends(require_token)]
+    secured = [Depends(authenticate)]
     app.include_router(flight.metrics, dependencies=secured)
-    for module in (health, datasets, versions, splits, plans, flight):
+    for module in (health, datasets, versions, splits, plans, flight, access):
         app.include_router(module.v1, prefix="/v1", dependencies=secured)
     return app

@@ -8,11 +8,9 @@ from fastapi import Depends, Query, Request
 
 from catalog.api.schemas import MAX_PAGE_SIZE
 from catalog.service import CatalogContext
-from contract.auth import AUTH_HEADER, bearer_matches
-from contract.errors import ErrorType, WindpipeError
 from services.settings import Settings
 
-__all__ = ["AppSettings", "Context", "PageSize", "PageToken", "require_token"]
+__all__ = ["AppSettings", "Context", "PageSize", "PageToken"]
 
 
 def _context(request: Request) -> CatalogContext:
@@ -32,13 +30,3 @@ PageToken = Annotated[
     str | None, Query(description="next_page_token of the previous page")
 ]
 
-
-def require_token(request: Request) -> None:
-    """Bearer-token check when ``settings.token`` is set (401 ``unauthenticated``)."""
-    token = request.app.state.settings.token
-    if token is None:
-        return
-    if not bearer_matches(request.headers.get(AUTH_HEADER), token.get_secret_value()):
-        raise WindpipeError(
-            ErrorType.UNAUTHENTICATED, "missing or wrong bearer token (Authorization: Bearer ...)"
-        )

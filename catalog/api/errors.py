@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from catalog.api.audit import request_id_of
 from contract.configs import LoaderOptions
 from contract.errors import ErrorType, WindpipeError, error_envelope
 from services.logging import get_logger
@@ -139,12 +140,14 @@ class InternalErrorMiddleware:
         try:
             await self.app(scope, receive, _send)
         except Exception as exc:
-            _log.exception("unhandled error", path=scope.get("path"), error=type(exc).__name__)
+            request_id = request_id_of(scope)
+            _log.exception("unhandled error", path=scope.get("path"), error=type(exc).__name__,
+                           request_id=request_id)
             if started:
                 raise
             response = error_response(
-                ErrorType.INTERNAL, "internal server error; the request's outcome is unknown",
-                {}, status=500,
+                ErrorType.INTERNAL, "internal server error; the request's outcome is unknown "
+                f"(request id {request_id}: the server log has the details)", {}, status=500,
             )
             await response(scope, receive, send)
 

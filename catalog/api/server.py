@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 import uvicorn
 
 from catalog.api.app import create_app
+from catalog.principals import stored_tokens_exist
+from catalog.service import CatalogContext
+from services.database import create_engine
+from services.exposure import check_exposure
 from services.settings import Settings
 
 __all__ = ["CatalogServer", "start_catalog_server"]
@@ -46,10 +50,21 @@ class CatalogServer:
             self.thread.join(timeout=5)
 
 
+def _tokens_in(settings: Settings) -> bool:
+    engine = create_engine(settings.resolved_database_url())
+    try:
+        return stored_tokens_exist(CatalogContext.from_engine(engine))
+    finally:
+        engine.dispose()
+
+
 def start_catalog_server(
     settings: Settings, *, port: int | None = None, startup_timeout_s: float = 30.0
 ) -> CatalogServer:
-    """Start the catalog on ``settings.host`` and ``port`` (default ``settings.port``)."""
+    """Start the catalog on ``settings.host`` and ``port`` (default ``settings.port``);
+    an exposed, unprotected catalog is refused (``services.exposure``)."""
+    check_exposure(settings, service="catalog", host=settings.host,
+                   tokens_configured=lambda: _tokens_in(settings), signs_tickets=False)
     config = uvicorn.Config(
         create_app(settings), host=settings.host,
         port=settings.port if port is None else port,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,17 @@ def table_counts(database_url: str) -> dict[str, int]:
         engine.dispose()
 
 
+# What no answer may hold (docs/security.md, "Errors without internals").
+INTERNALS = re.compile(r"Traceback|File \"|Debug source|postgresql://|sqlite:///|:5432|"
+                       r"site-packages")
+
+
 def assert_error(response: httpx.Response, status: int, kind: str) -> dict[str, Any]:
-    """The response is the error envelope with ``status`` and ``type``; returns its body."""
+    """The response is the error envelope with ``status`` and ``type``, holds no internals
+    and names its request id; returns its body."""
     assert response.status_code == status, response.text
+    assert not INTERNALS.search(response.text), response.text
+    assert response.headers.get("x-request-id"), response.headers
     body = response.json()
     assert set(body) == {"error"}, body
     assert set(body["error"]) == {"type", "message", "details"}, body

@@ -18,6 +18,7 @@ EXPECTED = {
     ErrorType.NOT_FOUND: sdk.NotFound,
     ErrorType.CONFLICT: sdk.Conflict,
     ErrorType.UNAUTHENTICATED: sdk.Unauthenticated,
+    ErrorType.FORBIDDEN: sdk.Forbidden,
     ErrorType.INVALID_TICKET: sdk.InvalidTicket,
     ErrorType.SEGMENT_ERROR: sdk.SegmentError,
     ErrorType.RESOURCE_EXHAUSTED: sdk.ResourceExhausted,

@@ -96,8 +96,9 @@ def test_a_flight_server_without_its_catalog_says_so() -> None:
         stream.close()
         running.stop(grace_s=5)
     assert "cannot reach its catalog" in info.value.message
-    assert info.value.details["catalog_url"] == dead
-    assert info.value.details["plan_id"] == "p-somewhere"
+    # The catalog's address is the server's business: it goes to the log, not the answer
+    # (the call is authenticated through the catalog before any plan is read).
+    assert dead.split("//")[1] not in f"{info.value.message} {info.value.details}"
 
 
 def test_envelope_errors_are_typed_and_not_retried(toy):

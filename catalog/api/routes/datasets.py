@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response, status
+from fastapi import APIRouter, Depends, Path, Response, status
 
 from catalog import service
+from catalog.api.auth import dataset_param, require
 from catalog.api.deps import Context, PageSize, PageToken
 from catalog.api.schemas import (
     DEFAULT_PAGE_SIZE,
@@ -15,17 +16,22 @@ from catalog.api.schemas import (
     RegisterVersionIn,
     VersionOut,
 )
+from catalog.principals import Role
 
 __all__ = ["v1"]
 
 v1 = APIRouter(tags=["datasets"])
+_READ_ALL = [Depends(require(Role.READER))]
+_READ = [Depends(require(Role.READER, dataset=dataset_param()))]
+_WRITE = [Depends(require(Role.WRITER, dataset=dataset_param()))]
 
 DatasetName = Annotated[
     str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$", description="dataset name")
 ]
 
 
-@v1.get("/datasets", operation_id="list_datasets", response_model=PageOut[DatasetOut])
+@v1.get("/datasets", operation_id="list_datasets",
+    dependencies=_READ_ALL, response_model=PageOut[DatasetOut])
 def list_datasets(
     ctx: Context, page_size: PageSize = DEFAULT_PAGE_SIZE, page_token: PageToken = None
 ) -> PageOut[DatasetOut]:
@@ -36,7 +42,8 @@ def list_datasets(
     )
 
 
-@v1.get("/datasets/{name}", operation_id="get_dataset", response_model=DatasetOut)
+@v1.get("/datasets/{name}", operation_id="get_dataset",
+    dependencies=_READ, response_model=DatasetOut)
 def get_dataset(ctx: Context, name: DatasetName) -> DatasetOut:
     """One dataset."""
     return DatasetOut.from_row(service.get_dataset(ctx, name))
@@ -44,7 +51,7 @@ def get_dataset(ctx: Context, name: DatasetName) -> DatasetOut:
 
 @v1.post(
     "/datasets/{name}/versions",
-    operation_id="register_version",
+    operation_id="register_version", dependencies=_WRITE,
     status_code=status.HTTP_201_CREATED,
     response_model=VersionOut,
     responses={200: {"model": VersionOut, "description": "this content was already registered"}},
@@ -63,7 +70,8 @@ def register_version(
 
 
 @v1.get(
-    "/datasets/{name}/versions", operation_id="list_versions", response_model=PageOut[VersionOut]
+    "/datasets/{name}/versions", operation_id="list_versions", dependencies=_READ,
+    response_model=PageOut[VersionOut]
 )
 def list_versions(
     ctx: Context, name: DatasetName, page_size: PageSize = DEFAULT_PAGE_SIZE,

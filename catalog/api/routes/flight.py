@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
+from catalog.api.auth import require
 from catalog.api.deps import AppSettings, Context
 from catalog.api.schemas import FlightStatsOut
 from catalog.flight_stats import (
@@ -15,11 +16,13 @@ from catalog.flight_stats import (
     fetch_cache_stats,
     render_metrics,
 )
+from catalog.principals import Role
 from services.settings import Settings
 
 __all__ = ["DEFAULT_TIMEOUT_S", "metrics", "v1"]
 
 v1 = APIRouter(tags=["flight"])
+_READ = [Depends(require(Role.READER))]
 metrics = APIRouter(tags=["metrics"])
 
 DEFAULT_TIMEOUT_S = 2.0
@@ -34,7 +37,8 @@ def _token(settings: Settings) -> str | None:
 
 
 @v1.get(
-    "/flight/stats", operation_id="get_flight_stats", response_model=FlightStatsOut,
+    "/flight/stats", operation_id="get_flight_stats", dependencies=_READ,
+    response_model=FlightStatsOut,
     response_model_exclude_none=True,
 )
 def get_flight_stats(
@@ -51,7 +55,7 @@ def get_flight_stats(
 
 
 @metrics.get(
-    "/metrics", operation_id="get_metrics",
+    "/metrics", operation_id="get_metrics", dependencies=_READ,
     responses={200: {"description": "Prometheus text format 0.0.4",
                      "content": {"text/plain": {}}}},
 )

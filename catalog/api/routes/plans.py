@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Depends, Query, Response, status
 
 from catalog import plans
+from catalog.api.auth import plan_dataset, require, split_dataset
 from catalog.api.deps import Context, PageSize, PageToken
 from catalog.api.schemas import DEFAULT_PAGE_SIZE, PageOut, PlanOut, ScheduleBatchOut
+from catalog.principals import Role
 from catalog.repository import decode_page_token, encode_page_token
 from contract.configs import PlanSpec
 from planning.artifact import ARTIFACT_MEDIA_TYPE
@@ -16,6 +18,8 @@ from planning.artifact import ARTIFACT_MEDIA_TYPE
 __all__ = ["v1"]
 
 v1 = APIRouter(tags=["plans"])
+_WRITE = [Depends(require(Role.WRITER, dataset=split_dataset))]
+_READ = [Depends(require(Role.READER, dataset=plan_dataset))]
 
 Epoch = Annotated[int, Query(ge=0, description="epoch")]
 Rank = Annotated[int, Query(ge=0, description="rank of the consumer")]
@@ -24,7 +28,7 @@ WorldSize = Annotated[int, Query(ge=1, description="number of ranks")]
 
 @v1.post(
     "/splits/{split_id}/plans",
-    operation_id="create_plan",
+    operation_id="create_plan", dependencies=_WRITE,
     status_code=status.HTTP_201_CREATED,
     response_model=PlanOut,
     responses={200: {"model": PlanOut, "description": "this plan already existed"}},
@@ -42,14 +46,14 @@ def create_plan(ctx: Context, split_id: str, body: PlanSpec, response: Response)
     return PlanOut.from_row(result.value)
 
 
-@v1.get("/plans/{plan_id}", operation_id="get_plan", response_model=PlanOut)
+@v1.get("/plans/{plan_id}", operation_id="get_plan", dependencies=_READ, response_model=PlanOut)
 def get_plan(ctx: Context, plan_id: str) -> PlanOut:
     """One plan."""
     return PlanOut.from_row(plans.get_plan(ctx, plan_id))
 
 
 @v1.get(
-    "/plans/{plan_id}/artifact", operation_id="get_plan_artifact",
+    "/plans/{plan_id}/artifact", operation_id="get_plan_artifact", dependencies=_READ,
     response_class=Response,
     responses={200: {"description": "the stored plan, Arrow IPC (docs/wire.md section 8)",
                      "content": {ARTIFACT_MEDIA_TYPE: {}}}},
@@ -60,14 +64,14 @@ def get_plan_artifact(ctx: Context, plan_id: str) -> Response:
                     media_type=ARTIFACT_MEDIA_TYPE)
 
 
-@v1.get("/plans/{plan_id}/report", operation_id="get_plan_report")
+@v1.get("/plans/{plan_id}/report", operation_id="get_plan_report", dependencies=_READ)
 def get_plan_report(ctx: Context, plan_id: str, world_size: WorldSize = 1) -> dict[str, Any]:
     """Batches, tokens, bytes and everything the plan drops, for ``world_size`` ranks."""
     return plans.plan_report_for(ctx, plan_id, world_size=world_size)
 
 
 @v1.get(
-    "/plans/{plan_id}/schedule", operation_id="get_plan_schedule",
+    "/plans/{plan_id}/schedule", operation_id="get_plan_schedule", dependencies=_READ,
     response_model=PageOut[ScheduleBatchOut],
 )
 def get_plan_schedule(

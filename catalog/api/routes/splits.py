@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Depends, Response, status
 
 from catalog import service
+from catalog.api.auth import require, split_dataset, version_dataset
 from catalog.api.deps import Context, PageSize, PageToken
 from catalog.api.routes._index import ARROW_STREAM, IndexFormat, index_response
 from catalog.api.schemas import DEFAULT_PAGE_SIZE, SplitOut
+from catalog.principals import Role
 from contract.configs import ValidationConfig
 
 __all__ = ["v1"]
 
 v1 = APIRouter(tags=["splits"])
+_WRITE = [Depends(require(Role.WRITER, dataset=version_dataset))]
+_READ = [Depends(require(Role.READER, dataset=split_dataset))]
 
 
 @v1.post(
     "/versions/{version_id}/splits",
-    operation_id="create_split",
+    operation_id="create_split", dependencies=_WRITE,
     status_code=status.HTTP_201_CREATED,
     response_model=SplitOut,
     responses={200: {"model": SplitOut, "description": "this split already existed"}},
@@ -32,14 +36,14 @@ def create_split(
     return SplitOut.from_row(result.value)
 
 
-@v1.get("/splits/{split_id}", operation_id="get_split", response_model=SplitOut)
+@v1.get("/splits/{split_id}", operation_id="get_split", dependencies=_READ, response_model=SplitOut)
 def get_split(ctx: Context, split_id: str) -> SplitOut:
     """One split with its counts."""
     return SplitOut.from_row(service.get_split(ctx, split_id))
 
 
 @v1.get(
-    "/splits/{split_id}/index", operation_id="get_split_index",
+    "/splits/{split_id}/index", operation_id="get_split_index", dependencies=_READ,
     responses={200: {"description": "JSON page or Arrow IPC stream",
                      "content": {ARROW_STREAM: {}}}},
 )

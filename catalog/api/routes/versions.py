@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 
 from catalog import service
+from catalog.api.auth import require, version_dataset
 from catalog.api.deps import Context, PageSize, PageToken
 from catalog.api.routes._index import ARROW_STREAM, IndexFormat, index_response
 from catalog.api.schemas import DEFAULT_PAGE_SIZE, PageOut, SegmentOut, VersionOut
+from catalog.principals import Role
 
 __all__ = ["v1"]
 
 v1 = APIRouter(tags=["versions"])
+_READ = [Depends(require(Role.READER, dataset=version_dataset))]
 
 _INDEX_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
@@ -23,14 +26,16 @@ _INDEX_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-@v1.get("/versions/{version_id}", operation_id="get_version", response_model=VersionOut)
+@v1.get("/versions/{version_id}", operation_id="get_version",
+    dependencies=_READ, response_model=VersionOut)
 def get_version(ctx: Context, version_id: str) -> VersionOut:
     """One version."""
     return VersionOut.from_row(service.get_version(ctx, version_id))
 
 
 @v1.get(
-    "/versions/{version_id}/index", operation_id="get_version_index", responses=_INDEX_RESPONSES
+    "/versions/{version_id}/index", operation_id="get_version_index", dependencies=_READ,
+    responses=_INDEX_RESPONSES
 )
 def get_version_index(
     ctx: Context, version_id: str, format: IndexFormat = "json",
@@ -42,7 +47,7 @@ def get_version_index(
 
 
 @v1.get(
-    "/versions/{version_id}/segments", operation_id="list_segments",
+    "/versions/{version_id}/segments", operation_id="list_segments", dependencies=_READ,
     response_model=PageOut[SegmentOut],
 )
 def list_segments(

@@ -1,0 +1,224 @@
+"""Who may do what: principals (API tokens with a role and a dataset scope), the rules
+that admit or refuse a call, and the audit trail of mutations.
+
+Roles are ordered: ``reader`` lists, reads indexes and streams; ``writer`` also
+registers, splits and plans; ``admin`` also manages tokens, reads the audit trail and
+retires. A token may be scoped to dataset names matching a glob (``lab-*``); a scoped
+token never reaches another dataset's versions, splits or plans.
+
+Three kinds of principal exist: stored tokens (``api_tokens``; only the SHA-256 of the
+text is kept, the text is shown once), the operator's bootstrap token
+(``WINDPIPE_TOKEN``, an admin named ``bootstrap``), and ``local``: the single user of an
+embedded catalog, admitted without a token only while no token is configured at all
+and the server listens on loopback (or ``--insecure``). Routes and the Flight server
+call these functions; the SQL is in :mod:`catalog.access_repository`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import hmac
+import re
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from catalog.access_repository import AccessRepository
+from catalog.models import ApiToken, AuditEvent, utcnow
+from catalog.service import CatalogContext
+from contract.errors import ErrorType, WindpipeError
+from services.database import session_scope
+
+__all__ = [
+    "BOOTSTRAP",
+    "LOCAL",
+    "TOKEN_PREFIX",
+    "Principal",
+    "Role",
+    "authenticate",
+    "authorize",
+    "create_token",
+    "dataset_of",
+    "hash_token",
+    "list_audit",
+    "list_tokens",
+    "open_access",
+    "record_audit",
+    "revoke_token",
+    "stored_tokens_exist",
+]
+
+BOOTSTRAP = "bootstrap"
+LOCAL = "local"
+TOKEN_PREFIX = "wpk_"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+_GLOB = re.compile(r"^[A-Za-z0-9._\-*?\[\]!]{1,200}$")
+
+
+class Role(StrEnum):
+    """What a principal may do; each role includes the ones before it."""
+
+    READER = "reader"
+    WRITER = "writer"
+    ADMIN = "admin"
+
+    @property
+    def rank(self) -> int:
+        """0 for reader, 1 for writer, 2 for admin."""
+        return list(Role).index(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller: ``datasets`` is a glob of dataset names, None for all."""
+
+    name: str
+    role: Role
+    datasets: str | None = None
+
+    def may(self, role: Role, dataset: str | None = None) -> bool:
+        """Whether this principal's role and scope allow ``role`` on ``dataset``."""
+        if self.role.rank < role.rank:
+            return False
+        return dataset is None or self.datasets is None or fnmatch.fnmatchcase(
+            dataset, self.datasets)
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"name", "role", "datasets"}`` (what ``/v1/whoami`` answers)."""
+        return {"name": self.name, "role": str(self.role), "datasets": self.datasets}
+
+
+def hash_token(text: str) -> str:
+    """The stored form of a token: SHA-256 hex (tokens are 256-bit random, no salt needed)."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _unauthenticated(message: str) -> WindpipeError:
+    return WindpipeError(ErrorType.UNAUTHENTICATED, message,
+                         details={"header": "authorization", "scheme": "Bearer"})
+
+
+def open_access(ctx: CatalogContext, *, bootstrap: str | None, loopback: bool) -> bool:
+    """Whether a call without a token is the ``local`` admin: no bootstrap token, no
+    active stored token, and a loopback (or explicitly insecure) listener."""
+    if bootstrap or not loopback:
+        return False
+    with session_scope(ctx.sessions) as session:
+        return not AccessRepository(session).has_active_tokens()
+
+
+def stored_tokens_exist(ctx: CatalogContext) -> bool:
+    """Whether the database holds an active token (False before it is migrated)."""
+    try:
+        return not open_access(ctx, bootstrap=None, loopback=True)
+    except SQLAlchemyError:
+        return False
+
+
+def authenticate(ctx: CatalogContext, token: str | None, *, bootstrap: str | None,
+                 loopback: bool) -> Principal:
+    """The principal of a bearer token (None: no header), else ``unauthenticated``."""
+    if token is None:
+        if open_access(ctx, bootstrap=bootstrap, loopback=loopback):
+            return Principal(LOCAL, Role.ADMIN)
+        raise _unauthenticated("this server requires a bearer token: send the header "
+                               "'authorization: Bearer <token>' (sdk: Catalog(url, token=...))")
+    if bootstrap and hmac.compare_digest(token.encode(), bootstrap.encode()):
+        return Principal(BOOTSTRAP, Role.ADMIN)
+    with session_scope(ctx.sessions) as session:
+        row = AccessRepository(session).active_token_by_hash(hash_token(token))
+    if row is None:
+        raise _unauthenticated("the bearer token is not valid (unknown or revoked)")
+    return Principal(row.name, Role(row.role), row.datasets)
+
+
+def authorize(principal: Principal, role: Role, dataset: str | None = None) -> None:
+    """Raise ``forbidden`` unless ``principal`` may act as ``role`` on ``dataset``."""
+    if principal.may(role, dataset):
+        return
+    if principal.role.rank < role.rank:
+        message = f"this call needs the {role} role; token {principal.name!r} is a {principal.role}"
+    else:
+        message = f"token {principal.name!r} is not scoped to dataset {dataset!r}"
+    raise WindpipeError(ErrorType.FORBIDDEN, message,
+                        details={"required_role": str(role), "role": str(principal.role)})
+
+
+def dataset_of(ctx: CatalogContext, kind: str, key: str) -> str | None:
+    """The dataset name a ``version``, ``split`` or ``plan`` belongs to (None: unknown id)."""
+    with session_scope(ctx.sessions) as session:
+        repo = AccessRepository(session)
+        get = {"version": repo.dataset_of_version, "split": repo.dataset_of_split,
+               "plan": repo.dataset_of_plan}[kind]
+        return get(key)
+
+
+# -- tokens -------------------------------------------------------------------------
+
+
+def create_token(ctx: CatalogContext, *, name: str, role: Role | str,
+                 datasets: str | None = None, created_by: str) -> tuple[ApiToken, str]:
+    """Store a new token; returns the row and the token text (shown once, never stored)."""
+    if not _NAME.match(name) or name in (BOOTSTRAP, LOCAL):
+        raise WindpipeError(ErrorType.INVALID_REQUEST,
+                            f"token name {name!r}: use letters, digits, '.', '_', '-' "
+                            f"(not {BOOTSTRAP!r} or {LOCAL!r})", details={"name": name})
+    try:
+        role = Role(role)
+    except ValueError:
+        raise WindpipeError(ErrorType.INVALID_REQUEST, f"unknown role {role!r}",
+                            details={"roles": [str(r) for r in Role]}) from None
+    if datasets is not None and not _GLOB.match(datasets):
+        raise WindpipeError(ErrorType.INVALID_REQUEST,
+                            f"dataset scope {datasets!r} is not a glob of dataset names",
+                            details={"datasets": datasets})
+    text = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = ApiToken(id=uuid.uuid4().hex, name=name, role=str(role), datasets=datasets,
+                   token_hash=hash_token(text), created_by=created_by, created_at=utcnow())
+    with session_scope(ctx.sessions) as session:
+        repo = AccessRepository(session)
+        if repo.token_by_name(name) is not None:
+            raise WindpipeError(ErrorType.CONFLICT, f"a token named {name!r} exists",
+                                details={"name": name})
+        repo.add_token(row)
+    return row, text
+
+
+def list_tokens(ctx: CatalogContext) -> list[ApiToken]:
+    """Every token, revoked ones included (never their text)."""
+    with session_scope(ctx.sessions) as session:
+        return AccessRepository(session).list_tokens()
+
+
+def revoke_token(ctx: CatalogContext, name: str) -> None:
+    """Revoke the active token ``name`` (``not_found`` if there is none)."""
+    with session_scope(ctx.sessions) as session:
+        if not AccessRepository(session).revoke_token(name, utcnow()):
+            raise WindpipeError(ErrorType.NOT_FOUND, f"no active token named {name!r}",
+                                details={"token": name})
+
+
+# -- audit --------------------------------------------------------------------------
+
+
+def record_audit(ctx: CatalogContext, *, principal: str, action: str, target: str | None,
+                 status: int, request_id: str, at: datetime | None = None) -> None:
+    """Append one audit event; ``outcome`` is ``ok``, ``refused`` (401/403) or ``error``."""
+    outcome = "ok" if status < 400 else "refused" if status in (401, 403) else "error"
+    event = AuditEvent(at=at or utcnow(), principal=principal[:200], action=action[:100],
+                       target=target[:300] if target else None, status=status,
+                       outcome=outcome, request_id=request_id[:40])
+    with session_scope(ctx.sessions) as session:
+        AccessRepository(session).add_audit(event)
+
+
+def list_audit(ctx: CatalogContext, *, after_id: int, limit: int) -> list[AuditEvent]:
+    """Audit events after ``after_id``, oldest first."""
+    with session_scope(ctx.sessions) as session:
+        return AccessRepository(session).list_audit(after_id=after_id, limit=limit)

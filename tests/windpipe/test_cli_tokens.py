@@ -1,0 +1,57 @@
+"""``windpipe token create|list|revoke`` against a real database, then a real catalog."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import sqlalchemy as sa
+
+from services.database import create_engine
+from services.settings import Settings
+from tests.fixtures.servers import run_catalog_server
+
+WINDPIPE = [sys.executable, "-m", "windpipe.cli"]
+
+
+def _run(*args: str, database_url: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "WINDPIPE_DATABASE_URL"}
+    return subprocess.run([*WINDPIPE, "token", *args, "--database-url", database_url],
+                          check=False, capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_token_commands(database_url: str, tmp_path: Path) -> None:
+    made = _run("create", "--role", "writer", "--name", "ci-bot", "--datasets", "lab-*",
+                database_url=database_url)
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip().splitlines()[-1]
+    assert token.startswith("wpk_")
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            stored = conn.execute(sa.text("SELECT token_hash FROM api_tokens")).scalars().all()
+    finally:
+        engine.dispose()
+    assert len(stored) == 1
+    assert token not in stored[0]  # only a hash is kept
+    dup = _run("create", "--role", "reader", "--name", "ci-bot", database_url=database_url)
+    assert dup.returncode == 1
+    assert "exists" in dup.stderr
+    listed = _run("list", database_url=database_url)
+    assert listed.stdout.split() == ["ci-bot", "writer", "lab-*", "active"]
+    assert token not in listed.stdout
+
+    settings = Settings(database_url=database_url, data_dir=tmp_path, log_level="WARNING")
+    with run_catalog_server(settings) as url, httpx.Client(base_url=url) as client:
+        auth = {"Authorization": f"Bearer {token}"}
+        assert client.get("/v1/whoami", headers=auth).json() == {
+            "name": "ci-bot", "role": "writer", "datasets": "lab-*"}
+        assert client.get("/v1/whoami").status_code == 401  # tokens exist: no open access
+        revoked = _run("revoke", "ci-bot", database_url=database_url)
+        assert revoked.returncode == 0, revoked.stderr
+        assert client.get("/v1/whoami", headers=auth).status_code == 401
+    assert "revoked" in _run("list", database_url=database_url).stdout
+    assert _run("revoke", "ci-bot", database_url=database_url).returncode == 1
