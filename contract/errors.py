@@ -28,6 +28,7 @@ class ErrorType(StrEnum):
     UNAUTHENTICATED = "unauthenticated"
     INVALID_TICKET = "invalid_ticket"
     SEGMENT_ERROR = "segment_error"
+    SEGMENT_CHANGED = "segment_changed"
     RESOURCE_EXHAUSTED = "resource_exhausted"
     UNAVAILABLE = "unavailable"
     INTERNAL = "internal"
@@ -50,6 +51,7 @@ ERROR_TABLE: dict[ErrorType, ErrorInfo] = {
     ErrorType.UNAUTHENTICATED: ErrorInfo(401, "FlightUnauthenticatedError"),
     ErrorType.INVALID_TICKET: ErrorInfo(403, "FlightUnauthorizedError"),
     ErrorType.SEGMENT_ERROR: ErrorInfo(422, "FlightInternalError"),
+    ErrorType.SEGMENT_CHANGED: ErrorInfo(409, "FlightServerError"),
     ErrorType.RESOURCE_EXHAUSTED: ErrorInfo(503, "FlightServerError"),
     ErrorType.UNAVAILABLE: ErrorInfo(503, "FlightUnavailableError"),
     ErrorType.INTERNAL: ErrorInfo(500, "FlightInternalError"),

@@ -101,6 +101,7 @@ def start_flight_server(
         tier=tier,
         build_ahead_bytes=settings.build_ahead_bytes,
         auto_blocks=settings.auto_blocks,
+        limits=settings.limits(),
         token=settings.token.get_secret_value() if settings.token else None,
     )
     reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host

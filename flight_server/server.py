@@ -31,7 +31,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as fl
 
+from catalog.limits import check_world_size
 from contract.errors import ErrorType, WindpipeError
+from contract.limits import Limits
 from contract.wire import (
     ACTION_CACHE_STATS,
     ACTION_HEALTH,
@@ -92,6 +94,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         build_ahead_bytes: int = 0,
         auto_blocks: bool = True,
         token: str | None = None,
+        limits: Limits | None = None,
         **kwargs: Any,
     ) -> None:
         if token:
@@ -110,6 +113,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         self.tier = tier
         self.build_ahead_bytes = build_ahead_bytes
         self.auto_blocks = auto_blocks
+        self.limits = limits or Limits()
         self._stopping = threading.Event()
         self._active = 0
         self._streams = 0  # streams started since the server started
@@ -122,6 +126,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def _rank_pass(self, plan: PlanContext, epoch: int, rank: int,
                    world_size: int) -> tuple[Schedule, np.ndarray]:
+        check_world_size(world_size, self.limits)
         schedule = plan.schedule(epoch)
         batches = rank_batches(
             schedule, rank=rank, world_size=world_size,
@@ -145,6 +150,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def _flight_info(self, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
         cmd = _command(descriptor)
+        check_world_size(cmd.world_size, self.limits)
         plan = self.plans.get(cmd.plan_id)
         schedule, batches = self._rank_pass(plan, cmd.epoch, cmd.rank, cmd.world_size)
         start = min(cmd.start_batch, int(batches.shape[0]))
@@ -184,11 +190,13 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         """Stream the batches a ticket grants, one record batch each."""
         def setup() -> fl.GeneratorStream:
             payload = verify_ticket(ticket.ticket, self._secret)
+            check_world_size(payload.world_size, self.limits)
             plan = self.plans.get(payload.plan_id)
             schedule, batches = self._rank_pass(
                 plan, payload.epoch, payload.rank, payload.world_size
             )
             end = min(payload.end_batch, int(batches.shape[0]))
+            start = min(payload.start_batch, end)
             schema = self._schema(plan)
             builder = BatchBuilder(
                 plan, self._storage_for(plan.root_uri), self.cache, schema,
@@ -196,10 +204,10 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                 blocks="auto" if self.auto_blocks else "cached",
             )
             fields = {"plan": payload.plan_id, "epoch": payload.epoch, "rank": payload.rank,
-                      "world_size": payload.world_size, "start_batch": payload.start_batch,
+                      "world_size": payload.world_size, "start_batch": start,
                       "end_batch": end, "peer": _peer(context)}
             gen = self._stream(context, builder, schedule, batches,
-                               start=payload.start_batch, end=end, fields=fields)
+                               start=start, end=end, fields=fields)
             return fl.GeneratorStream(schema, gen)
 
         return _guard(setup)
@@ -235,6 +243,11 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                 sent += 1
         except WindpipeError as exc:
             outcome, error_type = "error", exc.type.value
+            if exc.type == ErrorType.SEGMENT_CHANGED:
+                exc = WindpipeError(exc.type, exc.message,
+                                    {**exc.details, "version_id": builder.plan.version_id})
+                _log.error("flight.segment.changed", plan=fields["plan"],
+                           path=exc.details.get("path"), message=exc.message)
             if exc.type == ErrorType.SEGMENT_ERROR:
                 _log.error("flight.segment.failed", plan=fields["plan"],
                            path=exc.details.get("path"), message=exc.message)
