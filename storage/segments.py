@@ -168,8 +168,8 @@ def _parquet_footer(storage: Storage, rel: str, size: int) -> tuple[bytes, str]:
 
 
 def _inspect_parquet(storage: Storage, rel: str) -> SegmentInfo:
-    head = storage.head(rel)
-    tail, fingerprint = _parquet_footer(storage, rel, head.size)
+    size, token = storage.version_token(rel)
+    tail, fingerprint = _parquet_footer(storage, rel, size)
     with storage.open_parquet(rel, tail=tail) as pf:
         meta = pf.metadata
         schema = pf.schema_arrow
@@ -177,7 +177,7 @@ def _inspect_parquet(storage: Storage, rel: str) -> SegmentInfo:
     chunks = tuple(int(meta.row_group(i).num_rows) for i in range(meta.num_row_groups))
     info = SegmentInfo(rel, "parquet", int(meta.num_rows), columns, chunks, fingerprint)
     _cache_put(("pq", storage.uri, rel, info.fingerprint), meta)
-    _cache_put(("pq-ok", storage.uri, rel, info.fingerprint), (head.size, head.e_tag))
+    _cache_put(("pq-ok", storage.uri, rel, info.fingerprint), (size, token))
     return info
 
 
@@ -250,27 +250,27 @@ def verify_segment(storage: Storage, info: SegmentInfo) -> dict[str, int] | None
 
     Raises :class:`SegmentChanged` (:class:`SegmentProblem` when it is gone). Called on
     every chunk load, so it is cheap when nothing changed: a parquet file costs one
-    ``head`` (size and e-tag, which covers mtime on local disks) and its footer is
-    re-hashed only when those differ from the last match; a zarr group is listed once
-    per process, then each chunk file read is checked against its registered size
-    (returned: ``{file: size}``).
+    ``stat`` (size, inode, mtime) on a local disk or one ``head`` (size, e-tag) on S3,
+    and its footer is re-hashed only when those differ from the last match; a zarr
+    group is listed once per process, then each chunk file read is checked against
+    its registered size (returned: ``{file: size}``).
     """
     if info.format == "parquet":
         try:
-            head = storage.head(info.path)
+            size, token = storage.version_token(info.path)
         except FileNotFoundError:
             raise SegmentProblem(f"segment {info.path!r} does not exist",
                                  path=info.path) from None
         key = ("pq-ok", storage.uri, info.path, info.fingerprint)
-        if _cache_get(key) == (head.size, head.e_tag):
+        if _cache_get(key) == (size, token):
             return None
         try:
-            _, fingerprint = _parquet_footer(storage, info.path, head.size)
+            _, fingerprint = _parquet_footer(storage, info.path, size)
         except (SegmentProblem, FileNotFoundError, OSError):
             fingerprint = ""
         if fingerprint != info.fingerprint:
-            raise SegmentChanged(info, f"now {head.size} bytes, footer differs")
-        _cache_put(key, (head.size, head.e_tag))
+            raise SegmentChanged(info, f"now {size} bytes, footer differs")
+        _cache_put(key, (size, token))
         return None
     key = ("zarr-ok", storage.uri, info.path, info.fingerprint)
     sizes: dict[str, int] | None = _cache_get(key)

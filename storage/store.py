@@ -13,6 +13,7 @@ from the usual ``AWS_*`` environment variables (obstore reads them).
 from __future__ import annotations
 
 import io
+import os
 import re
 import threading
 from dataclasses import dataclass
@@ -248,6 +249,18 @@ class Storage:
         backslashes, URL schemes, ``..`` components, control characters and (local
         roots) symlinks resolving outside the root.
         """
+        norm = self._normalized(path)
+        if self._local_root is not None:
+            resolved = (self._local_root / norm).resolve()
+            if not resolved.is_relative_to(self._local_root):
+                raise PathEscapeError(
+                    f"path {path!r} resolves outside the storage root (symlink to {resolved})"
+                )
+        return norm
+
+    @staticmethod
+    def _normalized(path: str) -> str:
+        """The syntactic checks of :meth:`validate_relative_path` (no file system access)."""
         if not isinstance(path, str):
             raise PathEscapeError(f"path {path!r} is not a string")
         reason = None
@@ -268,14 +281,7 @@ class Storage:
             reason = "names the root itself"
         if reason is not None:
             raise PathEscapeError(f"path {path!r} {reason}")
-        norm = "/".join(parts)
-        if self._local_root is not None:
-            resolved = (self._local_root / norm).resolve()
-            if not resolved.is_relative_to(self._local_root):
-                raise PathEscapeError(
-                    f"path {path!r} resolves outside the storage root (symlink to {resolved})"
-                )
-        return norm
+        return "/".join(parts)
 
     def exists(self, path: str) -> bool:
         """Whether an object (a file, not a directory) exists at ``path``."""
@@ -295,6 +301,19 @@ class Storage:
         except GenericError as exc:
             raise self._unavailable(rel, exc) from exc
         return ObjectMeta(size=int(meta["size"]), e_tag=meta.get("e_tag"))
+
+    def version_token(self, path: str) -> tuple[int, str | None]:
+        """Size and a token that changes when the object is rewritten: a local file's
+        inode and modification time (one ``stat``), an object's e-tag (one ``head``)."""
+        if self._local_root is not None:
+            rel = self._normalized(path)  # only a stat: reads check symlinks themselves
+            try:
+                st = os.stat(self._local_root / rel)
+            except (FileNotFoundError, NotADirectoryError) as exc:
+                raise FileNotFoundError(f"no object at {rel!r} under {self._uri}") from exc
+            return int(st.st_size), f"{st.st_ino:x}-{st.st_mtime_ns:x}"
+        meta = self.head(path)
+        return meta.size, meta.e_tag
 
     def get(self, path: str) -> bytes:
         """The whole object; ``FileNotFoundError`` if there is none."""
