@@ -20,6 +20,7 @@ __all__ = [
     "check_cache_fit",
     "check_description",
     "check_int64",
+    "check_manifest_bytes",
     "check_manifest_rows",
     "check_plan_spec",
     "check_plan_windows",
@@ -95,3 +96,9 @@ def check_manifest_rows(rows: int, limits: Limits) -> None:
     """The rows of one manifest."""
     check_limit("max_manifest_rows", rows, limits.max_manifest_rows,
                 what="manifest rows", kind=ErrorType.INVALID_MANIFEST)
+
+
+def check_manifest_bytes(size: int, limits: Limits) -> None:
+    """The bytes of one manifest file (checked before it is read)."""
+    check_limit("max_manifest_bytes", size, limits.max_manifest_bytes,
+                what="manifest file size (bytes)", kind=ErrorType.INVALID_MANIFEST)

@@ -10,6 +10,7 @@ content-addressed, so repeating a request returns the existing resource
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from catalog.index import build_index
-from catalog.limits import check_description, check_int64, check_manifest_rows
+from catalog.limits import (
+    check_description,
+    check_int64,
+    check_manifest_bytes,
+    check_manifest_rows,
+)
 from catalog.manifest import load_manifest, manifest_from_rows
 from catalog.models import Dataset, Split, Version
 from catalog.registration import PreparedVersion, prepare_version
@@ -33,7 +39,7 @@ from contract.identity import canonical_json
 from contract.limits import Limits
 from services.database import session_scope
 from services.memo import Memo, deep_nbytes
-from storage.store import StorageOptions, open_root
+from storage.store import PathEscapeError, StorageOptions, open_root
 
 __all__ = [
     "CatalogContext",
@@ -162,6 +168,9 @@ def register_version(
     if rows is not None:
         check_manifest_rows(len(rows), ctx.limits)
     storage = open_root(root, ctx.storage)
+    if manifest is not None:
+        with contextlib.suppress(FileNotFoundError, PathEscapeError):  # load_manifest says
+            check_manifest_bytes(storage.head(manifest).size, ctx.limits)
     frame = load_manifest(storage, manifest) if manifest is not None else manifest_from_rows(
         rows or []
     )

@@ -32,6 +32,7 @@ class Limits:
     max_body_bytes: int = 64 << 20
     max_description_chars: int = 4096
     max_manifest_rows: int = 1_000_000
+    max_manifest_bytes: int = 256 << 20
     cache_bytes: int = 1 << 30
 
     @classmethod

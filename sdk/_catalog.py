@@ -235,6 +235,7 @@ class Catalog:
         return _PlanSource(
             plan_id, url=self.url, token=self._token, timeout=self._timeout,
             flight_locations=self._flight_locations, catalog=self, transport=transport,
+            read_timeout=self._read_timeout,
         )
 
     def _loader(self, plan: Plan, **options: Any) -> DeviceLoader:
@@ -266,10 +267,11 @@ class _PlanSource:
     def __init__(
         self, plan_id: str, *, url: str, token: str | None, timeout: float,
         flight_locations: list[str] | None, catalog: Catalog | None, transport: str = "flight",
+        read_timeout: float | None = 60.0,
     ) -> None:
         self.plan_id = plan_id
         self.transport = transport
-        self._args = (url, token, timeout, flight_locations)
+        self._args = (url, token, timeout, flight_locations, read_timeout)
         self._catalog = catalog
         self._pid = os.getpid()
 
@@ -284,9 +286,10 @@ class _PlanSource:
         if self._catalog is None or self._pid != os.getpid():
             # never reuse gRPC channels across a fork (DataLoader workers)
             self._pid = os.getpid()
-            url, token, timeout, locations = self._args
+            url, token, timeout, locations, read_timeout = self._args
             self._catalog = Catalog(
-                url, token=token, timeout=timeout, flight_locations=locations
+                url, token=token, timeout=timeout, flight_locations=locations,
+                read_timeout=read_timeout,
             )
         reader = self._catalog._local.reader(self.plan_id, transport=self.transport,
                                              progress=False)

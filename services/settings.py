@@ -109,6 +109,9 @@ class Settings(BaseSettings):
     max_manifest_rows: int = Field(
         default=1_000_000, ge=1, description="most rows in one manifest"
     )
+    max_manifest_bytes: int = Field(
+        default=256 << 20, ge=1024, description="largest manifest file"
+    )
     schedule_cache_bytes: int = Field(
         default=512 << 20, ge=0,
         description="bytes of decoded plans and epoch schedules the catalog keeps in memory",

@@ -135,3 +135,21 @@ def test_nul_characters_are_a_422_not_a_500(catalog: tuple[httpx.Client, str],
     else:
         assert response.status_code == 201, response.text
     assert client.get("/v1/datasets/n%00x").status_code in (404, 422)
+
+
+def test_manifest_bytes_and_rows_are_bounded(sqlite_url: str, tmp_path: Path) -> None:
+    manifest = write_small_dataset(tmp_path / "data")
+    rows = [{"set_id": "s0", "cell_id": f"c{i}", "cidx": 0, "protocol": "cycling",
+             "segment_path": "seg/c0/0/cycling.parquet"} for i in range(5)]
+    settings = Settings(database_url=sqlite_url, data_dir=tmp_path / "c", log_level="WARNING",
+                        max_manifest_bytes=1024, max_manifest_rows=4)
+    assert manifest.stat().st_size > 1024
+    with run_catalog_server(settings) as url, httpx.Client(base_url=url, timeout=60) as c:
+        root = (tmp_path / "data").as_uri()
+        error = _limit(c.post("/v1/datasets/d/versions",
+                              json={"root": root, "manifest": "manifest.parquet"}),
+                       "invalid_manifest", "max_manifest_bytes")
+        assert error["details"]["value"] == manifest.stat().st_size
+        _limit(c.post("/v1/datasets/d/versions", json={"root": root, "rows": rows}),
+               "invalid_manifest", "max_manifest_rows")
+        assert c.get("/v1/datasets/d").status_code == 404
