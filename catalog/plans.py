@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 from sqlalchemy.exc import IntegrityError
 
+from catalog.limits import check_cache_fit, check_plan_spec, check_plan_windows, check_world_size
 from catalog.models import Plan
 from catalog.repository import Repository
 from catalog.service import (
@@ -126,6 +127,7 @@ def get_plan(ctx: CatalogContext, plan_id: str) -> Plan:
 def create_plan(ctx: CatalogContext, split_id: str, spec: PlanSpec) -> Created[Plan]:
     """Validate, plan once and store the plan with its artifact (one transaction)."""
     spec = spec.plan_spec()
+    check_plan_spec(spec, ctx.limits)
     split = get_split(ctx, split_id)
     plan_id = content_id("p", split_id, spec.planning_dict())
     with session_scope(ctx.sessions) as session:
@@ -151,13 +153,16 @@ def create_plan(ctx: CatalogContext, split_id: str, spec: PlanSpec) -> Created[P
         pieces=PieceLayout.from_records(streams.piece_path, records),
     )
     schedule = artifact.epoch_schedule(0)
+    check_plan_windows(int(schedule.lane_offset.shape[0]), ctx.limits)
+    report = _json_ready(artifact.report(schedule=schedule))
+    check_cache_fit(int(report["cache_working_set_bytes"]), ctx.limits)
     data = artifact.to_ipc()
     try:
         with session_scope(ctx.sessions) as session:
             repo = Repository(session)
             plan = Plan(
                 id=plan_id, split_id=split_id, config=spec.planning_dict(),
-                report=_json_ready(artifact.report(schedule=schedule)),
+                report=report,
                 n_streams=streams.count, n_units=schedule.n_units,
                 n_batches=schedule.n_batches,
             )
@@ -205,6 +210,7 @@ def plan_schedule(ctx: CatalogContext, plan_id: str, epoch: int) -> Schedule:
 def plan_report_for(ctx: CatalogContext, plan_id: str, *, world_size: int) -> dict[str, Any]:
     """The plan's report for ``world_size`` ranks (the stored one for 1)."""
     check_rank(0, world_size)
+    check_world_size(world_size, ctx.limits)
     if world_size == 1:
         return get_plan(ctx, plan_id).report
     artifact = load_artifact(ctx, plan_id)
@@ -218,6 +224,7 @@ def rank_schedule_page(
 ) -> tuple[list[dict[str, Any]], int]:
     """Batches ``start .. start+page_size`` of one rank's pass, and the pass's length."""
     check_rank(rank, world_size)
+    check_world_size(world_size, ctx.limits)
     artifact = load_artifact(ctx, plan_id)
     schedule = plan_schedule(ctx, plan_id, epoch)
     batches = rank_batches(

@@ -81,7 +81,7 @@ def _key_has_shape(key: Any, shape: tuple[type, ...]) -> bool:
         return False
     for value, typ in zip(key, shape, strict=True):
         if typ is int:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 63:
                 return False
         elif not isinstance(value, typ):
             return False

@@ -10,6 +10,7 @@ content-addressed, so repeating a request returns the existing resource
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from catalog.index import build_index
+from catalog.limits import (
+    check_description,
+    check_int64,
+    check_manifest_bytes,
+    check_manifest_rows,
+)
 from catalog.manifest import load_manifest, manifest_from_rows
 from catalog.models import Dataset, Split, Version
 from catalog.registration import PreparedVersion, prepare_version
@@ -29,9 +36,10 @@ from catalog.splits import assign_splits, split_counts
 from contract.configs import ValidationConfig
 from contract.errors import ErrorType, WindpipeError
 from contract.identity import canonical_json
+from contract.limits import Limits
 from services.database import session_scope
-from services.memo import Memo
-from storage.store import StorageOptions, open_root
+from services.memo import Memo, deep_nbytes
+from storage.store import PathEscapeError, StorageOptions, open_root
 
 __all__ = [
     "CatalogContext",
@@ -60,18 +68,26 @@ class CatalogContext:
 
     sessions: sessionmaker[Session]
     storage: StorageOptions = field(default_factory=StorageOptions)
-    cache: Memo[tuple[Any, ...], Any] = field(default_factory=lambda: Memo(32))
+    cache: Memo[tuple[Any, ...], Any] = field(default_factory=lambda: _cache(32, 512 << 20))
+    limits: Limits = field(default_factory=Limits)
 
     @classmethod
     def from_engine(
-        cls, engine: Engine, *, storage: StorageOptions | None = None, cache_size: int = 32
+        cls, engine: Engine, *, storage: StorageOptions | None = None, cache_size: int = 32,
+        cache_bytes: int = 512 << 20, limits: Limits | None = None,
     ) -> CatalogContext:
         """A context over ``engine`` (sessions keep loaded rows usable after commit)."""
         return cls(
             sessions=sessionmaker(engine, expire_on_commit=False),
             storage=storage or StorageOptions(),
-            cache=Memo(cache_size),
+            cache=_cache(cache_size, cache_bytes),
+            limits=limits or Limits(),
         )
+
+
+def _cache(entries: int, nbytes: int) -> Memo[tuple[Any, ...], Any]:
+    """At most ``entries`` immutable values and ``nbytes`` bytes of their arrays."""
+    return Memo(entries, max_bytes=nbytes, weigh=deep_nbytes)
 
 
 @dataclass(frozen=True)
@@ -148,10 +164,17 @@ def register_version(
         raise WindpipeError(
             ErrorType.INVALID_REQUEST, "give exactly one of 'manifest' (a path) and 'rows'"
         )
+    check_description(description, ctx.limits)
+    if rows is not None:
+        check_manifest_rows(len(rows), ctx.limits)
     storage = open_root(root, ctx.storage)
+    if manifest is not None:
+        with contextlib.suppress(FileNotFoundError, PathEscapeError):  # load_manifest says
+            check_manifest_bytes(storage.head(manifest).size, ctx.limits)
     frame = load_manifest(storage, manifest) if manifest is not None else manifest_from_rows(
         rows or []
     )
+    check_manifest_rows(frame.height, ctx.limits)
     prepared = prepare_version(storage, frame)
     for attempt in range(_RETRIES):
         try:
@@ -300,6 +323,7 @@ def create_split(ctx: CatalogContext, version_id: str, config: ValidationConfig)
     Unknown columns and selectors that match nothing are ``invalid_config``.
     """
     config_json = config.model_dump(mode="json")
+    check_int64(config_json)
     split_id = content_id("s", version_id, config_json)
     with session_scope(ctx.sessions) as session:
         existing = Repository(session).get_split(split_id)

@@ -29,6 +29,7 @@ class ErrorType(StrEnum):
     FORBIDDEN = "forbidden"
     INVALID_TICKET = "invalid_ticket"
     SEGMENT_ERROR = "segment_error"
+    SEGMENT_CHANGED = "segment_changed"
     RESOURCE_EXHAUSTED = "resource_exhausted"
     UNAVAILABLE = "unavailable"
     INTERNAL = "internal"
@@ -52,6 +53,7 @@ ERROR_TABLE: dict[ErrorType, ErrorInfo] = {
     ErrorType.FORBIDDEN: ErrorInfo(403, "FlightUnauthorizedError"),
     ErrorType.INVALID_TICKET: ErrorInfo(403, "FlightUnauthorizedError"),
     ErrorType.SEGMENT_ERROR: ErrorInfo(422, "FlightInternalError"),
+    ErrorType.SEGMENT_CHANGED: ErrorInfo(409, "FlightServerError"),
     ErrorType.RESOURCE_EXHAUSTED: ErrorInfo(503, "FlightServerError"),
     ErrorType.UNAVAILABLE: ErrorInfo(503, "FlightUnavailableError"),
     ErrorType.INTERNAL: ErrorInfo(500, "FlightInternalError"),

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.flight as fl
 
 from contract.errors import ERROR_TABLE, ErrorType, WindpipeError
+from contract.limits import INT64_MAX
 from contract.ranks import check_rank
 
 __all__ = [
@@ -105,6 +106,9 @@ def batch_schema(*, plan_id: str | None = None, version_id: str | None = None) -
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
+_MAX_ID_CHARS = 200
+
+
 def _bad(message: str, **details: Any) -> WindpipeError:
     return WindpipeError(ErrorType.INVALID_REQUEST, message, details=details)
 
@@ -117,6 +121,9 @@ def _int_field(body: dict[str, Any], name: str, *, default: int | None, minimum:
         raise _bad(f"flight command: '{name}' must be an integer, got {value!r}", field=name)
     if value < minimum:
         raise _bad(f"flight command: '{name}' must be >= {minimum}, got {value}", field=name)
+    if value > INT64_MAX:
+        raise _bad(f"flight command: '{name}' must fit a 64-bit integer, got {value}",
+                   field=name)
     return value
 
 
@@ -164,8 +171,9 @@ class FlightCommand:
         if unknown:
             raise _bad(f"flight command has unknown fields {unknown}", fields=unknown)
         plan_id = body.get("plan_id")
-        if not isinstance(plan_id, str) or not plan_id:
-            raise _bad("flight command: 'plan_id' must be a non-empty string")
+        if not isinstance(plan_id, str) or not plan_id or len(plan_id) > _MAX_ID_CHARS:
+            raise _bad(f"flight command: 'plan_id' must be a string of 1 to {_MAX_ID_CHARS} "
+                       "characters")
         return cls(
             plan_id=plan_id,
             epoch=_int_field(body, "epoch", default=0, minimum=0),

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 import httpx
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
 from catalog.plans import plan_artifact_bytes
@@ -23,7 +24,7 @@ from contract.errors import ErrorType, WindpipeError
 from materialize.plan import PlanContext
 from planning.artifact import ARTIFACT_MEDIA_TYPE, PlanArtifact
 from services.logging import get_logger
-from services.memo import Memo
+from services.memo import Memo, deep_nbytes
 
 __all__ = ["DatabasePlanSource", "PlanCache", "PlanSource", "RestPlanSource"]
 
@@ -45,8 +46,16 @@ class DatabasePlanSource:
         self._ctx = CatalogContext.from_engine(engine)
 
     def load(self, plan_id: str) -> PlanArtifact:
-        """Read and decode the stored artifact."""
-        return PlanArtifact.from_ipc(plan_artifact_bytes(self._ctx, plan_id))
+        """Read and decode the stored artifact; ``unavailable`` while the database is down."""
+        try:
+            data = plan_artifact_bytes(self._ctx, plan_id)
+        except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError) as exc:
+            raise WindpipeError(
+                ErrorType.UNAVAILABLE,
+                f"this Flight server cannot reach its catalog database: {type(exc).__name__}",
+                details={"plan_id": plan_id, "retryable": True},
+            ) from exc
+        return PlanArtifact.from_ipc(data)
 
 
 class RestPlanSource:
@@ -89,9 +98,18 @@ class PlanCache:
     """Loaded plans by id (a few kept; each plan is loaded once at a time)."""
 
     def __init__(self, source: PlanSource | Callable[[str], PlanArtifact], *,
-                 max_plans: int = 16) -> None:
+                 max_plans: int = 16, max_bytes: int = 1 << 30) -> None:
         self._load = source.load if hasattr(source, "load") else source
-        self._plans: Memo[str, PlanContext] = Memo(max_plans)
+        self._plans: Memo[str, PlanContext] = Memo(
+            max_plans, max_bytes=max_bytes, weigh=lambda p: deep_nbytes(p.artifact))
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    @property
+    def pending(self) -> int:
+        """Plans being loaded now (an unknown id leaves nothing once its load fails)."""
+        return self._plans.pending
 
     def get(self, plan_id: str) -> PlanContext:
         """The plan ``plan_id`` (loaded on first use)."""

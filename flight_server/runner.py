@@ -132,6 +132,7 @@ def start_flight_server(
         build_ahead_bytes=settings.build_ahead_bytes,
         auto_blocks=settings.auto_blocks,
         access=access,
+        limits=settings.limits(),
     )
     reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     location = settings.flight_public_location or f"grpc://{reachable}:{server.port}"

@@ -35,8 +35,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as fl
 
+from catalog.limits import check_world_size
 from catalog.principals import Principal
 from contract.errors import ErrorType, WindpipeError
+from contract.limits import Limits
 from contract.wire import (
     ACTION_CACHE_STATS,
     ACTION_HEALTH,
@@ -113,6 +115,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         auto_blocks: bool = True,
         token: str | None = None,
         access: FlightAccess | None = None,
+        limits: Limits | None = None,
         **kwargs: Any,
     ) -> None:
         if access is None and token:
@@ -134,6 +137,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         self.tier = tier
         self.build_ahead_bytes = build_ahead_bytes
         self.auto_blocks = auto_blocks
+        self.limits = limits or Limits()
         self._stopping = threading.Event()
         self._active = 0
         self._streams = 0  # streams started since the server started
@@ -146,6 +150,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def _rank_pass(self, plan: PlanContext, epoch: int, rank: int,
                    world_size: int) -> tuple[Schedule, np.ndarray]:
+        check_world_size(world_size, self.limits)
         schedule = plan.schedule(epoch)
         batches = rank_batches(
             schedule, rank=rank, world_size=world_size,
@@ -176,6 +181,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def _flight_info(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
         cmd = _command(descriptor)
+        check_world_size(cmd.world_size, self.limits)
         principal = self._authorize(context, cmd.plan_id)
         plan = self.plans.get(cmd.plan_id)
         schedule, batches = self._rank_pass(plan, cmd.epoch, cmd.rank, cmd.world_size)
@@ -240,11 +246,13 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                                     "this ticket was issued to another principal; ask "
                                     "GetFlightInfo for your own")
             self._authorize(context, payload.plan_id)
+            check_world_size(payload.world_size, self.limits)
             plan = self.plans.get(payload.plan_id)
             schedule, batches = self._rank_pass(
                 plan, payload.epoch, payload.rank, payload.world_size
             )
             end = min(payload.end_batch, int(batches.shape[0]))
+            start = min(payload.start_batch, end)
             schema = self._schema(plan)
             builder = BatchBuilder(
                 plan, self._storage_for(plan.root_uri), self.cache, schema,
@@ -252,10 +260,10 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                 blocks="auto" if self.auto_blocks else "cached",
             )
             fields = {"plan": payload.plan_id, "epoch": payload.epoch, "rank": payload.rank,
-                      "world_size": payload.world_size, "start_batch": payload.start_batch,
+                      "world_size": payload.world_size, "start_batch": start,
                       "end_batch": end, "peer": _peer(context)}
             gen = self._stream(context, builder, schedule, batches,
-                               start=payload.start_batch, end=end, fields=fields)
+                               start=start, end=end, fields=fields)
             return fl.GeneratorStream(schema, gen)
 
         return _guard(setup)
@@ -291,6 +299,11 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                 sent += 1
         except WindpipeError as exc:
             outcome, error_type = "error", exc.type.value
+            if exc.type == ErrorType.SEGMENT_CHANGED:
+                exc = WindpipeError(exc.type, exc.message,
+                                    {**exc.details, "version_id": builder.plan.version_id})
+                _log.error("flight.segment.changed", plan=fields["plan"],
+                           path=exc.details.get("path"), message=exc.message)
             if exc.type == ErrorType.SEGMENT_ERROR:
                 _log.error("flight.segment.failed", plan=fields["plan"],
                            path=exc.details.get("path"), message=exc.message)

@@ -86,6 +86,21 @@ def verify_ticket(ticket: bytes, secret: bytes, *, now: float | None = None) -> 
         raise
     except (ValueError, TypeError, binascii.Error) as exc:
         raise _invalid(f"ticket payload is malformed: {exc}") from None
+    _check_range(payload)
     if payload.exp is not None and (time.time() if now is None else now) > payload.exp:
         raise _invalid("ticket has expired; ask GetFlightInfo for a new one")
     return payload
+
+
+def _check_range(payload: TicketPayload) -> None:
+    """Types and ranges of a verified payload (a signed ticket is still checked)."""
+    ints = (payload.epoch, payload.rank, payload.world_size, payload.start_batch,
+            payload.end_batch)
+    if not isinstance(payload.plan_id, str) or any(
+        isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 63 for v in ints
+    ):
+        raise _invalid("ticket payload has a field of the wrong type or out of range")
+    if payload.world_size < 1 or payload.rank >= payload.world_size:
+        raise _invalid("ticket payload names a rank outside its world size")
+    if payload.start_batch > payload.end_batch:
+        raise _invalid("ticket payload has start_batch > end_batch")

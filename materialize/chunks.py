@@ -4,9 +4,13 @@ A chunk (a parquet row group or a zarr chunk along axis 0) is read once with
 ``storage.segments.read_chunk`` and turned into two float32 matrices laid out like
 the rows of a batch, so materializing a lane is a plain slice copy:
 
-* ``inputs`` ``(rows, C_in)``: scaled; null, NaN and non-finite values and channels
+* ``inputs`` ``(rows, C_in)``: scaled; null, NaN and +-inf values and channels
   the segment's protocol does not have as inputs are ``-2.0``;
-* ``targets`` ``(rows, C_out)``: scaled; null -> NaN; absent channels NaN.
+* ``targets`` ``(rows, C_out)``: scaled; null, NaN and +-inf -> NaN (mask false);
+  absent channels NaN.
+
++-inf becomes NaN before scaling, so no scaling (not even ``clip``) can turn it into
+a valid-looking number (SEMANTICS section 5).
 
 Scaling runs here, once per chunk load (SEMANTICS 5 and 6). The cache key names
 the storage root, segment path, chunk index and a digest of the channel spec, so
@@ -28,7 +32,7 @@ from contract.errors import ErrorType, WindpipeError
 from contract.wire import INPUT_PAD
 from planning.sizes import chunk_row_bytes
 from services.logging import get_logger
-from storage.segments import SegmentInfo, SegmentProblem, read_chunk
+from storage.segments import SegmentChanged, SegmentInfo, SegmentProblem, read_chunk
 from storage.store import Storage
 
 __all__ = ["ChannelSpec", "ChunkKey", "ChunkMatrices", "load_chunk"]
@@ -126,7 +130,7 @@ def load_chunk(
     rows = int(info.chunk_rows[chunk_idx])
     try:
         data = read_chunk(storage, info, chunk_idx, list(spec.read_columns))
-    except SegmentProblem:
+    except (SegmentProblem, SegmentChanged):
         raise
     except WindpipeError as exc:
         raise WindpipeError(
@@ -155,8 +159,11 @@ def load_chunk(
 
     def column(name: str) -> np.ndarray:
         if name not in scaled:
+            raw = data[name]
+            if not np.isfinite(raw).all():  # +-inf is null: before scaling, so clip keeps NaN
+                raw = np.where(np.isinf(raw), np.nan, raw)
             scaling = spec.scaling_for(name)
-            scaled[name] = data[name] if scaling is None else scaling.forward(data[name])
+            scaled[name] = raw if scaling is None else scaling.forward(raw)
         return scaled[name]
 
     inputs = np.full((rows, len(spec.input_columns)), INPUT_PAD, dtype=np.float32)

@@ -12,7 +12,7 @@ from contract.ranks import check_rank
 from planning.arrays import expand_counts
 from planning.schedule import Schedule
 
-__all__ = ["rank_batch_counts", "rank_batches", "trimmed_batches"]
+__all__ = ["min_rank_batches", "rank_batch_counts", "rank_batches", "trimmed_batches"]
 
 _I64 = np.int64
 
@@ -23,6 +23,14 @@ def rank_batch_counts(schedule: Schedule, world_size: int) -> np.ndarray:
     sizes = np.diff(schedule.unit_batch_ptr)
     owner = np.arange(sizes.shape[0], dtype=_I64) % world_size
     return np.bincount(owner, weights=sizes, minlength=world_size).astype(_I64)
+
+
+def min_rank_batches(schedule: Schedule, world_size: int) -> int:
+    """The smallest batch count of any rank, in O(units) whatever ``world_size`` is."""
+    check_rank(0, world_size)
+    if schedule.n_units < world_size:
+        return 0  # some rank has no unit at all
+    return int(rank_batch_counts(schedule, world_size).min())
 
 
 def rank_batches(
@@ -40,11 +48,10 @@ def rank_batches(
     owner, pos = expand_counts(sizes)
     out = schedule.unit_batch_ptr[units][owner] + pos
     if drop_incomplete_distributed:
-        out = out[: int(rank_batch_counts(schedule, world_size).min())]
+        out = out[: min_rank_batches(schedule, world_size)]
     return out
 
 
 def trimmed_batches(schedule: Schedule, world_size: int) -> int:
     """Batches that ``drop_incomplete_distributed`` trims over all ranks."""
-    counts = rank_batch_counts(schedule, world_size)
-    return int(counts.sum() - counts.min() * world_size)
+    return schedule.n_batches - min_rank_batches(schedule, world_size) * world_size

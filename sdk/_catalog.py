@@ -65,7 +65,9 @@ class Catalog:
 
     ``url``: the catalog's REST base URL. ``token``: bearer token, sent to the catalog
     and to the Flight servers. ``flight_locations``: ``grpc://host:port`` of the Flight
-    servers, when the catalog's ``/v1/config`` should not be asked.
+    servers, when the catalog's ``/v1/config`` should not be asked. ``read_timeout``:
+    seconds to wait for each Flight batch before failing over to another server
+    (``None``: wait forever).
     """
 
     def __init__(
@@ -75,12 +77,14 @@ class Catalog:
         token: str | None = None,
         timeout: float = 30.0,
         retries: int = 3,
+        read_timeout: float | None = 60.0,
         flight_locations: Sequence[str] | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self._token = token
         self._timeout = timeout
+        self._read_timeout = read_timeout
         self._rest = RestClient(
             self.url, token=token, timeout=timeout, retries=retries, transport=transport
         )
@@ -195,7 +199,8 @@ class Catalog:
         with self._lock:
             if self._stream is None:
                 locations = self._flight_locations or _flight_locations(self.config())
-                self._stream = FlightStream(locations, token=self._token, timeout=self._timeout)
+                self._stream = FlightStream(locations, token=self._token, timeout=self._timeout,
+                                            read_timeout=self._read_timeout)
             return self._stream
 
     def _records(
@@ -230,6 +235,7 @@ class Catalog:
         return _PlanSource(
             plan_id, url=self.url, token=self._token, timeout=self._timeout,
             flight_locations=self._flight_locations, catalog=self, transport=transport,
+            read_timeout=self._read_timeout,
         )
 
     def _loader(self, plan: Plan, **options: Any) -> DeviceLoader:
@@ -261,10 +267,11 @@ class _PlanSource:
     def __init__(
         self, plan_id: str, *, url: str, token: str | None, timeout: float,
         flight_locations: list[str] | None, catalog: Catalog | None, transport: str = "flight",
+        read_timeout: float | None = 60.0,
     ) -> None:
         self.plan_id = plan_id
         self.transport = transport
-        self._args = (url, token, timeout, flight_locations)
+        self._args = (url, token, timeout, flight_locations, read_timeout)
         self._catalog = catalog
         self._pid = os.getpid()
 
@@ -279,9 +286,10 @@ class _PlanSource:
         if self._catalog is None or self._pid != os.getpid():
             # never reuse gRPC channels across a fork (DataLoader workers)
             self._pid = os.getpid()
-            url, token, timeout, locations = self._args
+            url, token, timeout, locations, read_timeout = self._args
             self._catalog = Catalog(
-                url, token=token, timeout=timeout, flight_locations=locations
+                url, token=token, timeout=timeout, flight_locations=locations,
+                read_timeout=read_timeout,
             )
         reader = self._catalog._local.reader(self.plan_id, transport=self.transport,
                                              progress=False)

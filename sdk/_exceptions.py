@@ -13,6 +13,7 @@ of these, whatever transport carried it::
      +-- Forbidden                forbidden           the token's role or scope, or a storage root
      +-- InvalidTicket            invalid_ticket      forged, altered or expired Flight ticket
      +-- SegmentError             segment_error       a segment is missing or corrupt
+     +-- SegmentChanged           segment_changed     a segment differs from its registration
      +-- ResourceExhausted        resource_exhausted  e.g. the server's cache budget
      +-- Unavailable              unavailable         a server cannot be reached
      +-- InternalError            internal            a server bug; please report it
@@ -40,6 +41,7 @@ __all__ = [
     "InvalidTicket",
     "NotFound",
     "ResourceExhausted",
+    "SegmentChanged",
     "SegmentError",
     "Unauthenticated",
     "Unavailable",
@@ -130,6 +132,14 @@ class SegmentError(WindpipeError):
     error_type = ErrorType.SEGMENT_ERROR
 
 
+class SegmentChanged(WindpipeError):  # noqa: N818 - the names of ErrorType
+    """A segment was rewritten, truncated or removed after its version was registered:
+    windpipe refuses to serve different data under the same version id
+    (``details.path``, ``details.version_id``). Register the data again."""
+
+    error_type = ErrorType.SEGMENT_CHANGED
+
+
 class ResourceExhausted(WindpipeError):  # noqa: N818 - the names of ErrorType
     """A server limit was hit (for example a cache budget too small for one batch)."""
 
@@ -152,7 +162,8 @@ _BY_TYPE: dict[ErrorType, type[WindpipeError]] = {
     cls.error_type: cls
     for cls in (
         InvalidRequest, InvalidConfig, InvalidManifest, NotFound, Conflict, Unauthenticated,
-        Forbidden, InvalidTicket, SegmentError, ResourceExhausted, Unavailable, InternalError,
+        Forbidden, InvalidTicket, SegmentError, SegmentChanged, ResourceExhausted, Unavailable,
+        InternalError,
     )
 }
 assert set(_BY_TYPE) == set(ErrorType), "every ErrorType needs an SDK exception"

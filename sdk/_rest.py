@@ -1,8 +1,10 @@
 """The HTTP transport of the catalog client: token, retries, error envelopes, pages.
 
 Connection failures are retried with backoff (the request never reached the
-server, so any method is safe); 502/503/504 answers are retried for every method
-because every windpipe POST is idempotent by content (register, split, plan).
+server, so any method is safe); 502/503/504 answers (a database outage is 503
+``unavailable``) are retried for every method because every windpipe POST is
+idempotent by content (register, split, plan). Retries stop after ``retries``
+attempts or when the next one would start past ``retry_deadline_s``.
 Any other non-2xx answer raises the SDK exception of its error envelope.
 """
 
@@ -33,6 +35,7 @@ class RestClient:
         timeout: float = 30.0,
         retries: int = 3,
         backoff_s: float = 0.2,
+        retry_deadline_s: float = 15.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         headers = {"accept": "application/json", "user-agent": "windpipe-sdk",
@@ -40,6 +43,7 @@ class RestClient:
         self.base_url = base_url.rstrip("/")
         self.retries = retries
         self.backoff_s = backoff_s
+        self.retry_deadline_s = retry_deadline_s
         self._client = httpx.Client(
             base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
         )
@@ -61,15 +65,25 @@ class RestClient:
         headers = {"accept": accept} if accept else None
         clean = {k: v for k, v in (params or {}).items() if v is not None}
         attempt = 0
+        deadline = time.monotonic() + self.retry_deadline_s
+
+        def again() -> bool:
+            """Sleep before the next attempt if one is left within the deadline."""
+            nonlocal attempt
+            pause = self.backoff_s * 2 ** attempt
+            if attempt >= self.retries or time.monotonic() + pause > deadline:
+                return False
+            attempt += 1
+            time.sleep(pause)
+            return True
+
         while True:
             try:
                 response = self._client.request(
                     method, path, params=clean, json=json, headers=headers
                 )
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                if attempt < self.retries:
-                    attempt += 1
-                    time.sleep(self.backoff_s * 2 ** (attempt - 1))
+                if again():
                     continue
                 msg = f"cannot reach the catalog at {self.base_url}: {exc}"
                 raise Unavailable(msg) from exc
@@ -79,9 +93,7 @@ class RestClient:
             except httpx.TransportError as exc:
                 msg = f"{method} {path} to {self.base_url} failed: {exc}"
                 raise Unavailable(msg) from exc
-            if response.status_code in _RETRY_STATUS and attempt < self.retries:
-                attempt += 1
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            if response.status_code in _RETRY_STATUS and again():
                 continue
             if response.is_success:
                 return response

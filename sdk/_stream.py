@@ -2,7 +2,8 @@
 
 ``GetFlightInfo`` (on the first live server) returns endpoints; each endpoint's
 locations are equivalent replicas, tried in order, and every endpoint is consumed
-in order. When a server dies mid-pass (unavailable, connection reset, timed out),
+in order. When a server dies mid-pass (unavailable, connection reset, timed out, or
+no batch within ``read_timeout`` seconds: a server that stops answering),
 the stream asks another server for a new ``FlightInfo`` with ``start_batch`` = the
 batches already received, so the pass continues with the next batch: nothing is
 duplicated or skipped (each batch's ``batch_idx`` is checked). Errors that carry a
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import queue
+import threading
 import time
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -50,6 +53,7 @@ class FlightStream:
         *,
         token: str | None = None,
         timeout: float = 30.0,
+        read_timeout: float | None = 60.0,
         max_failovers: int = 8,
     ) -> None:
         if not locations:
@@ -57,6 +61,7 @@ class FlightStream:
             raise Unavailable(msg)
         self.locations = [str(loc) for loc in locations]
         self.max_failovers = max_failovers
+        self.read_timeout = read_timeout
         headers = flight_headers(token)
         self._info_options = fl.FlightCallOptions(headers=headers, timeout=timeout)
         self._get_options = fl.FlightCallOptions(headers=headers)
@@ -169,11 +174,7 @@ class FlightStream:
             reader: Any = None
             try:
                 reader = self._client(uri).do_get(ticket, self._get_options)
-                while True:
-                    try:
-                        chunk = reader.read_chunk()
-                    except StopIteration:
-                        return
+                for chunk in _chunks(reader, self.read_timeout, uri):
                     if chunk.data is None:
                         continue
                     if chunk.app_metadata is None:
@@ -181,6 +182,7 @@ class FlightStream:
                         raise InternalError(msg)
                     started = True
                     yield chunk.data, BatchMetadata.decode(chunk.app_metadata)
+                return
             except _TRANSPORT_ERRORS as exc:
                 dead.add(uri)
                 self.counters.failovers += 1
@@ -199,6 +201,65 @@ class FlightStream:
             finally:
                 if reader is not None:
                     _cancel(reader)
+
+
+class _ReadTimedOut(OSError):  # noqa: N818 - a transport failure like the others
+    """No batch arrived within the read deadline: the server is treated as dead."""
+
+
+_DONE = object()
+
+
+def _chunks(reader: Any, timeout: float | None, uri: str) -> Iterator[Any]:
+    """The reader's chunks; with ``timeout``, each must arrive within ``timeout`` seconds.
+
+    gRPC deadlines cover a whole call, so the per-batch deadline reads on a helper
+    thread through a queue of two; a server that stops answering (stopped, wedged,
+    partitioned) raises :class:`_ReadTimedOut`, a transport error, and the caller fails
+    over exactly as for a dead one (the reader is cancelled, which ends the thread).
+    """
+    if timeout is None:
+        while True:
+            try:
+                yield reader.read_chunk()
+            except StopIteration:
+                return
+    out: queue.Queue[Any] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def pump() -> None:
+        while not stop.is_set():
+            try:
+                item: Any = reader.read_chunk()
+            except StopIteration:
+                item = _DONE
+            except BaseException as exc:
+                item = exc
+            while not stop.is_set():
+                try:
+                    out.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if item is _DONE or isinstance(item, BaseException):
+                return
+
+    thread = threading.Thread(target=pump, name="windpipe-flight-read", daemon=True)
+    thread.start()
+    try:
+        while True:
+            try:
+                item = out.get(timeout=timeout)
+            except queue.Empty:
+                msg = f"no batch from {uri} within {timeout} s"
+                raise _ReadTimedOut(msg) from None
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
 
 
 class _Failover(WindpipeError):  # noqa: N818 - internal signal

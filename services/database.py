@@ -23,7 +23,9 @@ def create_engine(url: str, **kwargs: Any) -> Engine:
     """An engine for ``url`` with windpipe's settings.
 
     SQLite gets WAL journaling, foreign keys and a busy timeout, so one catalog
-    process can serve many threads; PostgreSQL URLs without a driver use psycopg 3.
+    process can serve many threads; PostgreSQL URLs without a driver use psycopg 3,
+    with a 5 s connect timeout, a 10 s wait for a pooled connection and a ping before
+    reuse (a restarted database is reconnected to without restarting the catalog).
     """
     if url.startswith(("postgresql://", "postgres://")):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
@@ -44,6 +46,8 @@ def create_engine(url: str, **kwargs: Any) -> Engine:
 
         return engine
     kwargs.setdefault("pool_pre_ping", True)
+    kwargs.setdefault("pool_timeout", 10)
+    kwargs.setdefault("connect_args", {"connect_timeout": 5})
     return sa.create_engine(url, **kwargs)
 
 

@@ -9,25 +9,38 @@ stores nothing, and the next asker tries again.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-__all__ = ["Memo"]
+import numpy as np
+
+__all__ = ["Memo", "deep_nbytes"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 
 class Memo(Generic[K, V]):
-    """At most ``maxsize`` values, least recently used evicted first."""
+    """At most ``maxsize`` values, least recently used evicted first.
 
-    def __init__(self, maxsize: int) -> None:
+    With ``max_bytes`` (and ``weigh``, a value's size in bytes) the values also stay
+    within that many bytes; a value larger than the whole budget is returned to its
+    asker but not kept.
+    """
+
+    def __init__(self, maxsize: int, *, max_bytes: int | None = None,
+                 weigh: Callable[[V], int] | None = None) -> None:
         if maxsize < 1:
             msg = f"maxsize must be >= 1, got {maxsize}"
             raise ValueError(msg)
         self.maxsize = maxsize
+        self.max_bytes = max_bytes
+        self._weigh = weigh
+        self._weights: dict[K, int] = {}
+        self._bytes = 0
         self._items: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
         self._making: dict[K, tuple[threading.Lock, list[int]]] = {}  # gate, waiters
@@ -35,6 +48,18 @@ class Memo(Generic[K, V]):
     def __len__(self) -> int:
         with self._lock:
             return len(self._items)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held, as ``weigh`` counts them (0 without ``weigh``)."""
+        with self._lock:
+            return self._bytes
+
+    @property
+    def pending(self) -> int:
+        """Keys being made right now (each released when its make ends, even by raising)."""
+        with self._lock:
+            return len(self._making)
 
     def _cached(self, key: K) -> V:
         """With the lock held: the value of ``key`` (now most recent), else ``KeyError``."""
@@ -68,8 +93,42 @@ class Memo(Generic[K, V]):
 
     def put(self, key: K, value: V) -> None:
         """Store ``value`` under ``key`` (evicting the least recently used beyond the size)."""
+        weight = self._weigh(value) if self._weigh is not None else 0
         with self._lock:
+            if self.max_bytes is not None and weight > self.max_bytes:
+                return
+            self._forget(key)
             self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.maxsize:
-                self._items.popitem(last=False)
+            self._weights[key] = weight
+            self._bytes += weight
+            while len(self._items) > self.maxsize or (
+                self.max_bytes is not None and self._bytes > self.max_bytes
+            ):
+                self._forget(next(iter(self._items)))
+
+    def _forget(self, key: K) -> None:
+        """With the lock held: drop ``key`` if present."""
+        if self._items.pop(key, None) is not None or key in self._weights:
+            self._bytes -= self._weights.pop(key, 0)
+
+
+def deep_nbytes(value: Any, *, _depth: int = 0) -> int:
+    """Bytes of the arrays a value holds: numpy arrays, polars frames (``estimated_size``),
+    and those inside dataclasses, tuples, lists and dicts (a ``weigh`` for :class:`Memo`)."""
+    if _depth > 4:
+        return 0
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    size = getattr(value, "estimated_size", None)
+    if callable(size):
+        return int(size())
+    if isinstance(value, bytes | bytearray):
+        return len(value)
+    items: Any = ()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = (getattr(value, f.name, None) for f in dataclasses.fields(value))
+    elif isinstance(value, tuple | list):
+        items = value
+    elif isinstance(value, dict):
+        items = value.values()
+    return sum(deep_nbytes(v, _depth=_depth + 1) for v in items)

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from contract.limits import Limits
+
 __all__ = ["DEV_TICKET_SECRET", "Settings", "is_loopback"]
 
 DEV_TICKET_SECRET = "windpipe-dev-secret-change-me"
@@ -112,6 +114,42 @@ class Settings(BaseSettings):
         default=False,
         description="let S3 fall back to ambient credentials (instance metadata, web identity)",
     )
+    s3_connect_timeout_s: float = Field(
+        default=5.0, gt=0, description="seconds an object-store connection may take to open"
+    )
+    s3_timeout_s: float = Field(
+        default=30.0, gt=0, description="seconds one object-store request may take in all"
+    )
+    s3_max_retries: int = Field(
+        default=2, ge=0, description="retries of a failed object-store request (with backoff)"
+    )
+    max_batch_size: int = Field(default=65_536, ge=1, description="largest batch_size of a plan")
+    max_seq_len: int = Field(default=1 << 20, ge=1, description="largest seq_len of a plan")
+    max_world_size: int = Field(
+        default=65_536, ge=1, description="most ranks a report, schedule or Flight pass is for"
+    )
+    max_plan_windows: int = Field(
+        default=20_000_000, ge=1, description="most lanes (windows) in one epoch of a plan"
+    )
+    max_batch_bytes: int = Field(
+        default=1 << 30, ge=1, description="largest batch of a plan (bytes on the wire)"
+    )
+    max_body_bytes: int = Field(
+        default=64 << 20, ge=1024, description="largest REST request body"
+    )
+    max_description_chars: int = Field(
+        default=4096, ge=0, description="longest dataset/version/split description"
+    )
+    max_manifest_rows: int = Field(
+        default=1_000_000, ge=1, description="most rows in one manifest"
+    )
+    max_manifest_bytes: int = Field(
+        default=256 << 20, ge=1024, description="largest manifest file"
+    )
+    schedule_cache_bytes: int = Field(
+        default=512 << 20, ge=0,
+        description="bytes of decoded plans and epoch schedules the catalog keeps in memory",
+    )
     log_level: str = "INFO"
     log_json: bool = False
     shutdown_grace_s: float = 10.0
@@ -126,6 +164,10 @@ class Settings(BaseSettings):
     def resolved_allowed_roots(self) -> tuple[str, ...]:
         """``allowed_roots`` and the data directory (absolute)."""
         return (*self.allowed_roots, str(self.data_dir.resolve()))
+
+    def limits(self) -> Limits:
+        """The request bounds (the ``max_*`` fields)."""
+        return Limits.from_settings(self)
 
     def resolved_database_url(self) -> str:
         """The database URL, defaulting to ``sqlite:///<data_dir>/catalog.db``."""

@@ -25,16 +25,18 @@ import pyarrow.compute as pc
 from contract.errors import ErrorType, WindpipeError
 from services.logging import get_logger
 from storage.store import PathEscapeError, Storage
-from storage.zarr_chunks import ZarrColumnPlan, column_plan, read_chunk_file
+from storage.zarr_chunks import ChunkFileChanged, ZarrColumnPlan, column_plan, read_chunk_file
 
 __all__ = [
     "ColumnInfo",
+    "SegmentChanged",
     "SegmentInfo",
     "SegmentProblem",
     "inspect_segment",
     "read_chunk",
     "read_rows",
     "segment_format",
+    "verify_segment",
 ]
 
 _log = get_logger("windpipe.storage")
@@ -49,6 +51,19 @@ class SegmentProblem(WindpipeError):  # noqa: N818 (the name callers know)
 
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(ErrorType.SEGMENT_ERROR, message, {"path": path} if path else {})
+
+
+class SegmentChanged(WindpipeError):  # noqa: N818 (the name of its ErrorType)
+    """A segment that no longer matches its registration fingerprint (``segment_changed``):
+    rewritten, truncated or removed under an immutable version."""
+
+    def __init__(self, info: SegmentInfo, why: str) -> None:
+        super().__init__(
+            ErrorType.SEGMENT_CHANGED,
+            f"segment {info.path!r} changed since its version was registered ({why}); "
+            "windpipe will not serve different data under the same version id",
+            {"path": info.path, "fingerprint": info.fingerprint, "why": why},
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +139,10 @@ def inspect_segment(storage: Storage, path: str) -> SegmentInfo:
         return _inspect_parquet(storage, rel)
     except SegmentProblem:
         raise
+    except WindpipeError as exc:
+        if exc.type == ErrorType.UNAVAILABLE:
+            raise  # the store did not answer: retry later, the segment may be fine
+        raise SegmentProblem(f"segment {rel!r}: {exc.message}", path=rel) from exc
     except FileNotFoundError as exc:
         raise SegmentProblem(f"segment {rel!r} does not exist", path=rel) from exc
     except Exception as exc:
@@ -134,8 +153,8 @@ def inspect_segment(storage: Storage, path: str) -> SegmentInfo:
         ) from exc
 
 
-def _inspect_parquet(storage: Storage, rel: str) -> SegmentInfo:
-    size = storage.head(rel).size
+def _parquet_footer(storage: Storage, rel: str, size: int) -> tuple[bytes, str]:
+    """The tail bytes read and the fingerprint (a digest of size and footer)."""
     if size < 12:
         raise SegmentProblem(f"segment {rel!r} is not a parquet file ({size} bytes)", path=rel)
     tail = storage.get_range(rel, max(0, size - _TAIL_BYTES), size)
@@ -148,15 +167,22 @@ def _inspect_parquet(storage: Storage, rel: str) -> SegmentInfo:
         footer = tail[len(tail) - footer_len - 8 :]
     else:
         footer = storage.get_range(rel, size - footer_len - 8, size)
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(b"parquet\0" + str(size).encode() + b"\0" + footer)
+    return tail, digest.hexdigest()
+
+
+def _inspect_parquet(storage: Storage, rel: str) -> SegmentInfo:
+    size, token = storage.version_token(rel)
+    tail, fingerprint = _parquet_footer(storage, rel, size)
     with storage.open_parquet(rel, tail=tail) as pf:
         meta = pf.metadata
         schema = pf.schema_arrow
     columns = tuple(ColumnInfo(f.name, str(f.type), _is_numeric(f.type)) for f in schema)
     chunks = tuple(int(meta.row_group(i).num_rows) for i in range(meta.num_row_groups))
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(b"parquet\0" + str(size).encode() + b"\0" + footer)
-    info = SegmentInfo(rel, "parquet", int(meta.num_rows), columns, chunks, digest.hexdigest())
+    info = SegmentInfo(rel, "parquet", int(meta.num_rows), columns, chunks, fingerprint)
     _cache_put(("pq", storage.uri, rel, info.fingerprint), meta)
+    _cache_put(("pq-ok", storage.uri, rel, info.fingerprint), (size, token))
     return info
 
 
@@ -164,14 +190,7 @@ def _inspect_zarr(storage: Storage, rel: str) -> SegmentInfo:
     listing = storage.list_prefix(rel)
     if not any(p == f"{rel}/zarr.json" for p, _ in listing):
         raise SegmentProblem(f"segment {rel!r} does not exist (no {rel}/zarr.json)", path=rel)
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(b"zarr\0")
-    docs: dict[str, bytes] = {}
-    for p, size in listing:
-        digest.update(f"{p[len(rel) + 1 :]}\0{size}\0".encode())
-        if p.endswith("zarr.json"):
-            docs[p] = storage.get(p)
-            digest.update(docs[p])
+    docs, fingerprint = _zarr_fingerprint(storage, rel, listing)
     group = storage.open_zarr(rel)
     arrays = dict(group.arrays())
     if not arrays:
@@ -206,12 +225,74 @@ def _inspect_zarr(storage: Storage, rel: str) -> SegmentInfo:
     n = next(iter(lengths.values()))
     chunk_len = max(chunk_len, 1)
     chunks = tuple(min(chunk_len, n - s) for s in range(0, n, chunk_len))
-    info = SegmentInfo(rel, "zarr", n, tuple(columns), chunks, digest.hexdigest())
+    info = SegmentInfo(rel, "zarr", n, tuple(columns), chunks, fingerprint)
+    _cache_put(("zarr-ok", storage.uri, rel, fingerprint), dict(listing))
     _cache_put(("zarr", storage.uri, rel, info.fingerprint), {k: arrays[k] for k in names})
     _cache_put(("zplan", storage.uri, rel, info.fingerprint), {
         k: column_plan(f"{rel}/{k}", docs.get(f"{rel}/{k}/zarr.json", b"{}")) for k in names
     })
     return info
+
+
+def _zarr_fingerprint(
+    storage: Storage, rel: str, listing: list[tuple[str, int]]
+) -> tuple[dict[str, bytes], str]:
+    """The zarr.json documents and the fingerprint (every file's name and size, and the
+    documents' bytes)."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(b"zarr\0")
+    docs: dict[str, bytes] = {}
+    for p, size in listing:
+        digest.update(f"{p[len(rel) + 1 :]}\0{size}\0".encode())
+        if p.endswith("zarr.json"):
+            docs[p] = storage.get(p)
+            digest.update(docs[p])
+    return docs, digest.hexdigest()
+
+
+def verify_segment(storage: Storage, info: SegmentInfo) -> dict[str, int] | None:
+    """Check that ``info``'s segment still matches its registration fingerprint.
+
+    Raises :class:`SegmentChanged` (:class:`SegmentProblem` when it is gone). Called on
+    every chunk load, so it is cheap when nothing changed: a parquet file costs one
+    ``stat`` (size, inode, mtime) on a local disk or one ``head`` (size, e-tag) on S3,
+    and its footer is re-hashed only when those differ from the last match; a zarr
+    group is listed once per process, then each chunk file read is checked against
+    its registered size (returned: ``{file: size}``).
+    """
+    if info.format == "parquet":
+        try:
+            size, token = storage.version_token(info.path)
+        except FileNotFoundError:
+            raise SegmentProblem(f"segment {info.path!r} does not exist",
+                                 path=info.path) from None
+        key = ("pq-ok", storage.uri, info.path, info.fingerprint)
+        if _cache_get(key) == (size, token):
+            return None
+        try:
+            _, fingerprint = _parquet_footer(storage, info.path, size)
+        except (SegmentProblem, FileNotFoundError, OSError):
+            fingerprint = ""
+        if fingerprint != info.fingerprint:
+            raise SegmentChanged(info, f"now {size} bytes, footer differs")
+        _cache_put(key, (size, token))
+        return None
+    key = ("zarr-ok", storage.uri, info.path, info.fingerprint)
+    sizes: dict[str, int] | None = _cache_get(key)
+    if sizes is None:
+        listing = storage.list_prefix(info.path)
+        if not any(p == f"{info.path}/zarr.json" for p, _ in listing):
+            raise SegmentProblem(f"segment {info.path!r} does not exist (no zarr.json)",
+                                 path=info.path)
+        try:
+            _, fingerprint = _zarr_fingerprint(storage, info.path, listing)
+        except FileNotFoundError:
+            fingerprint = ""
+        if fingerprint != info.fingerprint:
+            raise SegmentChanged(info, "its files or their sizes differ")
+        sizes = dict(listing)
+        _cache_put(key, sizes)
+    return sizes
 
 
 _cache: OrderedDict[tuple[str, ...], Any] = OrderedDict()
@@ -271,11 +352,28 @@ def read_chunk(
         )
     names = _check_columns(info, columns)
     try:
+        sizes = verify_segment(storage, info)
         if info.format == "parquet":
             return _read_parquet_chunk(storage, info, chunk_idx, names)
-        return _read_zarr_chunk(storage, info, chunk_idx, names)
-    except (SegmentProblem, WindpipeError):
+        return _read_zarr_chunk(storage, info, chunk_idx, names, sizes)
+    except SegmentChanged:
         raise
+    except WindpipeError as exc:
+        if exc.type == ErrorType.UNAVAILABLE:
+            raise
+        _forget_verified(storage, info)
+        verify_segment(storage, info)  # a file changed under the read: say so
+        raise
+    except (ChunkFileChanged, OSError, pa.ArrowException) as exc:
+        _forget_verified(storage, info)
+        verify_segment(storage, info)  # a file changed under the read: say so
+        if isinstance(exc, ChunkFileChanged):
+            raise SegmentChanged(info, str(exc)) from exc
+        raise SegmentProblem(
+            f"reading chunk {chunk_idx} of segment {info.path!r} failed: "
+            f"{type(exc).__name__}: {exc}",
+            path=info.path,
+        ) from exc
     except Exception as exc:
         _log.warning("segment.chunk_unreadable", path=info.path, chunk=chunk_idx,
                      error=f"{type(exc).__name__}: {exc}")
@@ -328,8 +426,15 @@ def _zarr_plans(storage: Storage, info: SegmentInfo, names: list[str]) -> dict[s
     return dict(plans)
 
 
+def _forget_verified(storage: Storage, info: SegmentInfo) -> None:
+    kind = "pq-ok" if info.format == "parquet" else "zarr-ok"
+    with _cache_lock:
+        _cache.pop((kind, storage.uri, info.path, info.fingerprint), None)
+
+
 def _read_zarr_chunk(
-    storage: Storage, info: SegmentInfo, chunk_idx: int, names: list[str]
+    storage: Storage, info: SegmentInfo, chunk_idx: int, names: list[str],
+    sizes: dict[str, int] | None = None,
 ) -> dict[str, np.ndarray]:
     """Chunk files read and decoded directly where the layout allows, else via zarr."""
     plans = _zarr_plans(storage, info, names)
@@ -342,7 +447,7 @@ def _read_zarr_chunk(
         if plan is not None and plan.length == info.row_count and (
             len(info.chunk_rows) == 1 or plan.chunk_len == info.chunk_rows[0]
         ):
-            out[name] = read_chunk_file(storage, plan, chunk_idx)
+            out[name] = read_chunk_file(storage, plan, chunk_idx, sizes=sizes)
         else:
             slow.append(name)
     if slow:

@@ -21,6 +21,7 @@ import os
 import re
 import threading
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -30,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zarr
 import zarr.storage
-from obstore.exceptions import NotFoundError
+from obstore.exceptions import GenericError, NotFoundError
 from obstore.store import LocalStore, S3Store
 
 from contract.errors import ErrorType, WindpipeError
@@ -61,10 +62,14 @@ class StorageOptions:
     s3_secret_access_key: str | None = field(default=None, repr=False)
     s3_instance_credentials: bool = False
     allowed: AllowedRoots | None = None
+    connect_timeout_s: float = 5.0
+    timeout_s: float = 30.0
+    max_retries: int = 2
 
     @classmethod
     def from_settings(cls, settings: Settings) -> StorageOptions:
-        """The storage options of a service's settings (``WINDPIPE_S3_*``, allowed roots)."""
+        """The storage options of a service's settings (``WINDPIPE_S3_*``, allowed roots,
+        object-store timeouts)."""
         secret = settings.s3_secret_access_key
         return cls(
             s3_endpoint=settings.s3_endpoint, s3_region=settings.s3_region,
@@ -72,6 +77,8 @@ class StorageOptions:
             s3_secret_access_key=secret.get_secret_value() if secret else None,
             s3_instance_credentials=settings.s3_instance_credentials,
             allowed=AllowedRoots.parse(settings.resolved_allowed_roots()),
+            connect_timeout_s=settings.s3_connect_timeout_s,
+            timeout_s=settings.s3_timeout_s, max_retries=settings.s3_max_retries,
         )
 
     def s3_credentials(self) -> dict[str, Any]:
@@ -85,6 +92,25 @@ class StorageOptions:
                 or self.s3_instance_credentials:
             return {}
         return {"skip_signature": True}
+
+    def client_options(self) -> dict[str, Any]:
+        """obstore ``ClientConfig``: connect and whole-request timeouts, plain HTTP."""
+        opts: dict[str, Any] = {
+            "connect_timeout": timedelta(seconds=self.connect_timeout_s),
+            "timeout": timedelta(seconds=self.timeout_s),
+        }
+        if self.s3_allow_http:
+            opts["allow_http"] = True
+        return opts
+
+    def retry_config(self) -> dict[str, Any]:
+        """obstore ``RetryConfig``: a few retries, all of them within one request timeout."""
+        return {
+            "max_retries": self.max_retries,
+            "retry_timeout": timedelta(seconds=self.timeout_s),
+            "backoff": {"init_backoff": timedelta(milliseconds=100),
+                        "max_backoff": timedelta(seconds=2), "base": 2},
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,12 +226,9 @@ class Storage:
             s3: dict[str, Any] = {"region": options.s3_region, **options.s3_credentials()}
             if options.s3_endpoint:
                 s3["endpoint"] = options.s3_endpoint
-            client_options: Any = {"allow_http": True} if options.s3_allow_http else None
-            store = S3Store(
-                bucket, prefix=prefix or None, client_options=client_options, **s3
-            )
-            if client_options:
-                s3["client_options"] = client_options
+            s3["client_options"] = options.client_options()
+            s3["retry_config"] = options.retry_config()
+            store = S3Store(bucket, prefix=prefix or None, **s3)
             norm = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
             return cls(
                 uri=norm, store=store, s3_bucket=bucket, s3_prefix=prefix, s3_options=s3
@@ -239,6 +262,16 @@ class Storage:
         """The absolute URI of a relative path."""
         return f"{self._uri.rstrip('/')}/{self.validate_relative_path(path)}"
 
+    def _unavailable(self, rel: str, exc: Exception) -> WindpipeError:
+        """A store that timed out or could not be reached: ``unavailable`` (retry later),
+        never an unexpected error (connect and request timeouts: ``StorageOptions``)."""
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return WindpipeError(
+            ErrorType.UNAVAILABLE,
+            f"the object store of {self._uri} did not answer for {rel!r}: {first[:300]}",
+            details={"root": self._uri, "path": rel, "retryable": True},
+        )
+
     def validate_relative_path(self, path: str) -> str:
         """Check ``path`` and return its normalized form (``./`` and doubled ``/`` removed).
 
@@ -246,6 +279,18 @@ class Storage:
         backslashes, URL schemes, ``..`` components, control characters and (local
         roots) symlinks resolving outside the root.
         """
+        norm = self._normalized(path)
+        if self._local_root is not None:
+            resolved = (self._local_root / norm).resolve()
+            if not resolved.is_relative_to(self._local_root):
+                raise PathEscapeError(
+                    f"path {path!r} resolves outside the storage root (symlink to {resolved})"
+                )
+        return norm
+
+    @staticmethod
+    def _normalized(path: str) -> str:
+        """The syntactic checks of :meth:`validate_relative_path` (no file system access)."""
         if not isinstance(path, str):
             raise PathEscapeError(f"path {path!r} is not a string")
         reason = None
@@ -266,14 +311,7 @@ class Storage:
             reason = "names the root itself"
         if reason is not None:
             raise PathEscapeError(f"path {path!r} {reason}")
-        norm = "/".join(parts)
-        if self._local_root is not None:
-            resolved = (self._local_root / norm).resolve()
-            if not resolved.is_relative_to(self._local_root):
-                raise PathEscapeError(
-                    f"path {path!r} resolves outside the storage root (a symlink)"
-                )
-        return norm
+        return "/".join(parts)
 
     def exists(self, path: str) -> bool:
         """Whether an object (a file, not a directory) exists at ``path``."""
@@ -290,7 +328,22 @@ class Storage:
             meta = obstore.head(self._store, rel)
         except (NotFoundError, FileNotFoundError, IsADirectoryError) as exc:
             raise FileNotFoundError(f"no object at {rel!r} under {self._uri}") from exc
+        except GenericError as exc:
+            raise self._unavailable(rel, exc) from exc
         return ObjectMeta(size=int(meta["size"]), e_tag=meta.get("e_tag"))
+
+    def version_token(self, path: str) -> tuple[int, str | None]:
+        """Size and a token that changes when the object is rewritten: a local file's
+        inode and modification time (one ``stat``), an object's e-tag (one ``head``)."""
+        if self._local_root is not None:
+            rel = self._normalized(path)  # only a stat: reads check symlinks themselves
+            try:
+                st = os.stat(self._local_root / rel)
+            except (FileNotFoundError, NotADirectoryError) as exc:
+                raise FileNotFoundError(f"no object at {rel!r} under {self._uri}") from exc
+            return int(st.st_size), f"{st.st_ino:x}-{st.st_mtime_ns:x}"
+        meta = self.head(path)
+        return meta.size, meta.e_tag
 
     def get(self, path: str) -> bytes:
         """The whole object; ``FileNotFoundError`` if there is none."""
@@ -299,6 +352,8 @@ class Storage:
             return bytes(obstore.get(self._store, rel).bytes())
         except (NotFoundError, FileNotFoundError, IsADirectoryError) as exc:
             raise FileNotFoundError(f"no object at {rel!r} under {self._uri}") from exc
+        except GenericError as exc:
+            raise self._unavailable(rel, exc) from exc
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of an object."""
@@ -309,6 +364,8 @@ class Storage:
             return bytes(obstore.get_range(self._store, rel, start=start, end=end))
         except (NotFoundError, FileNotFoundError, IsADirectoryError) as exc:
             raise FileNotFoundError(f"no object at {rel!r} under {self._uri}") from exc
+        except GenericError as exc:
+            raise self._unavailable(rel, exc) from exc
 
     def list_prefix(self, prefix: str) -> list[tuple[str, int]]:
         """Every object under ``prefix`` (a directory-like prefix) as sorted (path, size)."""
@@ -319,6 +376,8 @@ class Storage:
                 out.extend((str(m["path"]), int(m["size"])) for m in chunk)
         except (NotFoundError, FileNotFoundError):
             return []
+        except GenericError as exc:
+            raise self._unavailable(rel, exc) from exc
         return sorted(out)
 
     def put(self, path: str, data: bytes) -> None:
@@ -330,7 +389,8 @@ class Storage:
 
     def open_parquet(self, path: str, *, metadata: pq.FileMetaData | None = None,
                      tail: bytes = b"") -> pq.ParquetFile:
-        """A ``ParquetFile`` reading through this storage (memory-mapped when local).
+        """A ``ParquetFile`` reading through this storage (plain reads, never mmap: a user
+        file truncated under a read must fail that read, not SIGBUS the process).
 
         ``metadata`` (an earlier read footer) spares the footer read; ``tail`` (the
         object's last bytes, already fetched) answers the footer reads on S3.
@@ -341,7 +401,7 @@ class Storage:
             full = self._local_root / rel
             if not full.is_file():
                 raise FileNotFoundError(f"no object at {rel!r} under {self._uri}")
-            return pq.ParquetFile(str(full), memory_map=True, metadata=metadata)
+            return pq.ParquetFile(str(full), memory_map=False, metadata=metadata)
         size = self.head(rel).size
         raw = _RangedReader(self._store, rel, size, tail)
         return pq.ParquetFile(pa.PythonFile(raw, mode="r"), metadata=metadata)
@@ -352,9 +412,7 @@ class Storage:
         if self._local_root is not None:
             return zarr.storage.LocalStore(self._local_root / rel, read_only=True)
         prefix = f"{self._s3_prefix}/{rel}" if self._s3_prefix else rel
-        opts = dict(self._s3_options)
-        client_options = opts.pop("client_options", None)
-        sub = S3Store(self._s3_bucket, prefix=prefix, client_options=client_options, **opts)
+        sub = S3Store(self._s3_bucket, prefix=prefix, **self._s3_options)
         return zarr.storage.ObjectStore(sub, read_only=True)
 
     def open_zarr(self, path: str) -> zarr.Group:

@@ -10,6 +10,7 @@ layout (regular 1-D chunks, ``bytes`` codec plus at most one of ``zstd`` /
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from storage.store import Storage
 
-__all__ = ["ZarrColumnPlan", "column_plan", "read_chunk_file"]
+__all__ = ["ChunkFileChanged", "ZarrColumnPlan", "column_plan", "read_chunk_file"]
 
 _SIMPLE_TYPES = {
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -94,14 +95,30 @@ def column_plan(array_path: str, document: bytes | dict[str, Any]) -> ZarrColumn
         return None
 
 
-def read_chunk_file(storage: Storage, plan: ZarrColumnPlan, chunk_idx: int) -> np.ndarray:
-    """Chunk ``chunk_idx`` as float64 (a missing chunk file is the fill value)."""
+class ChunkFileChanged(ValueError):  # noqa: N818 - a signal, turned into SegmentChanged
+    """A chunk file whose presence or size differs from the registered listing."""
+
+
+def read_chunk_file(storage: Storage, plan: ZarrColumnPlan, chunk_idx: int, *,
+                    sizes: Mapping[str, int] | None = None) -> np.ndarray:
+    """Chunk ``chunk_idx`` as float64 (a missing chunk file is the fill value).
+
+    ``sizes`` (every file of the group and its registered size) checks the file read:
+    one that appeared, vanished or changed size raises :class:`ChunkFileChanged`.
+    """
     start = chunk_idx * plan.chunk_len
     rows = max(0, min(plan.chunk_len, plan.length - start))
+    path = f"{plan.prefix}{chunk_idx}"
+    expected = None if sizes is None else sizes.get(path)
     try:
-        raw = storage.get(f"{plan.prefix}{chunk_idx}")
+        raw = storage.get(path)
     except FileNotFoundError:
+        if expected is not None:
+            raise ChunkFileChanged(f"chunk file {path!r} is gone") from None
         return np.full(rows, plan.fill_value, dtype=np.float64)
+    if sizes is not None and expected != len(raw):
+        raise ChunkFileChanged(
+            f"chunk file {path!r} is {len(raw)} bytes, registered {expected}")
     data = plan.codec.decode(raw) if plan.codec is not None else raw
     values = np.frombuffer(data, dtype=plan.dtype)
     return values[:rows].astype(np.float64)

@@ -9,6 +9,7 @@ the routes use; on shut-down it disposes of the engine it created.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 
@@ -18,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from catalog.api.audit import AuditMiddleware, RequestIdMiddleware
 from catalog.api.auth import authenticate
+from catalog.api.body import BodyLimitMiddleware
 from catalog.api.errors import install_error_handlers
 from catalog.api.routes import access, datasets, flight, health, plans, splits, versions
 from catalog.flight_stats import RequestCounter
@@ -93,14 +95,17 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         bound = engine if engine is not None else create_engine(
             settings.resolved_database_url()
         )
+        app.state.ready_pool = ThreadPoolExecutor(2, thread_name_prefix="windpipe-readyz")
         try:
             upgrade_engine(bound)
             app.state.engine = bound
             app.state.catalog = CatalogContext.from_engine(
                 bound, storage=StorageOptions.from_settings(settings),
+                cache_bytes=settings.schedule_cache_bytes, limits=settings.limits(),
             )
             yield
         finally:
+            app.state.ready_pool.shutdown(wait=False, cancel_futures=True)
             if own:
                 bound.dispose()
 
@@ -112,6 +117,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     )
     app.state.settings = settings
     app.state.requests = RequestCounter()
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     app.add_middleware(AuditMiddleware)
     app.add_middleware(RequestIdMiddleware)

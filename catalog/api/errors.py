@@ -4,18 +4,23 @@
 ``invalid_request`` (422, pydantic's errors in ``details.errors``), except a config
 body (``ValidationConfig``, ``LoaderConfig``) that parses as JSON but breaks the
 config's own rules: that is ``invalid_config``, as when the data rejects it. Unknown
-paths are ``not_found``, wrong methods ``invalid_request``, and anything unexpected
-is ``internal`` (500) without a traceback on the wire (it goes to the log).
+paths are ``not_found``, wrong methods ``invalid_request``, a database that cannot be
+reached ``unavailable`` (503), a value the database cannot store (NUL, an integer
+out of range) ``invalid_request``, and anything unexpected is ``internal`` (500)
+without a traceback on the wire (it goes to the log).
 """
 
 from __future__ import annotations
 
+import asyncio
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -141,8 +146,10 @@ class InternalErrorMiddleware:
             await self.app(scope, receive, _send)
         except Exception as exc:
             request_id = request_id_of(scope)
-            _log.exception("unhandled error", path=scope.get("path"), error=type(exc).__name__,
-                           request_id=request_id)
+            # formatting a traceback takes a while: off the event loop, so /healthz stays fast
+            await asyncio.get_running_loop().run_in_executor(None, partial(
+                _log.error, "unhandled error", path=scope.get("path"),
+                error=type(exc).__name__, request_id=request_id, exc_info=exc))
             if started:
                 raise
             response = error_response(
@@ -152,8 +159,31 @@ class InternalErrorMiddleware:
             await response(scope, receive, send)
 
 
+async def _database_down(_request: Request, exc: Exception) -> JSONResponse:
+    """The database cannot be reached or dropped the connection: 503, retry later."""
+    _log.warning("database unavailable", error=type(exc).__name__)
+    return error_response(
+        ErrorType.UNAVAILABLE,
+        f"the catalog database is unavailable ({type(exc).__name__}); retry later",
+        {"retryable": True}, status=503,
+    )
+
+
+async def _database_refused(_request: Request, exc: Exception) -> JSONResponse:
+    """A value the database cannot store (a NUL byte, an integer out of its range)."""
+    return error_response(
+        ErrorType.INVALID_REQUEST,
+        "a value in the request cannot be stored (a NUL character or an out-of-range "
+        "integer)", {}, status=422,
+    )
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Install the envelope handlers and the 500 middleware on ``app``."""
+    for down in (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError,
+                 sa_exc.TimeoutError):
+        app.add_exception_handler(down, _database_down)
+    app.add_exception_handler(sa_exc.DataError, _database_refused)
     app.add_exception_handler(WindpipeError, _windpipe_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -21,6 +21,7 @@ EXPECTED = {
     ErrorType.FORBIDDEN: sdk.Forbidden,
     ErrorType.INVALID_TICKET: sdk.InvalidTicket,
     ErrorType.SEGMENT_ERROR: sdk.SegmentError,
+    ErrorType.SEGMENT_CHANGED: sdk.SegmentChanged,
     ErrorType.RESOURCE_EXHAUSTED: sdk.ResourceExhausted,
     ErrorType.UNAVAILABLE: sdk.Unavailable,
     ErrorType.INTERNAL: sdk.InternalError,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
+import numpy as np
 import pytest
 
-from services.memo import Memo
+from services.memo import Memo, deep_nbytes
 
 
 def test_values_are_made_once_and_evicted_least_recent_first() -> None:
@@ -64,3 +66,30 @@ def test_a_failed_make_leaves_nothing_and_the_next_asker_retries() -> None:
     assert len(memo) == 0
     assert memo._making == {}  # no state per key that failed (unknown plan ids, say)
     assert memo.get(7, lambda: 49) == 49
+
+
+def test_a_byte_budget_evicts_the_least_recent_and_skips_the_oversized():
+    memo: Memo[str, np.ndarray] = Memo(100, max_bytes=1000, weigh=deep_nbytes)
+    for key in "abcd":
+        memo.put(key, np.zeros(40))  # 320 bytes each
+    assert len(memo) == 3
+    assert memo.nbytes == 960
+    assert memo.get("a", lambda: np.ones(1)).shape == (1,)  # "a" went first, made again
+    huge = memo.get("huge", lambda: np.zeros(1000))
+    assert huge.shape == (1000,)  # handed to its asker...
+    assert memo.nbytes <= 1000  # ...but not kept
+    assert memo.get("huge", lambda: np.ones(2)).shape == (2,)
+    assert memo.pending == 0
+
+
+def test_deep_nbytes_counts_arrays_inside_values():
+    @dataclasses.dataclass
+    class Holder:
+        a: np.ndarray
+        parts: tuple[np.ndarray, ...]
+        name: str
+
+    value = Holder(np.zeros(10), (np.zeros(5, np.int32), np.zeros(3, np.int8)), "x")
+    assert deep_nbytes(value) == 80 + 20 + 3
+    assert deep_nbytes({"k": [np.zeros(2)]}) == 16
+    assert deep_nbytes("text") == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -13,7 +14,14 @@ import zarr.codecs
 import zarr.storage
 
 from contract.errors import ErrorType, WindpipeError
-from storage.segments import SegmentProblem, inspect_segment, read_chunk, read_rows
+from storage.segments import (
+    SegmentChanged,
+    SegmentProblem,
+    inspect_segment,
+    read_chunk,
+    read_rows,
+    verify_segment,
+)
 from storage.store import Storage
 from storage.zarr_chunks import column_plan
 from tests.fixtures.data import write_parquet_segment, write_zarr_segment
@@ -201,3 +209,57 @@ def test_missing_zarr_chunk_file_reads_as_fill_value(tmp_path: Path):
     info = inspect_segment(storage, "g.zarr")
     assert np.isnan(read_chunk(storage, info, 1, ["v"])["v"]).all()
     assert read_chunk(storage, info, 0, ["v"])["v"].tolist() == list(np.arange(10.0))
+
+
+def _verified_segment(tmp_path: Path, fmt: str) -> tuple[Storage, Any, Path]:
+    values = {"a": np.arange(40.0), "b": np.arange(40.0) * 2}
+    if fmt == "parquet":
+        path = write_parquet_segment(tmp_path, "s.parquet", values, row_group_rows=10)
+    else:
+        path = write_zarr_segment(tmp_path, "s.zarr", values, chunk_rows=10)
+    storage = Storage.from_uri(tmp_path.as_uri())
+    info = inspect_segment(storage, path.name)
+    assert read_chunk(storage, info, 3, ["a"])["a"].tolist() == list(np.arange(30.0, 40.0))
+    return storage, info, path
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "zarr"])
+def test_a_segment_rewritten_in_place_is_refused(tmp_path: Path, fmt: str):
+    storage, info, path = _verified_segment(tmp_path, fmt)
+    other = {"a": np.arange(40.0) + 0.5, "b": np.arange(40.0)}
+    if fmt == "parquet":  # same rows, same row groups, other values: only the bytes differ
+        write_parquet_segment(tmp_path, "s.parquet", other, row_group_rows=10)
+    else:  # one chunk file rewritten with other (differently compressible) values
+        chunk = path / "a" / "c" / "3"
+        assert chunk.is_file()
+        chunk.write_bytes(chunk.read_bytes()[:-7])
+    with pytest.raises(SegmentChanged) as exc:
+        read_chunk(storage, info, 3, ["a"])
+    assert exc.value.type == ErrorType.SEGMENT_CHANGED
+    assert exc.value.details["path"] == info.path
+    assert exc.value.details["fingerprint"] == info.fingerprint
+    assert info.path in exc.value.message
+
+
+def test_a_truncated_parquet_segment_is_a_typed_error_not_a_signal(tmp_path: Path):
+    storage, info, path = _verified_segment(tmp_path, "parquet")
+    with path.open("r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+    with pytest.raises(SegmentChanged) as exc:
+        read_chunk(storage, info, 0, ["a", "b"])
+    assert "bytes" in exc.value.details["why"]
+
+
+def test_an_unchanged_segment_is_verified_with_one_head(tmp_path: Path, monkeypatch):
+    storage, info, _ = _verified_segment(tmp_path, "parquet")
+    ranges: list[tuple[int, int]] = []
+    real = Storage.get_range
+
+    def counting(self: Storage, path: str, start: int, end: int) -> bytes:
+        ranges.append((start, end))
+        return real(self, path, start, end)
+
+    monkeypatch.setattr(Storage, "get_range", counting)
+    for _ in range(5):
+        assert verify_segment(storage, info) is None
+    assert ranges == []  # the footer is not re-read while size and e-tag match

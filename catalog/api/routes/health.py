@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
 import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Request
+from sqlalchemy.engine import Engine
 
 from catalog.api.auth import CurrentPrincipal, require
 from catalog.api.deps import AppSettings
@@ -11,32 +15,50 @@ from catalog.api.schemas import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ConfigOut, Hea
 from catalog.principals import LOCAL, Role
 from contract.errors import ErrorType, WindpipeError
 
-__all__ = ["router", "v1"]
+__all__ = ["READY_TIMEOUT_S", "router", "v1"]
 
 router = APIRouter(tags=["health"])
 v1 = APIRouter(tags=["health"])
 _READ = [Depends(require(Role.READER))]
 
 STORAGE_SCHEMES = ["file", "s3"]
+READY_TIMEOUT_S = 0.9
 
 
 @router.get("/healthz", operation_id="healthz", response_model=HealthOut)
-def healthz() -> HealthOut:
-    """The process is alive."""
+async def healthz() -> HealthOut:
+    """The process is alive (answered on the event loop: no worker thread, no database,
+    so blocked requests cannot delay it)."""
     return HealthOut()
 
 
 @router.get("/readyz", operation_id="readyz", response_model=HealthOut)
-def readyz(request: Request) -> HealthOut:
-    """The database answers (503 ``unavailable`` otherwise)."""
+async def readyz(request: Request) -> HealthOut:
+    """The database answers within ``READY_TIMEOUT_S`` (503 ``unavailable`` otherwise).
+
+    The probe runs on the app's own small thread pool, not the one the routes share,
+    so a pool full of blocked requests cannot delay it.
+    """
+    pool: ThreadPoolExecutor = request.app.state.ready_pool
+    loop = asyncio.get_running_loop()
     try:
-        with request.app.state.engine.connect() as conn:
-            conn.execute(sa.text("SELECT 1"))
+        await asyncio.wait_for(
+            loop.run_in_executor(pool, _ping, request.app.state.engine), READY_TIMEOUT_S
+        )
+    except TimeoutError as exc:
+        raise WindpipeError(
+            ErrorType.UNAVAILABLE, f"database did not answer within {READY_TIMEOUT_S} s"
+        ) from exc
     except sa.exc.SQLAlchemyError as exc:
         raise WindpipeError(
             ErrorType.UNAVAILABLE, f"database unreachable: {type(exc).__name__}"
         ) from exc
     return HealthOut()
+
+
+def _ping(engine: Engine) -> None:
+    with engine.connect() as conn:
+        conn.execute(sa.text("SELECT 1"))
 
 
 @v1.get("/config", operation_id="get_config", dependencies=_READ, response_model=ConfigOut)
@@ -46,7 +68,8 @@ def get_config(request: Request, settings: AppSettings,
     calls need a bearer token (``none`` only for the open, loopback ``local`` catalog)."""
     return ConfigOut(
         server_version=request.app.version,
-        limits={"default_page_size": DEFAULT_PAGE_SIZE, "max_page_size": MAX_PAGE_SIZE},
+        limits={"default_page_size": DEFAULT_PAGE_SIZE, "max_page_size": MAX_PAGE_SIZE,
+                **settings.limits().as_dict()},
         flight_locations=list(settings.flight_locations),
         storage_schemes=STORAGE_SCHEMES,
         auth="none" if principal.name == LOCAL else "bearer",

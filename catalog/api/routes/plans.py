@@ -13,6 +13,7 @@ from catalog.api.schemas import DEFAULT_PAGE_SIZE, PageOut, PlanOut, ScheduleBat
 from catalog.principals import Role
 from catalog.repository import decode_page_token, encode_page_token
 from contract.configs import PlanSpec
+from contract.limits import INT64_MAX
 from planning.artifact import ARTIFACT_MEDIA_TYPE
 
 __all__ = ["v1"]
@@ -21,9 +22,10 @@ v1 = APIRouter(tags=["plans"])
 _WRITE = [Depends(require(Role.WRITER, dataset=split_dataset))]
 _READ = [Depends(require(Role.READER, dataset=plan_dataset))]
 
-Epoch = Annotated[int, Query(ge=0, description="epoch")]
-Rank = Annotated[int, Query(ge=0, description="rank of the consumer")]
-WorldSize = Annotated[int, Query(ge=1, description="number of ranks")]
+Epoch = Annotated[int, Query(ge=0, le=INT64_MAX, description="epoch")]
+Rank = Annotated[int, Query(ge=0, le=INT64_MAX, description="rank of the consumer")]
+WorldSize = Annotated[int, Query(
+    ge=1, le=INT64_MAX, description="number of ranks (at most WINDPIPE_MAX_WORLD_SIZE)")]
 
 
 @v1.post(

@@ -1,0 +1,94 @@
+"""A Flight server that stops answering (SIGSTOP) is failed over like a dead one.
+
+Server A runs in its own process, server B in this one; both serve the same stored
+plan with the same ticket secret. The SDK streams from A; A is stopped mid-pass
+(not killed: its sockets stay open and silent). Within the per-batch read deadline
+the stream gives up on A and resumes on B at the next batch: every batch arrives
+exactly once, in order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from contract.configs import LoaderConfig, WindowConfig
+from contract.wire import FlightCommand
+from sdk._stream import FlightStream
+from tests.fixtures.servers import free_port
+from tests.flight_server.helpers import COLUMNS, StreamSpec, start_server, write_dataset
+
+READ_TIMEOUT_S = 2.0
+CONFIG = LoaderConfig(
+    inputs={"cycling": COLUMNS["cycling"]}, targets={"cycling": ("voltage_v",)},
+    default_window=WindowConfig(batch_size=64, seq_len=512), strategy="sequential",
+)
+SERVE = """
+import sys, time
+from pathlib import Path
+from pydantic import SecretStr
+from flight_server.runner import start_flight_server
+from planning.artifact import PlanArtifact
+from services.settings import Settings
+artifact = PlanArtifact.from_ipc(Path(sys.argv[1]).read_bytes())
+settings = Settings(flight_host="127.0.0.1", ticket_secret=SecretStr("test-secret"),
+                    tier_bytes=0, log_level="ERROR")
+running = start_flight_server(settings, port=int(sys.argv[2]),
+                              plan_source=lambda plan_id: artifact)
+print("READY", flush=True)
+while True:
+    time.sleep(3600)
+"""
+
+
+@pytest.mark.slow
+def test_a_stopped_server_is_failed_over_within_the_read_deadline(tmp_path: Path) -> None:
+    specs = [StreamSpec("cycling", f"c{c}", 0, (64 * 512 * 12 + 1,)) for c in range(8)]
+    ds = write_dataset(tmp_path / "data", specs, fmt="parquet", chunk_rows=1 << 15)
+    plan = ds.plan(CONFIG, "p-big")
+    n_batches = plan.schedule(0).n_batches
+    (tmp_path / "plan.arrow").write_bytes(plan.artifact.to_ipc())
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(Path.cwd())}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVE, str(tmp_path / "plan.arrow"), str(port)],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )
+    local = start_server({"p-big": plan}, cache_bytes=1 << 30)
+    stopped_at: float | None = None
+    arrivals: list[float] = []
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "READY"
+        remote = f"grpc://127.0.0.1:{port}"
+        stream = FlightStream([remote, local.location], timeout=10.0,
+                              read_timeout=READ_TIMEOUT_S)
+        seen: list[int] = []
+        for _, meta in stream.batches(FlightCommand("p-big")):
+            seen.append(meta.batch_idx)
+            arrivals.append(time.monotonic())
+            if len(seen) == 5:
+                os.kill(proc.pid, signal.SIGSTOP)
+                stopped_at = time.monotonic()
+        failovers, dead = stream.counters.failovers, list(stream.counters.dead)
+        stream.close()
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait(timeout=10)
+        local.stop(grace_s=5)
+    assert n_batches >= 80
+    assert seen == list(range(n_batches))  # none lost, none twice, in order
+    assert failovers >= 1
+    assert dead == [remote] * failovers
+    assert stopped_at is not None
+    gaps = [b - a for a, b in itertools.pairwise(arrivals[4:])]
+    assert max(gaps) >= READ_TIMEOUT_S * 0.9  # the deadline, not an error, noticed it
+    assert max(gaps) < READ_TIMEOUT_S + 5.0  # and then the pass went on elsewhere
