@@ -3,9 +3,10 @@
 A plan is a :class:`PlanSpec` applied to one split; its id digests both, so the same
 request twice returns the stored plan. What the data decides is checked here
 (``invalid_config``, 422, naming the problem): protocols the version lacks, unknown
-or non-numeric input/target columns, unknown split names and splits with no rows of
-the plan's protocols. Everything decidable from the spec alone (scaling bounds and
-columns, chain constraints) is checked by ``contract.configs`` when it is made.
+or non-numeric input/target columns, columns no stream of the split has, unknown split
+names and splits with no rows of the plan's protocols. Everything decidable from the
+spec alone (scaling bounds and columns, chain constraints) is checked by
+``contract.configs`` when it is made.
 
 Creating a plan is the only place streams are built from the index
 (``planning.build_streams``): the result, a :class:`planning.artifact.PlanArtifact`,
@@ -46,6 +47,7 @@ from planning.artifact import (
     PlanArtifact,
     make_artifact,
 )
+from planning.channels import absent_channel_problems, missing_by_column, stream_channels
 from planning.ranks import rank_batches
 from planning.schedule import Schedule
 from planning.streams import build_streams
@@ -140,6 +142,14 @@ def create_plan(ctx: CatalogContext, split_id: str, spec: PlanSpec) -> Created[P
         index, segments, split=spec.split, protocols=spec.ordered_protocols(),
         group_key=spec.group_key, alignment_key=spec.alignment_key,
     )
+    channels = stream_channels(streams, spec, missing_by_column(version.schema))
+    if absent := absent_channel_problems(streams, spec, channels):
+        first = absent[0]
+        raise _invalid(
+            f"{first['role']} of {first['protocol']!r}: column {first['column']!r}: "
+            f"{first['problem']}",
+            problems=absent,
+        )
     records = {
         str(path): PieceRecord(str(fmt), str(fp), rows)
         for path, fmt, fp, rows in segments.select(
@@ -148,7 +158,7 @@ def create_plan(ctx: CatalogContext, split_id: str, spec: PlanSpec) -> Created[P
     artifact = make_artifact(
         plan_id=plan_id, split_id=split_id, version_id=version.id, root_uri=version.root_uri,
         spec=spec, streams=streams,
-        pieces=PieceLayout.from_records(streams.piece_path, records),
+        pieces=PieceLayout.from_records(streams.piece_path, records), channels=channels,
     )
     schedule = artifact.epoch_schedule(0)
     data = artifact.to_ipc()
