@@ -26,6 +26,7 @@ from sqlalchemy.exc import IntegrityError
 
 from catalog.models import Plan
 from catalog.repository import Repository
+from catalog.retire import check_plan_live, check_split_live
 from catalog.service import (
     CatalogContext,
     Created,
@@ -126,13 +127,16 @@ def get_plan(ctx: CatalogContext, plan_id: str) -> Plan:
 
 
 def create_plan(ctx: CatalogContext, split_id: str, spec: PlanSpec) -> Created[Plan]:
-    """Validate, plan once and store the plan with its artifact (one transaction)."""
+    """Validate, plan once and store the plan with its artifact (one transaction); a retired
+    split (or version) is ``conflict``, even for a plan it already has."""
     spec = spec.plan_spec()
     split = get_split(ctx, split_id)
+    check_split_live(ctx.sessions, split_id)
     plan_id = content_id("p", split_id, spec.planning_dict())
     with session_scope(ctx.sessions) as session:
         existing = Repository(session).get_plan(plan_id)
     if existing is not None:
+        check_plan_live(ctx.sessions, plan_id)
         return Created(existing, created=False)
     version = get_version(ctx, split.version_id)
     index = split_index(ctx, split_id)

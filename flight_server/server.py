@@ -145,7 +145,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def _flight_info(self, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
         cmd = _command(descriptor)
-        plan = self.plans.get(cmd.plan_id)
+        plan = self.plans.live(cmd.plan_id)
         schedule, batches = self._rank_pass(plan, cmd.epoch, cmd.rank, cmd.world_size)
         start = min(cmd.start_batch, int(batches.shape[0]))
         rest = batches[start:]
@@ -184,7 +184,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         """Stream the batches a ticket grants, one record batch each."""
         def setup() -> fl.GeneratorStream:
             payload = verify_ticket(ticket.ticket, self._secret)
-            plan = self.plans.get(payload.plan_id)
+            plan = self.plans.live(payload.plan_id)  # a retired plan's tickets are refused
             schedule, batches = self._rank_pass(
                 plan, payload.epoch, payload.rank, payload.world_size
             )
@@ -289,7 +289,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def _warm(self, body: bytes) -> Iterator[bytes]:
         try:
-            plan = self.plans.get(_warm_plan_id(body))
+            plan = self.plans.live(_warm_plan_id(body))
             results = warm_results(plan, self._storage_for(plan.root_uri), self.cache,
                                    self.tier)
         except Exception as exc:

@@ -12,7 +12,7 @@ from contract.auth import AUTH_HEADER, bearer_matches
 from contract.errors import ErrorType, WindpipeError
 from services.settings import Settings
 
-__all__ = ["AppSettings", "Context", "PageSize", "PageToken", "require_token"]
+__all__ = ["AppSettings", "Context", "PageSize", "PageToken", "require_retire", "require_token"]
 
 
 def _context(request: Request) -> CatalogContext:
@@ -42,3 +42,12 @@ def require_token(request: Request) -> None:
         raise WindpipeError(
             ErrorType.UNAUTHENTICATED, "missing or wrong bearer token (Authorization: Bearer ...)"
         )
+
+
+def require_retire(request: Request) -> None:
+    """Who may retire versions, splits and plans (``DELETE`` routes).
+
+    Today: whoever the deployment admits (the bearer token, when one is set). This is
+    the one place to require the admin role once roles exist.
+    """
+    require_token(request)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Depends, Query, Response, status
 
-from catalog import plans
-from catalog.api.deps import Context, PageSize, PageToken
+from catalog import plans, retire
+from catalog.api.deps import Context, PageSize, PageToken, require_retire
 from catalog.api.schemas import DEFAULT_PAGE_SIZE, PageOut, PlanOut, ScheduleBatchOut
 from catalog.repository import decode_page_token, encode_page_token
 from contract.configs import PlanSpec
@@ -44,8 +44,18 @@ def create_plan(ctx: Context, split_id: str, body: PlanSpec, response: Response)
 
 @v1.get("/plans/{plan_id}", operation_id="get_plan", response_model=PlanOut)
 def get_plan(ctx: Context, plan_id: str) -> PlanOut:
-    """One plan."""
-    return PlanOut.from_row(plans.get_plan(ctx, plan_id))
+    """One plan (``retired_at``: when it, its split or its version was retired)."""
+    row = plans.get_plan(ctx, plan_id)
+    return PlanOut.from_row(row, retired_at=retire.plan_retired_at(ctx.sessions, plan_id))
+
+
+@v1.delete("/plans/{plan_id}", operation_id="retire_plan", response_model=PlanOut,
+           dependencies=[Depends(require_retire)])
+def retire_plan(ctx: Context, plan_id: str) -> PlanOut:
+    """Retire a plan (soft): Flight servers refuse its tickets from now on; streams
+    already running finish."""
+    row = retire.retire_plan(ctx.sessions, plan_id)
+    return PlanOut.from_row(row, retired_at=retire.plan_retired_at(ctx.sessions, plan_id))
 
 
 @v1.get(

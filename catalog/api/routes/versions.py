@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 
-from catalog import service
-from catalog.api.deps import Context, PageSize, PageToken
+from catalog import retire, service
+from catalog.api.deps import Context, PageSize, PageToken, require_retire
 from catalog.api.routes._index import ARROW_STREAM, IndexFormat, index_response
 from catalog.api.schemas import DEFAULT_PAGE_SIZE, PageOut, SegmentOut, VersionOut
 
@@ -27,6 +27,14 @@ _INDEX_RESPONSES: dict[int | str, dict[str, Any]] = {
 def get_version(ctx: Context, version_id: str) -> VersionOut:
     """One version."""
     return VersionOut.from_row(service.get_version(ctx, version_id))
+
+
+@v1.delete("/versions/{version_id}", operation_id="retire_version", response_model=VersionOut,
+           dependencies=[Depends(require_retire)])
+def retire_version(ctx: Context, version_id: str) -> VersionOut:
+    """Retire a version (soft): listings hide it, new splits and plans on it are refused,
+    its plans' new Flight tickets too; streams already running finish."""
+    return VersionOut.from_row(retire.retire_version(ctx.sessions, version_id))
 
 
 @v1.get(
