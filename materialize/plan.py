@@ -124,8 +124,8 @@ class PlanContext:
         gstart = (streams.stream_base[streams.piece_stream[chunk_piece]]
                   + streams.piece_start[chunk_piece] + within[keep]).astype(np.int64)
         specs = tuple(ChannelSpec.for_protocol(spec, p) for p in streams.protocols)
-        variants, stream_variant = _variants(specs, streams.protocol, artifact.channels,
-                                             spec.columns())
+        variants, variant_code, stream_variant = _variants(
+            specs, streams.protocol, artifact.channels, spec.columns())
         chunk_spec = stream_variant[streams.piece_stream[chunk_piece]].astype(np.int16)
         digests = [s.digest for s in variants]
         paths = streams.piece_path
@@ -144,10 +144,9 @@ class PlanContext:
                           else np.zeros(len(base.channels), np.uint8) for v in variants])
                 for base in specs),
             target_missing=np.asarray(
-                [v.target_present != specs[int(code)].target_present
-                 for v, code in zip((variants[int(i)] for i in stream_variant),
-                                    streams.protocol.tolist(), strict=True)],
-                dtype=np.bool_).reshape(-1),
+                [v.target_present != specs[c].target_present
+                 for v, c in zip(variants, variant_code, strict=True)],
+                dtype=np.bool_)[stream_variant],
             group_key_json=_key_json(streams.group_keys),
             alignment_key_json=_key_json(streams.alignment_keys),
         )
@@ -156,15 +155,17 @@ class PlanContext:
 def _variants(
     specs: tuple[ChannelSpec, ...], protocol: np.ndarray, channels: np.ndarray | None,
     columns: tuple[str, ...],
-) -> tuple[tuple[ChannelSpec, ...], np.ndarray]:
-    """The distinct channel specs of the plan's streams and each stream's (vectorized over
-    streams: one spec per distinct (protocol, missing columns) row)."""
+) -> tuple[tuple[ChannelSpec, ...], list[int], np.ndarray]:
+    """The distinct channel specs of the plan's streams, the protocol code of each, and each
+    stream's spec (vectorized over streams: one spec per distinct (protocol, missing
+    columns) row)."""
     code = protocol.astype(np.int64)
     if channels is None:
-        return specs, code
+        return specs, list(range(len(specs))), code
     rows = np.concatenate([code[:, None], channels.astype(np.int64)], axis=1)
     distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
     variants = list(specs)
+    variant_code = list(range(len(specs)))
     index: dict[tuple[int, ...], int] = {}
     of_distinct = np.empty(distinct.shape[0], dtype=np.int64)
     for d, row in enumerate(distinct.tolist()):
@@ -180,8 +181,9 @@ def _variants(
             else:
                 index[key] = len(variants)
                 variants.append(variant)
+                variant_code.append(row[0])
         of_distinct[d] = index[key]
-    return tuple(variants), of_distinct[inverse.reshape(-1)]
+    return tuple(variants), variant_code, of_distinct[inverse.reshape(-1)]
 
 
 def _key_json(keys: tuple[tuple[object, ...], ...]) -> tuple[str, ...]:
