@@ -4,6 +4,7 @@ paths give the same bytes, and a plan whose streams all lack a column is a 422."
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -96,15 +97,28 @@ def test_a_column_no_stream_of_the_split_has_is_refused(dep: Any) -> None:
     assert batch.has_channel.all()
 
 
-def test_a_one_layer_model_trains_with_a_channel_mask(dep: Any) -> None:
+def test_a_one_layer_model_trains_through_the_dataloader(dep: Any) -> None:
+    """``plan.dataloader()`` carries ``has_channel`` (workers included) and a per-channel
+    loss mask trains a 1-layer model on a version with a cell lacking temperature."""
     split = dep.extra["ver"].split(ValidationConfig.sample(fraction=0.2, seed=1))
     plan = split.plan(CONFIG)
+    serial = [(b.has_channel.clone(), b.inputs.clone()) for b in plan.dataloader(epoch=1)]
+    workers = dataclasses.replace(plan, config=plan.config.model_copy(
+        update={"num_workers": 1}))
+    spawned = [(b.has_channel, b.inputs)
+               for b in workers.dataloader(epoch=1, transport="flight")]
+    assert len(spawned) == len(serial) > 0
+    for (h1, x1), (h2, x2) in zip(serial, spawned, strict=True):
+        assert torch.equal(h1, h2)
+        assert torch.equal(x1, x2)
+    assert any(not bool(h.all()) for h, _ in serial)
+
     torch.manual_seed(0)
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.Adam(model.parameters(), lr=0.02)
     losses = []
     for epoch in range(3):
-        for batch in plan.batches(epoch=epoch):
+        for batch in plan.dataloader(epoch=epoch):
             x = torch.where(batch.input_has_channel()[:, None, :], batch.inputs,
                             torch.zeros_like(batch.inputs))
             keep = batch.mask[:, :, None] & batch.target_has_channel()[:, None, :]
