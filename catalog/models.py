@@ -1,7 +1,9 @@
 """The catalog's tables (SQLAlchemy 2 typed ORM), shared by SQLite and PostgreSQL.
 
 Everything the catalog stores is immutable once written: a version, its manifest
-rows and segments, a split and its assignments, a plan with its artifact. Ids of
+rows and segments, a split and its assignments, a plan with its artifact. The one
+exception is ``retired_at`` of versions, splits and plans (``catalog/retire.py``):
+set once when retired, it hides the row from listings and refuses new work on it. Ids of
 versions, splits and plans are content digests, so writing the same thing twice
 finds the existing row instead of creating a new one.
 
@@ -94,6 +96,7 @@ class Version(Base):
     schema: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
     metadata_columns: Mapped[list[Any]] = mapped_column(sa.JSON)
     created_at: Mapped[datetime] = mapped_column(_TS, default=utcnow)
+    retired_at: Mapped[datetime | None] = mapped_column(_TS, nullable=True, default=None)
 
     dataset: Mapped[Dataset] = relationship(lazy="joined")
 
@@ -150,6 +153,7 @@ class Split(Base):
     config: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
     counts: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
     created_at: Mapped[datetime] = mapped_column(_TS, default=utcnow)
+    retired_at: Mapped[datetime | None] = mapped_column(_TS, nullable=True, default=None)
 
 
 class SplitAssignment(Base):
@@ -179,6 +183,7 @@ class Plan(Base):
     n_units: Mapped[int] = mapped_column(sa.BigInteger)
     n_batches: Mapped[int] = mapped_column(sa.BigInteger)
     created_at: Mapped[datetime] = mapped_column(_TS, default=utcnow)
+    retired_at: Mapped[datetime | None] = mapped_column(_TS, nullable=True, default=None)
 
     split: Mapped[Split] = relationship(lazy="joined")
 

@@ -3,9 +3,10 @@
 A plan is a :class:`PlanSpec` applied to one split; its id digests both, so the same
 request twice returns the stored plan. What the data decides is checked here
 (``invalid_config``, 422, naming the problem): protocols the version lacks, unknown
-or non-numeric input/target columns, unknown split names and splits with no rows of
-the plan's protocols. Everything decidable from the spec alone (scaling bounds and
-columns, chain constraints) is checked by ``contract.configs`` when it is made.
+or non-numeric input/target columns, columns no stream of the split has, unknown split
+names and splits with no rows of the plan's protocols. Everything decidable from the
+spec alone (scaling bounds and columns, chain constraints) is checked by
+``contract.configs`` when it is made.
 
 Creating a plan is the only place streams are built from the index
 (``planning.build_streams``): the result, a :class:`planning.artifact.PlanArtifact`,
@@ -26,6 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from catalog.limits import check_cache_fit, check_plan_spec, check_plan_windows, check_world_size
 from catalog.models import Plan
 from catalog.repository import Repository
+from catalog.retire import check_plan_live, check_split_live
 from catalog.service import (
     CatalogContext,
     Created,
@@ -47,6 +49,7 @@ from planning.artifact import (
     PlanArtifact,
     make_artifact,
 )
+from planning.channels import absent_channel_problems, missing_by_column, stream_channels
 from planning.ranks import rank_batches
 from planning.schedule import Schedule
 from planning.streams import build_streams
@@ -125,14 +128,17 @@ def get_plan(ctx: CatalogContext, plan_id: str) -> Plan:
 
 
 def create_plan(ctx: CatalogContext, split_id: str, spec: PlanSpec) -> Created[Plan]:
-    """Validate, plan once and store the plan with its artifact (one transaction)."""
+    """Validate, plan once and store the plan with its artifact (one transaction); a retired
+    split (or version) is ``conflict``, even for a plan it already has."""
     spec = spec.plan_spec()
     check_plan_spec(spec, ctx.limits)
     split = get_split(ctx, split_id)
+    check_split_live(ctx.sessions, split_id)
     plan_id = content_id("p", split_id, spec.planning_dict())
     with session_scope(ctx.sessions) as session:
         existing = Repository(session).get_plan(plan_id)
     if existing is not None:
+        check_plan_live(ctx.sessions, plan_id)
         return Created(existing, created=False)
     version = get_version(ctx, split.version_id)
     index = split_index(ctx, split_id)
@@ -142,6 +148,14 @@ def create_plan(ctx: CatalogContext, split_id: str, spec: PlanSpec) -> Created[P
         index, segments, split=spec.split, protocols=spec.ordered_protocols(),
         group_key=spec.group_key, alignment_key=spec.alignment_key,
     )
+    channels = stream_channels(streams, spec, missing_by_column(version.schema))
+    if absent := absent_channel_problems(streams, spec, channels):
+        first = absent[0]
+        raise _invalid(
+            f"{first['role']} of {first['protocol']!r}: column {first['column']!r}: "
+            f"{first['problem']}",
+            problems=absent,
+        )
     records = {
         str(path): PieceRecord(str(fmt), str(fp), rows)
         for path, fmt, fp, rows in segments.select(
@@ -150,7 +164,7 @@ def create_plan(ctx: CatalogContext, split_id: str, spec: PlanSpec) -> Created[P
     artifact = make_artifact(
         plan_id=plan_id, split_id=split_id, version_id=version.id, root_uri=version.root_uri,
         spec=spec, streams=streams,
-        pieces=PieceLayout.from_records(streams.piece_path, records),
+        pieces=PieceLayout.from_records(streams.piece_path, records), channels=channels,
     )
     schedule = artifact.epoch_schedule(0)
     check_plan_windows(int(schedule.lane_offset.shape[0]), ctx.limits)

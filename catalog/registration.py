@@ -1,7 +1,7 @@
 """Registration: validate a manifest and every segment it lists, before anything is stored.
 
 :func:`prepare_version` collects *all* problems (paths, missing or corrupt
-segments, row counts, column names and types per protocol, duplicate segments,
+segments, row counts, segments of one manifest row with different columns, duplicate segments,
 metadata that disagrees within an identity) and raises one
 ``WindpipeError(invalid_manifest)`` listing them, each naming its 0-based manifest
 row. On success the caller stores the returned :class:`PreparedVersion` as is.
@@ -14,7 +14,6 @@ adjacent in the manifest.
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -48,7 +47,11 @@ class PreparedVersion:
     order (``manifest_row_id``, ``ordinal`` within its identity, ``path``
     (normalized), ``format``, ``row_count``, ``chunk_rows`` list[int64],
     ``fingerprint``, ``manifest_position`` = the segment's 0-based manifest row).
-    ``schema``: per protocol, its columns as ``{"name", "dtype", "numeric"}``.
+    ``schema``: per protocol, the union of its segments' columns as ``{"name",
+    "dtype", "numeric"}`` (in the order first seen); a column some manifest rows lack
+    adds ``"missing"``: those rows' ``manifest_row_id`` values, sorted. ``dtype`` is the
+    column's arrow type, or ``"mixed(a|b)"`` when segments disagree; ``numeric`` holds
+    when every segment's type is numeric (all are read as float64, SEMANTICS 5).
     """
 
     version_id: str
@@ -66,6 +69,7 @@ class PreparedVersion:
     def segment_info(self, ordinal_row: int) -> SegmentInfo:
         """The :class:`SegmentInfo` of row ``ordinal_row`` of ``segments``."""
         row = self.segments.row(ordinal_row, named=True)
+        mrid = row["manifest_row_id"]
         protocol = self.manifest_rows.filter(
             pl.col("manifest_row_id") == row["manifest_row_id"]
         ).get_column("protocol")[0]
@@ -73,7 +77,8 @@ class PreparedVersion:
             path=row["path"],
             format=row["format"],
             row_count=int(row["row_count"]),
-            columns=tuple(ColumnInfo(**c) for c in self.schema[protocol]),
+            columns=tuple(ColumnInfo(c["name"], c["dtype"], c["numeric"])
+                          for c in self.schema[protocol] if mrid not in c.get("missing", ())),
             chunk_rows=tuple(int(x) for x in row["chunk_rows"]),
             fingerprint=row["fingerprint"],
         )
@@ -107,22 +112,62 @@ def _metadata_problems(frame: pl.DataFrame, meta: tuple[str, ...]) -> list[dict[
     return problems
 
 
-def _schema_key(info: SegmentInfo) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((c.name, c.dtype) for c in info.columns))
+def _column_problems(
+    frame: pl.DataFrame, canon: list[str | None],
+    infos: dict[str, SegmentInfo | SegmentProblem], raw_paths: list[Any],
+) -> list[dict[str, Any]]:
+    """Segments of one manifest row must hold the same column names (types may differ):
+    a manifest row is one measurement, with one set of sensors."""
+    problems: list[dict[str, Any]] = []
+    first: dict[tuple[Any, ...], tuple[int, frozenset[str]]] = {}
+    for row, (ident, cpath) in enumerate(zip(frame.select(_IDENT).iter_rows(), canon,
+                                             strict=True)):
+        info = infos.get(cpath) if cpath is not None else None
+        if not isinstance(info, SegmentInfo):
+            continue
+        names = frozenset(c.name for c in info.columns)
+        seen = first.setdefault(ident, (row, names))
+        if seen[1] != names:
+            parts = []
+            if missing := sorted(seen[1] - names):
+                parts.append(f"missing columns {missing}")
+            if extra := sorted(names - seen[1]):
+                parts.append(f"extra columns {extra}")
+            problems.append(_problem(
+                row, raw_paths[row],
+                f"columns differ from the segment in row {seen[0]} of the same manifest row "
+                f"(segments of one manifest row hold the same columns): {'; '.join(parts)}",
+            ))
+    return problems
 
 
-def _schema_diff(here: SegmentInfo, ref: SegmentInfo) -> str:
-    mine = {c.name: c.dtype for c in here.columns}
-    theirs = {c.name: c.dtype for c in ref.columns}
-    parts = []
-    if missing := sorted(set(theirs) - set(mine)):
-        parts.append(f"missing columns {missing}")
-    if extra := sorted(set(mine) - set(theirs)):
-        parts.append(f"extra columns {extra}")
-    for name in sorted(set(mine) & set(theirs)):
-        if mine[name] != theirs[name]:
-            parts.append(f"column {name!r} is {mine[name]} here but {theirs[name]} there")
-    return "; ".join(parts)
+def _protocol_schema(
+    protocols: list[str], mrids: list[int], infos: list[SegmentInfo]
+) -> dict[str, list[dict[str, Any]]]:
+    """Per protocol: the union of its segments' columns, with the manifest rows lacking each."""
+    dtypes: dict[str, dict[str, dict[str, bool]]] = {}
+    rows: dict[str, dict[int, set[str]]] = {}
+    for protocol, mrid, info in zip(protocols, mrids, infos, strict=True):
+        cols = dtypes.setdefault(protocol, {})
+        for c in info.columns:
+            cols.setdefault(c.name, {})[c.dtype] = c.numeric
+        rows.setdefault(protocol, {})[mrid] = {c.name for c in info.columns}
+    schema: dict[str, list[dict[str, Any]]] = {}
+    for protocol, cols in dtypes.items():
+        entries = []
+        for name, types in cols.items():
+            kinds = sorted(types)
+            entry: dict[str, Any] = {
+                "name": name,
+                "dtype": kinds[0] if len(kinds) == 1 else f"mixed({'|'.join(kinds)})",
+                "numeric": all(types.values()),
+            }
+            missing = sorted(m for m, have in rows[protocol].items() if name not in have)
+            if missing:
+                entry["missing"] = missing
+            entries.append(entry)
+        schema[protocol] = entries
+    return schema
 
 
 def _inspect_all(
@@ -203,17 +248,7 @@ def prepare_version(
             ))
         by_protocol.setdefault(protocols[row], []).append((row, info))
 
-    for protocol, members in by_protocol.items():
-        counts = Counter(_schema_key(info) for _, info in members)
-        best = max(counts.values())
-        ref_row, ref = next((r, i) for r, i in members if counts[_schema_key(i)] == best)
-        for row, info in members:
-            if _schema_key(info) != _schema_key(ref):
-                problems.append(_problem(
-                    row, raw_paths[row],
-                    f"columns differ from the other {protocol!r} segments (row {ref_row}, "
-                    f"{ref.path!r}): {_schema_diff(info, ref)}",
-                ))
+    problems += _column_problems(frame, canon, infos, raw_paths)
     if problems:
         problems.sort(key=lambda p: p["row"])
         raise manifest_error(problems)
@@ -260,9 +295,8 @@ def _build(
     }
     version_id = "v-" + hashlib.sha256(canonical_json(payload)).hexdigest()[:32]
 
-    schema: dict[str, list[dict[str, Any]]] = {}
-    for protocol, info in zip(seg.get_column("protocol").to_list(), infos, strict=True):
-        schema.setdefault(protocol, [c.as_dict() for c in info.columns])
+    schema = _protocol_schema(seg.get_column("protocol").to_list(),
+                              seg.get_column("manifest_row_id").to_list(), infos)
     segments = seg.select(
         "manifest_row_id", "ordinal", "path", "format", "row_count", "chunk_rows",
         "fingerprint", "manifest_position",

@@ -17,6 +17,7 @@ import io
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generic, TypeVar, cast
 
 import polars as pl
@@ -141,10 +142,13 @@ class Repository:
         self.session.flush()
 
     def list_versions(
-        self, dataset_id: int, *, page_size: int, page_token: str | None
+        self, dataset_id: int, *, page_size: int, page_token: str | None,
+        include_retired: bool = False,
     ) -> Page[Version]:
-        """Versions of a dataset, oldest first."""
+        """Versions of a dataset, oldest first (retired ones only with ``include_retired``)."""
         stmt = sa.select(Version).where(Version.dataset_id == dataset_id).order_by(Version.seq)
+        if not include_retired:
+            stmt = stmt.where(Version.retired_at.is_(None))
         after = decode_page_token(page_token, shape=(int,))
         if after:
             stmt = stmt.where(Version.seq > after[0])
@@ -295,6 +299,37 @@ class Repository:
         table = PlanArtifactRow.__table__
         data = self.session.scalar(sa.select(table.c.data).where(table.c.plan_id == plan_id))
         return bytes(data) if data is not None else None
+
+    # -- retirement -------------------------------------------------------------------
+
+    def retire(self, row: Version | Split | Plan, when: datetime) -> None:
+        """Set ``retired_at`` once (a row already retired keeps its first time)."""
+        if row.retired_at is None:
+            row.retired_at = when
+            self.session.flush()
+
+    def plan_retired_at(self, plan_id: str) -> datetime | None:
+        """When the plan, its split or its version was retired (the earliest), else None."""
+        stmt = (
+            sa.select(Plan.retired_at, Split.retired_at, Version.retired_at)
+            .join(Split, Split.id == Plan.split_id)
+            .join(Version, Version.id == Split.version_id)
+            .where(Plan.id == plan_id)
+        )
+        row = self.session.execute(stmt).first()
+        times = [t for t in (row or ()) if t is not None]
+        return min(times) if times else None
+
+    def split_retired_at(self, split_id: str) -> datetime | None:
+        """When the split or its version was retired (the earliest), else None."""
+        stmt = (
+            sa.select(Split.retired_at, Version.retired_at)
+            .join(Version, Version.id == Split.version_id)
+            .where(Split.id == split_id)
+        )
+        row = self.session.execute(stmt).first()
+        times = [t for t in (row or ()) if t is not None]
+        return min(times) if times else None
 
     # -- maintenance ------------------------------------------------------------------
 

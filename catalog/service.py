@@ -32,6 +32,7 @@ from catalog.manifest import load_manifest, manifest_from_rows
 from catalog.models import Dataset, Split, Version
 from catalog.registration import PreparedVersion, prepare_version
 from catalog.repository import Page, Repository
+from catalog.retire import check_version_live
 from catalog.splits import assign_splits, split_counts
 from contract.configs import ValidationConfig
 from contract.errors import ErrorType, WindpipeError
@@ -134,15 +135,17 @@ def list_datasets(ctx: CatalogContext, *, page_size: int, page_token: str | None
 
 
 def list_versions(
-    ctx: CatalogContext, name: str, *, page_size: int, page_token: str | None
+    ctx: CatalogContext, name: str, *, page_size: int, page_token: str | None,
+    include_retired: bool = False,
 ) -> Page[Version]:
-    """Versions of dataset ``name``, oldest first."""
+    """Versions of dataset ``name``, oldest first (retired ones only when asked)."""
     with session_scope(ctx.sessions) as session:
         repo = Repository(session)
         dataset = repo.get_dataset(name)
         if dataset is None:
             raise not_found("dataset", name)
-        return repo.list_versions(dataset.id, page_size=page_size, page_token=page_token)
+        return repo.list_versions(dataset.id, page_size=page_size, page_token=page_token,
+                                  include_retired=include_retired)
 
 
 def get_version(ctx: CatalogContext, version_id: str) -> Version:
@@ -320,8 +323,10 @@ def get_split(ctx: CatalogContext, split_id: str) -> Split:
 def create_split(ctx: CatalogContext, version_id: str, config: ValidationConfig) -> Created[Split]:
     """Assign every manifest row of a version to ``train`` or ``val`` and store it.
 
-    Unknown columns and selectors that match nothing are ``invalid_config``.
+    Unknown columns and selectors that match nothing are ``invalid_config``; a retired
+    version is ``conflict``.
     """
+    check_version_live(get_version(ctx, version_id))
     config_json = config.model_dump(mode="json")
     check_int64(config_json)
     split_id = content_id("s", version_id, config_json)

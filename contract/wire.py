@@ -11,9 +11,10 @@ Clients (the SDK, or a client in any language) depend on this module, never on
   type) cannot describe every batch of a plan. Each lane therefore carries
   variable-length lists: ``inputs`` ``T*C_in`` float32 values (row-major
   ``(T, C_in)``), ``targets`` ``T*C_out`` float32, ``mask`` ``T`` uint8 (0/1, so it
-  can be viewed as bool without a copy). The shape of each batch is in its
-  ``app_metadata`` (:class:`BatchMetadata`); :func:`batch_arrays` reshapes the
-  columns into ``(B, T, C)`` numpy views without copying;
+  can be viewed as bool without a copy), ``has_channel`` ``C`` uint8 (one per channel
+  of ``BatchMetadata.channels``: 0 where the lane's stream lacks that column). The
+  shape of each batch is in its ``app_metadata`` (:class:`BatchMetadata`);
+  :func:`batch_arrays` reshapes the columns into ``(B, T, C)`` numpy views without copying;
 * per-lane provenance columns and the per-batch ``app_metadata`` JSON;
 * the Flight action names and the error envelope decoding of Flight errors.
 
@@ -73,6 +74,7 @@ _FIELDS: tuple[pa.Field, ...] = (
     pa.field("inputs", pa.list_(pa.float32()), nullable=False),
     pa.field("targets", pa.list_(pa.float32()), nullable=False),
     pa.field("mask", pa.list_(pa.uint8()), nullable=False),
+    pa.field("has_channel", pa.list_(pa.uint8()), nullable=False),
     pa.field("protocol", pa.string(), nullable=False),
     pa.field("manifest_row_id", pa.int64(), nullable=False),
     pa.field("manifest_path", pa.string(), nullable=False),
@@ -206,10 +208,16 @@ class BatchMetadata:
     c_out: int
     input_columns: tuple[str, ...]
     target_columns: tuple[str, ...]
+    channels: tuple[str, ...] = ()  # has_channel's columns: inputs, then other targets
     stateful_group_idx: int | None = None
     stateful_step_idx: int | None = None
     stateful_steps: int | None = None
     skipped_lanes: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not self.channels:
+            object.__setattr__(self, "channels", tuple(dict.fromkeys(
+                (*self.input_columns, *self.target_columns))))
 
     def encode(self) -> bytes:
         """Compact JSON bytes with ``v`` = the wire version."""
@@ -218,6 +226,7 @@ class BatchMetadata:
             "split": self.split, "seq_len": self.seq_len, "c_in": self.c_in,
             "c_out": self.c_out, "input_columns": list(self.input_columns),
             "target_columns": list(self.target_columns),
+            "channels": list(self.channels),
             "stateful_group_idx": self.stateful_group_idx,
             "stateful_step_idx": self.stateful_step_idx, "stateful_steps": self.stateful_steps,
             "skipped_lanes": [dict(d) for d in self.skipped_lanes],
@@ -240,6 +249,7 @@ class BatchMetadata:
             c_out=int(body["c_out"]),
             input_columns=tuple(body["input_columns"]),
             target_columns=tuple(body["target_columns"]),
+            channels=tuple(body.get("channels") or ()),
             stateful_group_idx=body.get("stateful_group_idx"),
             stateful_step_idx=body.get("stateful_step_idx"),
             stateful_steps=body.get("stateful_steps"),
@@ -252,13 +262,15 @@ class BatchArrays:
     """The tensor columns of one record batch as numpy views (no copies).
 
     ``inputs`` ``(B, T, C_in)`` float32, ``targets`` ``(B, T, C_out)`` float32,
-    ``mask`` ``(B, T)`` bool. The arrays are read-only views on the Arrow buffers:
-    keep the record batch alive while using them, copy to keep them longer.
+    ``mask`` ``(B, T)`` bool, ``has_channel`` ``(B, C)`` bool over ``meta.channels``.
+    The arrays are read-only views on the Arrow buffers: keep the record batch alive
+    while using them, copy to keep them longer.
     """
 
     inputs: np.ndarray
     targets: np.ndarray
     mask: np.ndarray
+    has_channel: np.ndarray
 
 
 def _flat_values(column: pa.Array, dtype: np.dtype[Any]) -> np.ndarray:
@@ -280,16 +292,19 @@ def batch_arrays(batch: pa.RecordBatch, meta: BatchMetadata) -> BatchArrays:
     inputs = _flat_values(batch.column("inputs"), np.dtype(np.float32))
     targets = _flat_values(batch.column("targets"), np.dtype(np.float32))
     mask = _flat_values(batch.column("mask"), np.dtype(np.uint8))
-    expected = (lanes * t * meta.c_in, lanes * t * meta.c_out, lanes * t)
-    if (inputs.size, targets.size, mask.size) != expected:
+    has = _flat_values(batch.column("has_channel"), np.dtype(np.uint8))
+    c = len(meta.channels)
+    expected = (lanes * t * meta.c_in, lanes * t * meta.c_out, lanes * t, lanes * c)
+    if (inputs.size, targets.size, mask.size, has.size) != expected:
         raise _bad(
             "record batch does not match its metadata",
-            sizes=[inputs.size, targets.size, mask.size], expected=list(expected),
+            sizes=[inputs.size, targets.size, mask.size, has.size], expected=list(expected),
         )
     return BatchArrays(
         inputs=inputs.reshape(lanes, t, meta.c_in),
         targets=targets.reshape(lanes, t, meta.c_out),
         mask=mask.view(np.bool_).reshape(lanes, t),
+        has_channel=has.view(np.bool_).reshape(lanes, c),
     )
 
 

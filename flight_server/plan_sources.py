@@ -6,11 +6,17 @@ reads the index or rebuilds streams. :class:`PlanCache` keeps a few loaded plans
 (:class:`materialize.plan.PlanContext`) and loads each at most once at a time; an
 id that fails to load leaves nothing behind. A client never sends a path or a
 config.
+
+A plan's bytes never change, but it can be retired (``catalog/retire.py``):
+:meth:`PlanCache.live` asks the source afresh, once per stream or ticket request,
+and raises ``conflict`` for a retired plan; streams already running are not asked.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import Protocol
 
 import httpx
@@ -18,6 +24,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
 from catalog.plans import plan_artifact_bytes
+from catalog.retire import check_plan_live, retired_error
 from catalog.service import CatalogContext
 from contract.auth import http_headers
 from contract.errors import ErrorType, WindpipeError
@@ -36,6 +43,10 @@ class PlanSource(Protocol):
 
     def load(self, plan_id: str) -> PlanArtifact:
         """The stored plan ``plan_id``; ``not_found`` if the catalog has none."""
+        ...
+
+    def check_live(self, plan_id: str) -> None:
+        """``conflict`` when the plan (or its split or version) is retired."""
         ...
 
 
@@ -57,6 +68,10 @@ class DatabasePlanSource:
             ) from exc
         return PlanArtifact.from_ipc(data)
 
+    def check_live(self, plan_id: str) -> None:
+        """One query: is the plan, its split or its version retired?"""
+        check_plan_live(self._ctx.sessions, plan_id)
+
 
 class RestPlanSource:
     """Plans read with one call, ``GET /v1/plans/{id}/artifact`` (no database access)."""
@@ -64,13 +79,23 @@ class RestPlanSource:
     def __init__(self, base_url: str, *, token: str | None = None,
                  timeout_s: float = 60.0) -> None:
         self._base = base_url.rstrip("/")
-        self._headers = {**http_headers(token), "accept": ARTIFACT_MEDIA_TYPE}
+        self._headers = {**http_headers(token),
+                         "accept": f"{ARTIFACT_MEDIA_TYPE}, application/json"}
         self._timeout = timeout_s
 
     def load(self, plan_id: str) -> PlanArtifact:
         """Fetch and decode the artifact; ``unavailable`` when the catalog cannot be reached
         (a connection error, not a server bug)."""
-        path = f"/v1/plans/{plan_id}/artifact"
+        return PlanArtifact.from_ipc(self._get(plan_id, f"/v1/plans/{plan_id}/artifact"))
+
+    def check_live(self, plan_id: str) -> None:
+        """``GET /v1/plans/{id}``: ``conflict`` when its ``retired_at`` is set."""
+        body = json.loads(self._get(plan_id, f"/v1/plans/{plan_id}"))
+        if body.get("retired_at"):
+            when = datetime.fromisoformat(str(body["retired_at"]).replace("Z", "+00:00"))
+            raise retired_error("plan", plan_id, when)
+
+    def _get(self, plan_id: str, path: str) -> bytes:
         try:
             resp = httpx.get(f"{self._base}{path}", headers=self._headers,
                              timeout=self._timeout)
@@ -91,7 +116,7 @@ class RestPlanSource:
                 f"the catalog answered {resp.status_code} to this Flight server's plan request",
                 details={"plan_id": plan_id, "status": resp.status_code},
             )
-        return PlanArtifact.from_ipc(resp.content)
+        return resp.content
 
 
 class PlanCache:
@@ -100,6 +125,7 @@ class PlanCache:
     def __init__(self, source: PlanSource | Callable[[str], PlanArtifact], *,
                  max_plans: int = 16, max_bytes: int = 1 << 30) -> None:
         self._load = source.load if hasattr(source, "load") else source
+        self._check: Callable[[str], None] | None = getattr(source, "check_live", None)
         self._plans: Memo[str, PlanContext] = Memo(
             max_plans, max_bytes=max_bytes, weigh=lambda p: deep_nbytes(p.artifact))
 
@@ -110,6 +136,15 @@ class PlanCache:
     def pending(self) -> int:
         """Plans being loaded now (an unknown id leaves nothing once its load fails)."""
         return self._plans.pending
+
+    def live(self, plan_id: str) -> PlanContext:
+        """The plan ``plan_id``, after asking its source whether it was retired (``conflict``).
+
+        What a new stream or ticket request calls; a source without ``check_live`` (a
+        test's function) has no retirement."""
+        if self._check is not None:
+            self._check(plan_id)
+        return self.get(plan_id)
 
     def get(self, plan_id: str) -> PlanContext:
         """The plan ``plan_id`` (loaded on first use)."""

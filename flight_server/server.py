@@ -183,7 +183,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         cmd = _command(descriptor)
         check_world_size(cmd.world_size, self.limits)
         principal = self._authorize(context, cmd.plan_id)
-        plan = self.plans.get(cmd.plan_id)
+        plan = self.plans.live(cmd.plan_id)
         schedule, batches = self._rank_pass(plan, cmd.epoch, cmd.rank, cmd.world_size)
         start = min(cmd.start_batch, int(batches.shape[0]))
         rest = batches[start:]
@@ -247,7 +247,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                                     "GetFlightInfo for your own")
             self._authorize(context, payload.plan_id)
             check_world_size(payload.world_size, self.limits)
-            plan = self.plans.get(payload.plan_id)
+            plan = self.plans.live(payload.plan_id)  # a retired plan's tickets are refused
             schedule, batches = self._rank_pass(
                 plan, payload.epoch, payload.rank, payload.world_size
             )
@@ -365,7 +365,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         try:
             plan_id = _warm_plan_id(body)
             self._authorize(context, plan_id)
-            plan = self.plans.get(plan_id)
+            plan = self.plans.live(plan_id)
             results = warm_results(plan, self._storage_for(plan.root_uri), self.cache,
                                    self.tier)
         except Exception as exc:

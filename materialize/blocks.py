@@ -126,6 +126,9 @@ def _layouts(plan: PlanContext) -> tuple[BlockLayout, ...]:
             piece = plan.piece_info(p)
             digest.update(f"{piece.path}\0{piece.fingerprint}\0{streams.piece_rows[p]}\0"
                           .encode())
+            variant = int(plan.stream_variant[piece_stream[p]])
+            if variant != code:  # a stream lacking columns: its chunks read fewer
+                digest.update(f"{plan.variants[variant].digest}\0".encode())
         out.append(BlockLayout(
             protocol=code, key=digest.hexdigest(), row0=row0, rows=int(rows.sum()),
             c_in=len(spec.input_columns), c_out=len(spec.target_columns),
@@ -138,11 +141,11 @@ def fill_block(plan: PlanContext, storage: Storage, layout: BlockLayout, inputs:
                targets: np.ndarray, *, progress: Progress | None = None) -> int:
     """Decode and scale every chunk of the block into ``inputs`` / ``targets`` (shaped
     ``(R, C_in)``, ``(R, C_out)``); returns the bytes read from storage."""
-    spec = plan.specs[layout.protocol]
     read = 0
     for k, (c, row) in enumerate(zip(layout.chunks.tolist(), layout.chunk_row.tolist(),
                                      strict=True)):
         info = plan.piece_info(int(plan.chunk_piece[c]))
+        spec = plan.variants[int(plan.chunk_spec[c])]
         matrices, n = load_chunk(storage, info, int(plan.chunk_index[c]), spec)
         rows = matrices.inputs.shape[0]
         inputs[row : row + rows] = matrices.inputs

@@ -77,7 +77,8 @@ class BuiltBatch:
     inputs: np.ndarray  # float32 (B, T, C_in)
     targets: np.ndarray  # float32 (B, T, C_out)
     mask: np.ndarray  # uint8 (B, T)
-    provenance: Callable[[], pa.RecordBatch]  # the wire's columns after the first three
+    has_channel: np.ndarray  # uint8 (B, C): C = meta.channels
+    provenance: Callable[[], pa.RecordBatch]  # the wire's columns after the first four
     provenance_bytes: int  # their Arrow bytes (a share of their block's); 0: not built yet
     meta: BatchMetadata
 
@@ -85,7 +86,7 @@ class BuiltBatch:
     def nbytes(self) -> int:
         """Bytes of the batch as sent: its tensors and (when built) its provenance."""
         return int(self.inputs.nbytes + self.targets.nbytes + self.mask.nbytes
-                   + self.provenance_bytes)
+                   + self.has_channel.nbytes + self.provenance_bytes)
 
 
 def _given(value: pa.RecordBatch) -> pa.RecordBatch:
@@ -150,7 +151,7 @@ class BatchBuilder:
         self._block_requests: dict[int, ChunkRequest] = {}
         self._pool = _BufferPool()
         self._prov: dict[int, tuple[pa.RecordBatch, int, int, int]] = {}
-        self._prov_schema = pa.schema(list(schema)[3:])
+        self._prov_schema = pa.schema(list(schema)[4:])
 
     # -- planning ---------------------------------------------------------------------
 
@@ -395,6 +396,8 @@ class BatchBuilder:
             pa.ListArray.from_arrays(offsets(n, t * c_in), _child(inputs, pa.float32())),
             pa.ListArray.from_arrays(offsets(n, t * c_out), _child(targets, pa.float32())),
             pa.ListArray.from_arrays(offsets(n, t), _child(mask, pa.uint8())),
+            pa.ListArray.from_arrays(offsets(n, built.has_channel.shape[1]),
+                                     _child(built.has_channel, pa.uint8())),
             *built.provenance().columns,
         ]
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
@@ -427,11 +430,13 @@ class BatchBuilder:
                 provenance, prov_bytes = functools.partial(_given, prov), prov.nbytes
         group = int(schedule.batch_group[g])
         code = int(schedule.batch_protocol[g])
+        has_channel = self._has_channel(code, lp.lane_stream, mask)
         meta = BatchMetadata(
             batch_idx=batch_idx, global_batch=g, split=self.plan.spec.split, seq_len=t,
             c_in=c_in, c_out=c_out,
             input_columns=self.plan.specs[code].input_columns,
             target_columns=self.plan.specs[code].target_columns,
+            channels=self.plan.specs[code].channels,
             stateful_group_idx=group if group >= 0 else None,
             stateful_step_idx=int(schedule.batch_step[g]) if group >= 0 else None,
             stateful_steps=int(schedule.batch_steps[g]) if group >= 0 else None,
@@ -440,13 +445,24 @@ class BatchBuilder:
                 for b, (path, err) in sorted(skipped.items())
             ),
         )
-        return BuiltBatch(inputs=inputs, targets=targets, mask=mask, provenance=provenance,
-                          provenance_bytes=prov_bytes, meta=meta)
+        return BuiltBatch(inputs=inputs, targets=targets, mask=mask, has_channel=has_channel,
+                          provenance=provenance, provenance_bytes=prov_bytes, meta=meta)
+
+    def _has_channel(self, code: int, lane_stream: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Each lane's ``has_channel`` row (its stream's channel variant); lanes whose stream
+        lacks a target channel get a False mask (SEMANTICS 5). One take per batch."""
+        plan = self.plan
+        out: np.ndarray = plan.channel_rows[code][plan.stream_variant[lane_stream]]
+        if len(plan.variants) > len(plan.specs):  # some stream lacks a column
+            lacking = plan.target_missing[lane_stream]
+            if lacking.any():
+                mask[lacking] = 0
+        return out
 
 
 def chunk_request(plan: PlanContext, storage: Storage, c: int) -> ChunkRequest:
     """The cache request of chunk ``c`` of ``plan``'s chunk table: key, exact size, loader."""
-    spec = plan.specs[int(plan.chunk_spec[c])]
+    spec = plan.variants[int(plan.chunk_spec[c])]
     info = plan.piece_info(int(plan.chunk_piece[c]))
     index = int(plan.chunk_index[c])
 

@@ -45,7 +45,8 @@ class ChannelSpec:
     """The channels of one protocol's lanes in a plan and how each is scaled.
 
     ``*_present[c]`` is False for a channel of the batch (the chained union) that
-    this protocol does not configure: such a channel is padding.
+    this protocol does not configure, or that the stream lacks (:meth:`without`):
+    such a channel is padding.
     """
 
     input_columns: tuple[str, ...]
@@ -67,6 +68,36 @@ class ChannelSpec:
             target_present=tuple(c in spec.targets[protocol] for c in outs),
             scaling=tuple(s for s in spec.scaling if s.column in used),
         )
+
+    def without(self, columns: frozenset[str]) -> ChannelSpec:
+        """This spec for a stream that lacks ``columns``: they are padding, never read."""
+        if not columns:
+            return self
+        ins = tuple(p and c not in columns for c, p in zip(self.input_columns,
+                                                           self.input_present, strict=True))
+        outs = tuple(p and c not in columns for c, p in zip(self.target_columns,
+                                                            self.target_present, strict=True))
+        keep = {c for c, p in zip(self.input_columns, ins, strict=True) if p}
+        keep |= {c for c, p in zip(self.target_columns, outs, strict=True) if p}
+        return ChannelSpec(
+            input_columns=self.input_columns, input_present=ins,
+            target_columns=self.target_columns, target_present=outs,
+            scaling=tuple(s for s in self.scaling if s.column in keep),
+        )
+
+    @property
+    def channels(self) -> tuple[str, ...]:
+        """The batch's channels, each once: the inputs, then targets that are not inputs
+        (the columns of ``has_channel``)."""
+        return tuple(dict.fromkeys((*self.input_columns, *self.target_columns)))
+
+    @cached_property
+    def has_channel(self) -> np.ndarray:
+        """uint8 per channel of :attr:`channels`: 1 where this spec reads it."""
+        present = {c for c, p in zip(self.input_columns, self.input_present, strict=True) if p}
+        present |= {c for c, p in zip(self.target_columns, self.target_present, strict=True)
+                    if p}
+        return np.asarray([c in present for c in self.channels], dtype=np.uint8)
 
     @cached_property
     def digest(self) -> str:

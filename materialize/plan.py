@@ -35,7 +35,15 @@ class PlanContext:
     (global row of each chunk's first row; streams are laid end to end as in
     ``Streams.stream_base``), ``chunk_piece``, ``chunk_index`` (index inside its
     segment), ``chunk_len`` (rows; empty chunks are left out), ``chunk_keys`` (cache
-    keys) and ``chunk_spec`` (protocol code of each chunk, an index into ``specs``).
+    keys) and ``chunk_spec`` (an index into ``variants``: the channel spec the chunk is
+    read with).
+
+    ``specs`` has one channel spec per protocol code (the batch's columns);
+    ``variants`` starts with them and adds one per (protocol, columns a stream lacks)
+    that occurs (``stream_variant``: each stream's). ``channel_rows[code]`` is uint8
+    ``[V, C]``: the ``has_channel`` row of each variant in batches of protocol ``code``;
+    ``target_missing[s]``: stream ``s`` lacks a target column its protocol names (its
+    lanes' mask is False).
     """
 
     artifact: PlanArtifact
@@ -47,6 +55,10 @@ class PlanContext:
     chunk_len: np.ndarray
     chunk_keys: tuple[ChunkKey, ...]
     chunk_spec: np.ndarray  # int16 [NC]
+    variants: tuple[ChannelSpec, ...]
+    stream_variant: np.ndarray  # int64 [S]
+    channel_rows: tuple[np.ndarray, ...]  # per protocol code: uint8 [V, C]
+    target_missing: np.ndarray  # bool [S]
     group_key_json: tuple[str, ...]
     alignment_key_json: tuple[str, ...]
     _schedules: Memo[int, Schedule] = field(
@@ -112,8 +124,10 @@ class PlanContext:
         gstart = (streams.stream_base[streams.piece_stream[chunk_piece]]
                   + streams.piece_start[chunk_piece] + within[keep]).astype(np.int64)
         specs = tuple(ChannelSpec.for_protocol(spec, p) for p in streams.protocols)
-        chunk_spec = streams.protocol[streams.piece_stream[chunk_piece]].astype(np.int16)
-        digests = [s.digest for s in specs]
+        variants, variant_code, stream_variant = _variants(
+            specs, streams.protocol, artifact.channels, spec.columns())
+        chunk_spec = stream_variant[streams.piece_stream[chunk_piece]].astype(np.int16)
+        digests = [s.digest for s in variants]
         paths = streams.piece_path
         chunk_keys = tuple(
             ChunkKey(artifact.root_uri, paths[p], i, digests[k])
@@ -124,10 +138,52 @@ class PlanContext:
             artifact=artifact, segments=segments, specs=specs, chunk_gstart=gstart,
             chunk_piece=chunk_piece, chunk_index=chunk_index,
             chunk_len=layout.chunk_rows[keep].astype(np.int64), chunk_keys=chunk_keys,
-            chunk_spec=chunk_spec,
+            chunk_spec=chunk_spec, variants=variants, stream_variant=stream_variant,
+            channel_rows=tuple(
+                np.stack([v.has_channel if v.channels == base.channels
+                          else np.zeros(len(base.channels), np.uint8) for v in variants])
+                for base in specs),
+            target_missing=np.asarray(
+                [v.target_present != specs[c].target_present
+                 for v, c in zip(variants, variant_code, strict=True)],
+                dtype=np.bool_)[stream_variant],
             group_key_json=_key_json(streams.group_keys),
             alignment_key_json=_key_json(streams.alignment_keys),
         )
+
+
+def _variants(
+    specs: tuple[ChannelSpec, ...], protocol: np.ndarray, channels: np.ndarray | None,
+    columns: tuple[str, ...],
+) -> tuple[tuple[ChannelSpec, ...], list[int], np.ndarray]:
+    """The distinct channel specs of the plan's streams, the protocol code of each, and each
+    stream's spec (vectorized over streams: one spec per distinct (protocol, missing
+    columns) row)."""
+    code = protocol.astype(np.int64)
+    if channels is None:
+        return specs, list(range(len(specs))), code
+    rows = np.concatenate([code[:, None], channels.astype(np.int64)], axis=1)
+    distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
+    variants = list(specs)
+    variant_code = list(range(len(specs)))
+    index: dict[tuple[int, ...], int] = {}
+    of_distinct = np.empty(distinct.shape[0], dtype=np.int64)
+    for d, row in enumerate(distinct.tolist()):
+        lacks = frozenset(c for c, h in zip(columns, row[1:], strict=True) if not h)
+        if not lacks:
+            of_distinct[d] = row[0]
+            continue
+        key = tuple(row)
+        if key not in index:
+            variant = specs[row[0]].without(lacks)
+            if variant.digest == specs[row[0]].digest:  # lacks only columns it does not use
+                index[key] = row[0]
+            else:
+                index[key] = len(variants)
+                variants.append(variant)
+                variant_code.append(row[0])
+        of_distinct[d] = index[key]
+    return tuple(variants), variant_code, of_distinct[inverse.reshape(-1)]
 
 
 def _key_json(keys: tuple[tuple[object, ...], ...]) -> tuple[str, ...]:

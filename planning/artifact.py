@@ -63,6 +63,7 @@ _STREAM_ARRAYS: dict[str, type[np.generic]] = {
 }
 _STRING_ARRAYS = ("stream_group_key", "stream_alignment_key", "piece_path", "piece_format",
                   "piece_fingerprint")
+_CHANNELS = "stream_has_channel"  # only when some stream lacks a column: uint8 [S*C]
 _WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 
 
@@ -132,6 +133,8 @@ class PlanArtifact:
     streams: Streams
     pieces: PieceLayout
     schedule: Schedule | None
+    # bool [S, len(spec.columns())]: stream s has column c; None: every stream has every one
+    channels: np.ndarray | None = None
 
     @property
     def strategy(self) -> Strategy:
@@ -183,6 +186,8 @@ class PlanArtifact:
         stored = self.schedule.arrays() if self.schedule is not None else {}
         for name, dtype in SCHEDULE_ARRAYS.items():
             columns[name] = _list_of(stored.get(name, np.zeros(0, dtype=dtype)))
+        if self.channels is not None:
+            columns[_CHANNELS] = _list_of(self.channels.astype(np.uint8).reshape(-1))
         header = {
             "format": ARTIFACT_VERSION, "plan_id": self.plan_id, "split_id": self.split_id,
             "version_id": self.version_id, "root_uri": self.root_uri,
@@ -237,6 +242,10 @@ class PlanArtifact:
             piece_start=(np.cumsum(piece_rows) - piece_rows - stream_base[piece_stream]
                          ).astype(_I64),
         )
+        channels = None
+        if _CHANNELS in col:
+            flat = col[_CHANNELS].to_numpy(zero_copy_only=False).astype(np.bool_)
+            channels = flat.reshape(n_rows.shape[0], len(spec.columns()))
         stored = header.get("schedule")
         schedule = None if stored is None else Schedule(
             epoch=int(stored["epoch"]), dropped=DropCounts(**stored["dropped"]),
@@ -249,21 +258,22 @@ class PlanArtifact:
             pieces=PieceLayout(format=tuple(text["piece_format"]),
                                fingerprint=tuple(text["piece_fingerprint"]),
                                chunk_ptr=num["piece_chunk_ptr"], chunk_rows=num["chunk_rows"]),
-            schedule=schedule,
+            schedule=schedule, channels=channels,
         )
 
 
 def make_artifact(
     *, plan_id: str, split_id: str, version_id: str, root_uri: str, spec: PlanSpec,
-    streams: Streams, pieces: PieceLayout,
+    streams: Streams, pieces: PieceLayout, channels: np.ndarray | None = None,
 ) -> PlanArtifact:
     """Plan once: the artifact of ``streams`` under ``spec``, with the schedule computed and
-    kept when the strategy's epochs are all alike."""
+    kept when the strategy's epochs are all alike. ``channels``: which streams have which
+    of ``spec.columns()`` (:func:`planning.channels.stream_channels`)."""
     spec = spec.plan_spec()
     schedule = None if strategy_for(spec).epoch_dependent else epoch_schedule(streams, spec, 0)
     return PlanArtifact(plan_id=plan_id, split_id=split_id, version_id=version_id,
                         root_uri=root_uri, spec=spec, streams=streams, pieces=pieces,
-                        schedule=schedule)
+                        schedule=schedule, channels=channels)
 
 
 def _list_of(values: np.ndarray | pa.Array) -> pa.LargeListArray:

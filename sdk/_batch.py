@@ -82,8 +82,10 @@ class Batch:
 
     ``inputs`` float32 ``(B, T, C_in)``; ``targets`` float32 ``(B, T, C_out)`` (the rows
     one ahead); ``mask`` bool ``(B, T)``, True where the target row is a real source
-    row; ``all_valid``: every mask entry True and every target finite; ``state``: the
-    :class:`BatchState`.
+    row; ``has_channel`` bool ``(B, C)`` over :attr:`channels` (the inputs, then the
+    targets that are not inputs): False where the lane's stream lacks that column, so
+    its values are absent, not merely null (SEMANTICS 5); ``all_valid``: every mask
+    entry True and every target finite; ``state``: the :class:`BatchState`.
 
     A batch from the wire computes ``state`` and ``all_valid`` when first read
     (decoding provenance costs about as much as receiving the batch, and a training
@@ -91,11 +93,12 @@ class Batch:
     immutable.
     """
 
-    __slots__ = ("_all_valid", "_state", "_state_factory", "batch_idx", "inputs", "mask",
-                 "targets")
+    __slots__ = ("_all_valid", "_state", "_state_factory", "batch_idx", "channels",
+                 "has_channel", "inputs", "mask", "targets")
 
     def __init__(
         self, *, inputs: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
+        has_channel: torch.Tensor | None = None, channels: tuple[str, ...] = (),
         all_valid: bool | None = None, state: BatchState | None = None,
         state_factory: Callable[[], BatchState] | None = None, batch_idx: int | None = None,
     ) -> None:
@@ -105,6 +108,12 @@ class Batch:
         self.inputs = inputs
         self.targets = targets
         self.mask = mask
+        if has_channel is None:  # a batch made by hand: every channel present
+            n_channels = len(channels) or inputs.shape[2] + targets.shape[2]
+            has_channel = torch.ones((inputs.shape[0], n_channels), dtype=torch.bool,
+                                     device=inputs.device)
+        self.has_channel = has_channel
+        self.channels = channels
         self._all_valid = all_valid
         self._state = state
         self._state_factory = state_factory
@@ -127,10 +136,12 @@ class Batch:
         return self._state
 
     def with_tensors(self, *, inputs: torch.Tensor, targets: torch.Tensor,
-              mask: torch.Tensor) -> Batch:
+              mask: torch.Tensor, has_channel: torch.Tensor | None = None) -> Batch:
         """The same batch over other tensors (same values, another place)."""
         return Batch(
-            inputs=inputs, targets=targets, mask=mask, all_valid=self._all_valid,
+            inputs=inputs, targets=targets, mask=mask,
+            has_channel=self.has_channel if has_channel is None else has_channel,
+            channels=self.channels, all_valid=self._all_valid,
             state=self._state, state_factory=self._state_factory, batch_idx=self.batch_idx,
         )
 
@@ -159,6 +170,17 @@ class Batch:
         """Where the tensors live."""
         return self.inputs.device
 
+    def input_has_channel(self) -> torch.Tensor:
+        """bool ``(B, C_in)``: ``has_channel`` of each input channel (the first ``C_in``)."""
+        return self.has_channel[:, : self.inputs.shape[2]]
+
+    def target_has_channel(self, target_columns: tuple[str, ...] | None = None) -> torch.Tensor:
+        """bool ``(B, C_out)``: ``has_channel`` of each target channel (a per-channel loss
+        mask is ``mask[:, :, None] & target_has_channel()[:, None, :]``)."""
+        columns = self.state.target_columns if target_columns is None else target_columns
+        where = {c: i for i, c in enumerate(self.channels)}
+        return self.has_channel[:, [where[c] for c in columns]]
+
     def is_protocol(self, protocol: str | DatasetProtocolId) -> bool:
         """True when any lane belongs to ``protocol``."""
         name = protocol.value if isinstance(protocol, DatasetProtocolId) else str(protocol)
@@ -168,7 +190,7 @@ class Batch:
         """A copy in page-locked memory (needs CUDA; the state stays as is)."""
         return self.with_tensors(
             inputs=self.inputs.pin_memory(), targets=self.targets.pin_memory(),
-            mask=self.mask.pin_memory(),
+            mask=self.mask.pin_memory(), has_channel=self.has_channel.pin_memory(),
         )
 
     def to(self, device: str | torch.device, *, non_blocking: bool = False) -> Batch:
@@ -177,6 +199,7 @@ class Batch:
             inputs=self.inputs.to(device, non_blocking=non_blocking),
             targets=self.targets.to(device, non_blocking=non_blocking),
             mask=self.mask.to(device, non_blocking=non_blocking),
+            has_channel=self.has_channel.to(device, non_blocking=non_blocking),
         )
 
     def __repr__(self) -> str:
@@ -297,23 +320,30 @@ def batch_from_arrow(batch: pa.RecordBatch, meta: BatchMetadata | bytes | Any) -
     inputs = _tensor(_list_values(batch.column("inputs")), (lanes, t, info.c_in), "inputs")
     targets = _tensor(_list_values(batch.column("targets")), (lanes, t, info.c_out), "targets")
     mask = _tensor(_list_values(batch.column("mask")), (lanes, t), "mask").view(torch.bool)
+    has = _tensor(_list_values(batch.column("has_channel")), (lanes, len(info.channels)),
+                  "has_channel").view(torch.bool)
     return Batch(
-        inputs=inputs, targets=targets, mask=mask, batch_idx=info.batch_idx,
+        inputs=inputs, targets=targets, mask=mask, has_channel=has, channels=info.channels,
+        batch_idx=info.batch_idx,
         state_factory=functools.partial(batch_state, batch, info),
     )
 
 
 def batch_from_arrays(inputs: np.ndarray, targets: np.ndarray, mask: np.ndarray,
-                      provenance: Callable[[], pa.RecordBatch], meta: BatchMetadata) -> Batch:
+                      provenance: Callable[[], pa.RecordBatch], meta: BatchMetadata, *,
+                      has_channel: np.ndarray) -> Batch:
     """A :class:`Batch` over arrays built in this process: ``inputs``/``targets`` float32
-    ``(B, T, C)``, ``mask`` uint8 ``(B, T)``; ``provenance`` returns the wire's
-    provenance columns, called when ``Batch.state`` is first read.
+    ``(B, T, C)``, ``mask`` uint8 ``(B, T)``, ``has_channel`` uint8 ``(B, C)``;
+    ``provenance`` returns the wire's provenance columns, called when ``Batch.state`` is
+    first read.
 
     No copy: the tensors share the arrays' memory (and keep them alive).
     """
     return Batch(
         inputs=torch.from_numpy(inputs), targets=torch.from_numpy(targets),
-        mask=torch.from_numpy(mask).view(torch.bool), batch_idx=meta.batch_idx,
+        mask=torch.from_numpy(mask).view(torch.bool),
+        has_channel=torch.from_numpy(has_channel).view(torch.bool), channels=meta.channels,
+        batch_idx=meta.batch_idx,
         state_factory=functools.partial(_state_of, provenance, meta),
     )
 

@@ -24,7 +24,7 @@ from contract.wire import BatchMetadata, FlightCommand
 from materialize.builder import BuiltBatch
 from planning.artifact import ARTIFACT_MEDIA_TYPE
 from sdk._batch import Batch, batch_from_arrays, batch_from_arrow
-from sdk._exceptions import InvalidRequest, as_sdk_error
+from sdk._exceptions import Conflict, InvalidRequest, as_sdk_error
 from sdk._handles import DatasetVersion, Plan, Split
 from sdk._loader import DeviceLoader
 from sdk._local import LocalReader, LocalReaders
@@ -44,7 +44,7 @@ def _to_batch(record: pa.RecordBatch | BuiltBatch, meta: BatchMetadata) -> Batch
     """A streamed record batch, or a batch built in this process, as a :class:`Batch`."""
     if isinstance(record, BuiltBatch):
         return batch_from_arrays(record.inputs, record.targets, record.mask,
-                                 record.provenance, meta)
+                                 record.provenance, meta, has_channel=record.has_channel)
     return batch_from_arrow(record, meta)
 
 
@@ -159,12 +159,12 @@ class Catalog:
         """Every dataset, by name."""
         return [DatasetInfo.from_json(item) for item in self._rest.pages("/v1/datasets")]
 
-    def versions(self, name: str) -> list[DatasetVersion]:
-        """The versions of dataset ``name``, oldest first."""
-        return [
-            DatasetVersion.from_json(self, item)
-            for item in self._rest.pages(f"/v1/datasets/{name}/versions")
-        ]
+    def versions(self, name: str, *, include_retired: bool = False) -> list[DatasetVersion]:
+        """The versions of dataset ``name``, oldest first (retired ones only when asked)."""
+        path = f"/v1/datasets/{name}/versions"
+        items = (self._rest.pages(path, include_retired="true") if include_retired
+                 else self._rest.pages(path))
+        return [DatasetVersion.from_json(self, item) for item in items]
 
     def version(self, version_id: str) -> DatasetVersion:
         """A version by id."""
@@ -216,9 +216,17 @@ class Catalog:
         except ContractError as exc:
             raise as_sdk_error(exc) from None
         if reader is not None:
+            self._check_live(plan_id)  # what a Flight server asks before a stream
             return reader.records(epoch=epoch, rank=rank, world_size=world_size,
                                   start_batch=start_batch)
         return self.flight().batches(command)
+
+    def _check_live(self, plan_id: str) -> None:
+        """:class:`Conflict` when the plan (or its split or version) is retired."""
+        retired = self._rest.get_json(f"/v1/plans/{plan_id}").get("retired_at")
+        if retired:
+            msg = f"plan {plan_id!r} is retired (since {retired})"
+            raise Conflict(msg, details={"plan": plan_id, "retired_at": retired})
 
     def _batches(
         self, plan_id: str, *, epoch: int, rank: int, world_size: int, start_batch: int,

@@ -65,8 +65,21 @@ class DatasetVersion:
         )
         return Split.from_json(self._catalog, body, created=status == 201)
 
+    def retire(self) -> DatasetVersion:
+        """Retire this version (soft; ``DELETE /v1/versions/{id}``): listings hide it, new
+        splits and plans on it raise :class:`Conflict`, running streams finish."""
+        body = self._catalog._rest.request("DELETE", f"/v1/versions/{self.id}").json()
+        return DatasetVersion.from_json(self._catalog, body)
+
+    @property
+    def retired_at(self) -> str | None:
+        """When this version was retired (ISO 8601), or None."""
+        value = self.raw.get("retired_at")
+        return None if value is None else str(value)
+
     def _rows(self) -> list[tuple[str, Any]]:
-        keys = ("n_manifest_rows", "n_segments", "n_rows", "metadata_columns", "created_at")
+        keys = ("n_manifest_rows", "n_segments", "n_rows", "metadata_columns", "created_at",
+                "retired_at")
         return [("dataset", self.dataset), ("root", self.root)] + [
             (k, self.raw[k]) for k in keys if k in self.raw
         ]
@@ -119,6 +132,18 @@ class Split:
             config.planning_dict())
         return Plan.from_json(self._catalog, body, created=status == 201, config=loader)
 
+    def retire(self) -> Split:
+        """Retire this split (soft; ``DELETE /v1/splits/{id}``): new plans of it raise
+        :class:`Conflict`, and so do its plans' new streams."""
+        body = self._catalog._rest.request("DELETE", f"/v1/splits/{self.id}").json()
+        return Split.from_json(self._catalog, body)
+
+    @property
+    def retired_at(self) -> str | None:
+        """When this split (or its version) was retired (ISO 8601), or None."""
+        value = self.raw.get("retired_at")
+        return None if value is None else str(value)
+
     def _rows(self) -> list[tuple[str, Any]]:
         rows: list[tuple[str, Any]] = [
             ("version", self.version_id), ("strategy", self.config.strategy),
@@ -169,6 +194,18 @@ class Plan:
     def n_batches(self) -> int:
         """Batches in epoch 0 over all ranks, as the catalog counted them."""
         return int(self.raw["n_batches"])
+
+    def retire(self) -> Plan:
+        """Retire this plan (soft; ``DELETE /v1/plans/{id}``): streams already running
+        finish, new ones (Flight tickets or same-host passes) raise :class:`Conflict`."""
+        body = self._catalog._rest.request("DELETE", f"/v1/plans/{self.id}").json()
+        return Plan.from_json(self._catalog, body, config=self.config)
+
+    @property
+    def retired_at(self) -> str | None:
+        """When this plan (or its split or version) was retired (ISO 8601), or None."""
+        value = self.raw.get("retired_at")
+        return None if value is None else str(value)
 
     def report(self, world_size: int = 1) -> PlanReport:
         """Batches, tokens and bytes per epoch and per rank, and everything dropped."""

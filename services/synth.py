@@ -1,12 +1,17 @@
 """A deterministic synthetic battery dataset (demos, tests, benchmarks).
 
 Cells (spread over ``sets``) age over ``cycles`` cycles. Every cycle has a
-``cycling`` stream (CC-CV charge, rest, dynamic discharge, rest); every 5th
-cycle (from 0) an ``hppc`` stream (discharge/charge pulses at SOC 90..10 %);
-every 2nd cycle an ``eis`` spectrum (40-60 points of R0 + (R1||C1) + Warburg +
-lead inductance; resistances grow and capacity fades with the cycle index).
+``cycling`` stream (CC-CV charge, rest, dynamic discharge, rest); every
+``hppc_every``-th cycle (default 5, from 0) an ``hppc`` stream (discharge/charge
+pulses at SOC 90..10 %); every ``eis_every``-th cycle (default 2) an ``eis``
+spectrum (40-60 points of R0 + (R1||C1) + Warburg + lead inductance; resistances
+grow and capacity fades with the cycle index).
 Current is positive on charge. Float columns are float32 (``time_s`` float64),
 written without dictionary encoding; some values are null (NaN in zarr).
+
+With ``missing_channel`` and ``missing_cells``, the last ``missing_cells`` cells
+have no such sensor: their cycling and hppc segments lack that column (a real
+collection's cell without a thermocouple).
 
 Streams are split over 2-3 segments with probability ``split_fraction`` and each
 segment is a zarr v3 group with probability ``zarr_fraction``, else parquet. The
@@ -248,14 +253,27 @@ def write_synthetic_dataset(
     null_fraction: float = 0.002,
     row_group_rows: int = 65536,
     sets: int = 2,
+    hppc_every: int = 5,
+    eis_every: int = 2,
+    missing_channel: str | None = None,
+    missing_cells: int = 0,
 ) -> SynthResult:
     """Write the dataset under ``out_dir`` (created) and return its summary.
 
     ``rows_per_cycle`` is the length of a cycling stream (hppc streams get half);
-    ``row_group_rows`` is the parquet row group size and zarr chunk length.
+    ``row_group_rows`` is the parquet row group size and zarr chunk length;
+    ``hppc_every`` / ``eis_every``: those protocols are measured on every k-th cycle;
+    the last ``missing_cells`` cells lack the column ``missing_channel``.
     """
     if cells < 1 or cycles < 1 or sets < 1 or rows_per_cycle < 40 or row_group_rows < 1:
         raise ValueError("need cells, cycles, sets, row_group_rows >= 1 and rows_per_cycle >= 40")
+    if hppc_every < 1 or eis_every < 1:
+        raise ValueError("hppc_every and eis_every must be >= 1")
+    if missing_cells and missing_channel not in PROTOCOL_COLUMNS["cycling"][1:]:
+        raise ValueError(f"missing_channel must be one of {PROTOCOL_COLUMNS['cycling'][1:]}, "
+                         f"got {missing_channel!r}")
+    if not 0 <= missing_cells <= cells:
+        raise ValueError(f"missing_cells must be in 0..{cells}, got {missing_cells}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     manifest: dict[str, list[Any]] = {k: [] for k in (
@@ -269,16 +287,17 @@ def write_synthetic_dataset(
             ident = (cell.set_id, cell.cell_id, cidx)
             streams.append(("cycling", _cycling(
                 cell, cidx, rows_per_cycle, rng_for(seed, "cycling", *ident))))
-            if cidx % 5 == 0:
+            if cidx % hppc_every == 0:
                 streams.append(("hppc", _hppc(
                     cell, cidx, max(60, rows_per_cycle // 2), rng_for(seed, "hppc", *ident))))
-            if cidx % 2 == 0:
+            if cidx % eis_every == 0:
                 streams.append(("eis", _eis(cell, cidx, rng_for(seed, "eis", *ident))))
             for protocol, raw in streams:
                 rng = rng_for(seed, "layout", *ident, protocol)
+                lacks = missing_channel if index >= cells - missing_cells else None
                 cols = {
                     c: raw[c].astype(np.float64 if c in _FLOAT64 else np.float32, copy=False)
-                    for c in PROTOCOL_COLUMNS[protocol]
+                    for c in PROTOCOL_COLUMNS[protocol] if c != lacks
                 }
                 n = len(cols[PROTOCOL_COLUMNS[protocol][0]])
                 nulls = {c: rng.random(n) < null_fraction for c in cols if c in _NULLABLE}
@@ -322,6 +341,9 @@ def write_synthetic_dataset(
             "cells": cells, "cycles": cycles, "rows_per_cycle": rows_per_cycle, "sets": sets,
             "zarr_fraction": zarr_fraction, "split_fraction": split_fraction,
             "null_fraction": null_fraction, "row_group_rows": row_group_rows,
+            "hppc_every": hppc_every, "eis_every": eis_every,
+            "missing_channel": missing_channel if missing_cells else None,
+            "missing_cells": missing_cells,
         },
         "sign_convention": "current positive on charge",
         "units": UNITS,

@@ -109,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--rows-per-cycle", type=int, default=600)
     synth.add_argument("--seed", type=int, default=0)
     synth.add_argument("--zarr-fraction", type=float, default=0.25)
+    synth.add_argument("--hppc-every", type=int, default=5,
+                       help="an hppc test on every k-th cycle")
+    synth.add_argument("--eis-every", type=int, default=2,
+                       help="an eis spectrum on every k-th cycle")
+    synth.add_argument("--missing-channel", default=None,
+                       help="a column the last --missing-cells cells have no sensor for")
+    synth.add_argument("--missing-cells", type=int, default=0)
 
     demo = sub.add_parser("demo", help="synthesize, serve, register, split, plan and stream")
     demo.add_argument("--data-dir", type=Path, help="where to put state (default: a temp dir)")
@@ -235,6 +242,8 @@ def _synth(args: argparse.Namespace) -> int:
     result = write_synthetic_dataset(
         args.directory, cells=args.cells, cycles=args.cycles,
         rows_per_cycle=args.rows_per_cycle, seed=args.seed, zarr_fraction=args.zarr_fraction,
+        hppc_every=args.hppc_every, eis_every=args.eis_every,
+        missing_channel=args.missing_channel, missing_cells=args.missing_cells,
     )
     print(f"wrote {result.n_rows} rows in {result.n_segments} segments to {result.path}")
     print(f"manifest: {result.manifest_path}")

@@ -116,6 +116,7 @@ class VersionOut(_Out):
     schema_: dict[str, Any] = Field(alias="schema", serialization_alias="schema")
     metadata_columns: list[dict[str, Any]]
     created_at: datetime
+    retired_at: datetime | None = None
 
     model_config = ConfigDict(frozen=True, populate_by_name=True)
 
@@ -127,6 +128,7 @@ class VersionOut(_Out):
             description=row.description, n_manifest_rows=row.n_manifest_rows,
             n_segments=row.n_segments, n_rows=row.n_rows, schema=row.schema,
             metadata_columns=row.metadata_columns, created_at=row.created_at,
+            retired_at=row.retired_at,
         )
 
 
@@ -159,13 +161,14 @@ class SplitOut(_Out):
     config: dict[str, Any]
     counts: dict[str, dict[str, int]]
     created_at: datetime
+    retired_at: datetime | None = None  # the split's or its version's retirement
 
     @classmethod
-    def from_row(cls, row: Split) -> SplitOut:
-        """From the ORM row."""
+    def from_row(cls, row: Split, *, retired_at: datetime | None = None) -> SplitOut:
+        """From the ORM row (``retired_at``: its effective retirement, when known)."""
         return cls(
             id=row.id, version_id=row.version_id, config=row.config, counts=row.counts,
-            created_at=row.created_at,
+            created_at=row.created_at, retired_at=retired_at or row.retired_at,
         )
 
 
@@ -181,14 +184,16 @@ class PlanOut(_Out):
     n_units: int
     n_batches: int
     created_at: datetime
+    retired_at: datetime | None = None  # the plan's, its split's or its version's retirement
 
     @classmethod
-    def from_row(cls, row: Plan) -> PlanOut:
-        """From the ORM row (its split loaded)."""
+    def from_row(cls, row: Plan, *, retired_at: datetime | None = None) -> PlanOut:
+        """From the ORM row (its split loaded; ``retired_at``: its effective retirement)."""
         return cls(
             id=row.id, split_id=row.split_id, version_id=row.split.version_id,
             config=row.config, n_streams=row.n_streams, n_units=row.n_units,
             n_batches=row.n_batches, created_at=row.created_at,
+            retired_at=retired_at or row.retired_at,
         )
 
 

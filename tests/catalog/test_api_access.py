@@ -59,6 +59,10 @@ CALLS = [
     Call("GET", "/v1/tokens", "admin", False),
     Call("DELETE", "/v1/tokens/{token_name}", "admin", False),
     Call("GET", "/v1/audit", "admin", False),
+    # last: retiring refuses new splits and plans of what it retires
+    Call("DELETE", "/v1/plans/{plan_id}", "admin", True),
+    Call("DELETE", "/v1/splits/{split_id}", "admin", True),
+    Call("DELETE", "/v1/versions/{version_id}", "admin", True),
 ]
 RANK = {"any": -1, "reader": 0, "writer": 1, "admin": 2}
 

@@ -32,7 +32,12 @@ from services.settings import Settings
 from storage.segments import inspect_segment
 from storage.store import Storage
 from tests.fixtures.data import write_parquet_segment, write_zarr_segment
-from tests.reference.schedule_ref import ref_streams, reference_rank, reference_values
+from tests.reference.schedule_ref import (
+    ref_streams,
+    reference_has_channel,
+    reference_rank,
+    reference_values,
+)
 
 COLUMNS: dict[str, tuple[str, ...]] = {
     "cycling": ("current_a", "voltage_v", "temperature_c"),
@@ -50,6 +55,8 @@ class StreamSpec:
     cidx: int
     pieces: tuple[int, ...]
     set_id: str = "s1"
+    lacks: tuple[str, ...] = ()  # columns this stream's segments do not have
+    float32: bool = False  # write its columns as float32 (other streams: float64)
 
 
 @dataclass
@@ -67,11 +74,14 @@ class Dataset:
         by the planning core and read back from its stored bytes, as a catalog would."""
         records = {path: PieceRecord(info.format, info.fingerprint, info.chunk_rows)
                    for path, info in self.segments.items()}
+        columns = config.plan_spec().columns()
+        has = np.asarray([[c in d for c in columns] for d in self.data], dtype=bool)
         made = make_artifact(
             plan_id=plan_id, split_id="s-test", version_id="v-test",
             root_uri=root_uri or Path(self.root).resolve().as_uri(), spec=config,
             streams=self.streams,
             pieces=PieceLayout.from_records(self.streams.piece_path, records),
+            channels=None if has.all() else has,
         )
         return PlanArtifact.from_ipc(made.to_ipc())
 
@@ -109,7 +119,9 @@ def write_dataset(
         mine: list[tuple[str, int, int]] = []
         parts: list[dict[str, np.ndarray]] = []
         for j, rows in enumerate(spec.pieces):
-            values = _values(rng, spec.protocol, rows)
+            values = {c: v.astype(np.float32) if spec.float32 else v
+                      for c, v in _values(rng, spec.protocol, rows).items()
+                      if c not in spec.lacks}
             parts.append(values)
             use = fmt if fmt != "mixed" else ("zarr" if k % 2 else "parquet")
             k += 1
@@ -127,7 +139,8 @@ def write_dataset(
             mine.append((rel, manifest_row_id(spec.set_id, spec.cell, cidx, spec.protocol),
                          rows))
         pieces.append(mine)
-        data.append({c: np.concatenate([p[c] for p in parts]) for c in COLUMNS[spec.protocol]})
+        data.append({c: np.concatenate([p[c] for p in parts]) for c in COLUMNS[spec.protocol]
+                     if c not in spec.lacks})
     protos = tuple(protocols) if protocols else tuple(sorted({s.protocol for s in specs}))
     streams = Streams.from_pieces(
         protocols=protos,
@@ -198,6 +211,7 @@ class Received:
     inputs: np.ndarray
     targets: np.ndarray
     mask: np.ndarray
+    has_channel: np.ndarray | None = None
 
 
 def flight_actions(location: str, kind: str, body: bytes = b"") -> list[dict[str, Any]]:
@@ -231,7 +245,7 @@ def iter_consume(location: str, cmd: FlightCommand) -> Iterator[Received]:
                 meta = BatchMetadata.decode(chunk.app_metadata)
                 arrays = batch_arrays(chunk.data, meta)
                 yield Received(chunk.data, meta, arrays.inputs.copy(), arrays.targets.copy(),
-                               arrays.mask.copy())
+                               arrays.mask.copy(), arrays.has_channel.copy())
             if target is not client:
                 target.close()
     finally:
@@ -247,8 +261,9 @@ def expected_pass(ds: Dataset, config: LoaderConfig, *, epoch: int, rank: int,
 
 
 def assert_pass_equal(got: list[Received], want: list[tuple[Any, tuple[np.ndarray, ...]]],
-                      ds: Dataset) -> None:
-    """Values, masks, window offsets, stateful fields and provenance match the reference."""
+                      ds: Dataset, config: LoaderConfig | None = None) -> None:
+    """Values, masks, window offsets, stateful fields and provenance match the reference
+    (and ``has_channel``, when the plan's ``config`` is given)."""
     assert len(got) == len(want), (len(got), len(want))
     for i, (r, (ref, (inputs, targets, mask))) in enumerate(zip(got, want, strict=True)):
         assert r.meta.batch_idx == i
@@ -267,6 +282,11 @@ def assert_pass_equal(got: list[Received], want: list[tuple[Any, tuple[np.ndarra
         keys = [json.loads(k) for k in r.batch.column("group_key").to_pylist()]
         assert keys == [list(ds.streams.group_keys[s]) for s in ref.lane_streams]
         assert_provenance_equal(r.batch, ref, ds, batch_idx=i)
+        if config is None:
+            continue
+        channels, has = reference_has_channel(ref, ref_streams(ds.streams), ds.data, config)
+        assert r.meta.channels == channels
+        np.testing.assert_array_equal(r.has_channel, has, err_msg=f"has_channel of batch {i}")
 
 
 _PROVENANCE = ("manifest_row_id", "manifest_path", "alignment_key", "seg_path",

@@ -91,7 +91,7 @@ def test_every_batch_equals_reference(dataset: Dataset, server: Any, name: str, 
         got = consume(server.location, FlightCommand(name, epoch=epoch, rank=rank,
                                                      world_size=world_size))
         want = expected_pass(dataset, config, epoch=epoch, rank=rank, world_size=world_size)
-        assert_pass_equal(got, want, dataset)
+        assert_pass_equal(got, want, dataset, config)
         total += len(got)
     if world_size == 1:
         assert total > 0

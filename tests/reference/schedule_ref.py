@@ -35,6 +35,7 @@ __all__ = [
     "RefBatch",
     "RefStream",
     "ref_streams",
+    "reference_has_channel",
     "reference_rank",
     "reference_schedule",
     "reference_values",
@@ -273,7 +274,9 @@ def reference_values(
     config: LoaderConfig,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(inputs, targets, mask)`` of a batch; ``data[s][column]`` is stream ``s``'s column
-    (float64, NaN for null), one value per row."""
+    (float64, NaN for null), one value per row. A column absent from ``data[s]`` is one
+    the stream lacks: -2.0 / NaN, and a lane whose stream lacks a target column its
+    protocol names has a False mask (SEMANTICS 5, missing channels)."""
     in_cols = config.input_columns(batch.protocol)
     out_cols = config.target_columns(batch.protocol)
     n_lanes, t_len = len(batch.lanes), batch.seq_len
@@ -286,21 +289,39 @@ def reference_values(
         s, o = lane
         n = streams[s].n_rows
         protocol = streams[s].protocol
+        has_targets = all(col in data[s] for col in config.targets[protocol])
         for t in range(t_len):
             row = o + t
             if row < n:
                 for c, col in enumerate(in_cols):
-                    if col in config.inputs[protocol]:
+                    if col in config.inputs[protocol] and col in data[s]:
                         y = _scale(float(data[s][col][row]), config.scaling_for(col))
                         inputs[b, t, c] = y if math.isfinite(y) else -2.0
             if row + 1 < n:
-                mask[b, t] = True
+                mask[b, t] = has_targets
                 for c, col in enumerate(out_cols):
-                    if col in config.targets[protocol]:
+                    if col in config.targets[protocol] and col in data[s]:
                         targets[b, t, c] = _scale(
                             float(data[s][col][row + 1]), config.scaling_for(col)
                         )
     return inputs, targets, mask
+
+
+def reference_has_channel(
+    batch: RefBatch, streams: list[RefStream], data: list[dict[str, Any]], config: LoaderConfig,
+) -> tuple[tuple[str, ...], np.ndarray]:
+    """The batch's channels (inputs, then targets that are not inputs) and ``has_channel``
+    ``(B, C)``: lane b's stream (padding lanes too) has the column and its protocol names it."""
+    in_cols = config.input_columns(batch.protocol)
+    out_cols = config.target_columns(batch.protocol)
+    channels = tuple(dict.fromkeys((*in_cols, *out_cols)))
+    has = np.zeros((len(batch.lane_streams), len(channels)), dtype=bool)
+    for b, s in enumerate(batch.lane_streams):
+        protocol = streams[s].protocol
+        named = {*config.inputs[protocol], *config.targets[protocol]}
+        for c, col in enumerate(channels):
+            has[b, c] = col in named and col in data[s]
+    return channels, has
 
 
 def schedule_batches(

@@ -45,6 +45,7 @@ def make_record(
         _lists(inputs.astype(np.float32), b, t * c_in, pa.float32()),
         _lists(targets.astype(np.float32), b, t * c_out, pa.float32()),
         _lists(mask.astype(np.uint8), b, t, pa.uint8()),
+        _lists(np.ones((b, c_in + c_out), np.uint8), b, c_in + c_out, pa.uint8()),
         pa.array(protocols),
         pa.array(np.arange(b, dtype=np.int64) + 100),
         pa.array([f"seg/{i}.parquet" for i in range(b)]),

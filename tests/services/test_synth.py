@@ -112,3 +112,21 @@ def test_large_rows_per_cycle_is_fast_and_uses_big_row_groups(tmp_path: Path):
     assert result.n_rows >= 400_000
     first = pl.read_parquet(result.manifest_path).get_column("segment_path")[0]
     assert pq.ParquetFile(result.path / first).metadata.num_row_groups == 2
+
+
+def test_sparse_protocols_and_a_cell_without_a_sensor(tmp_path: Path):
+    result = write_synthetic_dataset(tmp_path, cells=2, cycles=4, rows_per_cycle=60,
+                                     hppc_every=3, eis_every=4,
+                                     missing_channel="temperature_c", missing_cells=1)
+    manifest = pl.read_parquet(result.manifest_path)
+    cycles = {p: sorted(set(manifest.filter(pl.col("protocol") == p)["cidx"].to_list()))
+              for p in ("cycling", "hppc", "eis")}
+    assert cycles == {"cycling": [0, 1, 2, 3], "hppc": [0, 3], "eis": [0]}
+    storage = Storage.from_uri(tmp_path.resolve().as_uri())
+    for cell, protocol, path in manifest.select("cell_id", "protocol", "segment_path").rows():
+        names = {c.name for c in inspect_segment(storage, path).columns}
+        if protocol != "eis":
+            assert ("temperature_c" in names) == (cell == "cell_000"), (cell, path)
+            assert "voltage_v" in names
+    info = json.loads((tmp_path / "dataset.json").read_text())
+    assert info["parameters"]["missing_cells"] == 1

@@ -74,11 +74,12 @@ def register_version(
     response_model=PageOut[VersionOut]
 )
 def list_versions(
-    ctx: Context, name: DatasetName, page_size: PageSize = DEFAULT_PAGE_SIZE,
-    page_token: PageToken = None,
+    *, ctx: Context, name: DatasetName, page_size: PageSize = DEFAULT_PAGE_SIZE,
+    page_token: PageToken = None, include_retired: bool = False,
 ) -> PageOut[VersionOut]:
-    """Versions of a dataset, oldest first."""
-    page = service.list_versions(ctx, name, page_size=page_size, page_token=page_token)
+    """Versions of a dataset, oldest first (retired ones only with ``include_retired``)."""
+    page = service.list_versions(ctx, name, page_size=page_size, page_token=page_token,
+                                 include_retired=include_retired)
     return PageOut(
         items=[VersionOut.from_row(v) for v in page.items], next_page_token=page.next_page_token
     )

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response, status
 
-from catalog import plans
+from catalog import plans, retire
 from catalog.api.auth import plan_dataset, require, split_dataset
 from catalog.api.deps import Context, PageSize, PageToken
 from catalog.api.schemas import DEFAULT_PAGE_SIZE, PageOut, PlanOut, ScheduleBatchOut
@@ -50,8 +50,18 @@ def create_plan(ctx: Context, split_id: str, body: PlanSpec, response: Response)
 
 @v1.get("/plans/{plan_id}", operation_id="get_plan", dependencies=_READ, response_model=PlanOut)
 def get_plan(ctx: Context, plan_id: str) -> PlanOut:
-    """One plan."""
-    return PlanOut.from_row(plans.get_plan(ctx, plan_id))
+    """One plan (``retired_at``: when it, its split or its version was retired)."""
+    row = plans.get_plan(ctx, plan_id)
+    return PlanOut.from_row(row, retired_at=retire.plan_retired_at(ctx.sessions, plan_id))
+
+
+@v1.delete("/plans/{plan_id}", operation_id="retire_plan", response_model=PlanOut,
+           dependencies=[Depends(require(Role.ADMIN, dataset=plan_dataset))])
+def retire_plan(ctx: Context, plan_id: str) -> PlanOut:
+    """Retire a plan (soft): Flight servers refuse its tickets from now on; streams
+    already running finish."""
+    row = retire.retire_plan(ctx.sessions, plan_id)
+    return PlanOut.from_row(row, retired_at=retire.plan_retired_at(ctx.sessions, plan_id))
 
 
 @v1.get(

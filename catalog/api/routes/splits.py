@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response, status
 
-from catalog import service
+from catalog import retire, service
 from catalog.api.auth import require, split_dataset, version_dataset
 from catalog.api.deps import Context, PageSize, PageToken
 from catalog.api.routes._index import ARROW_STREAM, IndexFormat, index_response
@@ -39,7 +39,16 @@ def create_split(
 @v1.get("/splits/{split_id}", operation_id="get_split", dependencies=_READ, response_model=SplitOut)
 def get_split(ctx: Context, split_id: str) -> SplitOut:
     """One split with its counts."""
-    return SplitOut.from_row(service.get_split(ctx, split_id))
+    row = service.get_split(ctx, split_id)
+    return SplitOut.from_row(row, retired_at=retire.split_retired_at(ctx.sessions, split_id))
+
+
+@v1.delete("/splits/{split_id}", operation_id="retire_split", response_model=SplitOut,
+           dependencies=[Depends(require(Role.ADMIN, dataset=split_dataset))])
+def retire_split(ctx: Context, split_id: str) -> SplitOut:
+    """Retire a split (soft): new plans of it are refused, its plans' new tickets too."""
+    row = retire.retire_split(ctx.sessions, split_id)
+    return SplitOut.from_row(row, retired_at=retire.split_retired_at(ctx.sessions, split_id))
 
 
 @v1.get(

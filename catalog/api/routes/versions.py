@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 
-from catalog import service
+from catalog import retire, service
 from catalog.api.auth import require, version_dataset
 from catalog.api.deps import Context, PageSize, PageToken
 from catalog.api.routes._index import ARROW_STREAM, IndexFormat, index_response
@@ -31,6 +31,14 @@ _INDEX_RESPONSES: dict[int | str, dict[str, Any]] = {
 def get_version(ctx: Context, version_id: str) -> VersionOut:
     """One version."""
     return VersionOut.from_row(service.get_version(ctx, version_id))
+
+
+@v1.delete("/versions/{version_id}", operation_id="retire_version", response_model=VersionOut,
+           dependencies=[Depends(require(Role.ADMIN, dataset=version_dataset))])
+def retire_version(ctx: Context, version_id: str) -> VersionOut:
+    """Retire a version (soft): listings hide it, new splits and plans on it are refused,
+    its plans' new Flight tickets too; streams already running finish."""
+    return VersionOut.from_row(retire.retire_version(ctx.sessions, version_id))
 
 
 @v1.get(
