@@ -24,8 +24,9 @@ from contract.wire import BatchMetadata, FlightCommand
 from materialize.builder import BuiltBatch
 from planning.artifact import ARTIFACT_MEDIA_TYPE
 from sdk._batch import Batch, batch_from_arrays, batch_from_arrow
-from sdk._exceptions import InvalidRequest, as_sdk_error
+from sdk._exceptions import InvalidRequest, WindpipeError, as_sdk_error
 from sdk._handles import DatasetVersion, Plan, Split
+from sdk._html import html_table
 from sdk._loader import DeviceLoader
 from sdk._local import LocalReader, LocalReaders
 from sdk._models import DatasetInfo
@@ -91,6 +92,17 @@ class Catalog:
 
     def __repr__(self) -> str:
         return f"Catalog({self.url!r})"
+
+    def _repr_html_(self) -> str:
+        rows: list[tuple[str, Any]] = [
+            ("url", self.url), ("token", "set" if self._token else "none"),
+            ("flight", self._flight_locations or "from /v1/config"),
+        ]
+        try:
+            rows.append(("datasets", [d.name for d in self.datasets()]))
+        except WindpipeError as exc:  # a repr never raises: say why instead
+            rows.append(("datasets", f"unavailable: {exc}"))
+        return html_table(f"Catalog {self.url}", rows)
 
     def __enter__(self) -> Catalog:
         return self

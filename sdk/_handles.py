@@ -14,13 +14,17 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import DataLoader
 
 from contract.configs import LoaderConfig, PlanSpec, ValidationConfig
+from planning.artifact import PlanArtifact
 from sdk._exceptions import InvalidConfig
 from sdk._html import html_table, human_count, text_table
 from sdk._models import MlDatasetIndex, PlanReport
+from sdk._plots import plot_plan, plot_split
 from sdk._torch import WindpipeIterableDataset, dataloader_options
 from sdk._warm import warm_plan
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from sdk._batch import Batch
     from sdk._catalog import Catalog
     from sdk._loader import DeviceLoader
@@ -118,6 +122,11 @@ class Split:
         loader = config if isinstance(config, LoaderConfig) else LoaderConfig.model_validate(
             config.planning_dict())
         return Plan.from_json(self._catalog, body, created=status == 201, config=loader)
+
+    def plot(self) -> Figure:
+        """Groups per split over the grouping columns (needs ``windpipe[plot]``)."""
+        return plot_split(self.index().frame, group_by=self.config.group_by,
+                          title=f"split {self.id} ({self.config.strategy})")
 
     def _rows(self) -> list[tuple[str, Any]]:
         rows: list[tuple[str, Any]] = [
@@ -306,6 +315,12 @@ class Plan:
             data_access=data_access, progress=progress, transport=transport,
         )
         return DataLoader(dataset, **kwargs)
+
+    def plot(self, *, epoch: int = 0, max_streams: int = 60) -> Figure:
+        """Windows over streams (padding in red) and batches per protocol of ``epoch``,
+        from the stored plan (needs ``windpipe[plot]``)."""
+        artifact = PlanArtifact.from_ipc(self._catalog._artifact_bytes(self.id))
+        return plot_plan(artifact, epoch=epoch, max_streams=max_streams)
 
     def _rows(self) -> list[tuple[str, Any]]:
         c = self.config

@@ -279,7 +279,8 @@ class DeviceLoader:
             while True:
                 t0 = time.perf_counter()
                 item = q.get()
-                stats.consumer_wait_s += time.perf_counter() - t0
+                waited = time.perf_counter() - t0
+                stats.consumer_wait_s += waited
                 if item.error is not None:
                     raise item.error
                 if item.done or item.batch is None:
@@ -288,6 +289,7 @@ class DeviceLoader:
                 stats.batches += 1
                 stats.tokens += batch.tokens
                 stats.bytes += batch.nbytes
+                stats.timeline.append((time.perf_counter() - start, waited, batch.tokens))
                 bar.update(1)
                 t1 = time.perf_counter()
                 yield batch
