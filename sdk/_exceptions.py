@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from contract.errors import ErrorType
+from contract.errors import ErrorType, use_error_classes
 from contract.errors import WindpipeError as _ContractError
 from contract.wire import error_from_flight as wire_error_from_flight
 
@@ -147,6 +147,14 @@ _BY_TYPE: dict[ErrorType, type[WindpipeError]] = {
     )
 }
 assert set(_BY_TYPE) == set(ErrorType), "every ErrorType needs an SDK exception"
+
+
+def _new_sdk_error(error_type: ErrorType, message: str, details: dict[str, Any]) -> WindpipeError:
+    return _BY_TYPE[error_type](message, details=details)
+
+
+# errors raised on the client side by contract code (a config's constructor) are ours
+use_error_classes(_new_sdk_error)
 
 
 def error_class(error_type: ErrorType | str) -> type[WindpipeError]:
