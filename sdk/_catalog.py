@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ from contract.wire import BatchMetadata, FlightCommand
 from materialize.builder import BuiltBatch
 from planning.artifact import ARTIFACT_MEDIA_TYPE
 from sdk._batch import Batch, batch_from_arrays, batch_from_arrow
-from sdk._exceptions import InvalidRequest, WindpipeError, as_sdk_error
+from sdk._exceptions import InvalidRequest, RegistrationWarning, WindpipeError, as_sdk_error
 from sdk._handles import DatasetVersion, Plan, Split
 from sdk._html import html_table
 from sdk._loader import DeviceLoader
@@ -144,7 +145,9 @@ class Catalog:
         (one dict per segment: ``set_id``, ``cell_id``, ``cidx``, ``protocol``,
         ``segment_path``, optional ``row_count`` and metadata). Every segment is
         validated before anything is stored; problems raise :class:`InvalidManifest`
-        with ``details["problems"]``.
+        with ``details["problems"]``. A protocol name new to the catalog or close to a
+        known one (``cyling``) registers, with a :class:`RegistrationWarning` and the
+        details in the version's ``warnings``.
         """
         if (manifest is None) == (rows is None):
             msg = "register() takes exactly one of manifest= (a path under root) or rows="
@@ -161,7 +164,10 @@ class Catalog:
             lambda: self._rest.post_json(f"/v1/datasets/{name}/versions", body),
             desc=f"registering {name}", progress=progress,
         )
-        return DatasetVersion.from_json(self, answer, created=status == 201)
+        version = DatasetVersion.from_json(self, answer, created=status == 201)
+        for doubt in version.warnings:
+            warnings.warn(f"{name}: {doubt['message']}", RegistrationWarning, stacklevel=2)
+        return version
 
     def datasets(self) -> list[DatasetInfo]:
         """Every dataset, by name."""

@@ -37,6 +37,7 @@ __all__ = [
     "InvalidRequest",
     "InvalidTicket",
     "NotFound",
+    "RegistrationWarning",
     "ResourceExhausted",
     "SegmentError",
     "Unauthenticated",
@@ -137,6 +138,11 @@ class InternalError(WindpipeError):
     """A bug on the server side; the message says what failed."""
 
     error_type = ErrorType.INTERNAL
+
+
+class RegistrationWarning(UserWarning):
+    """Registration succeeded, but the catalog has doubts (a protocol name new to it, or
+    close to a known one: ``cyling``); ``DatasetVersion.warnings`` has the details."""
 
 
 _BY_TYPE: dict[ErrorType, type[WindpipeError]] = {

@@ -54,6 +54,13 @@ class DatasetVersion:
             created=created, raw=body, _catalog=catalog,
         )
 
+    @property
+    def warnings(self) -> list[dict[str, Any]]:
+        """What registration doubted (``{type, protocol, message, ...}``; only on the
+        answer of ``Catalog.register``): a protocol new to the catalog or close to a
+        known one (``cyling``)."""
+        return list(self.raw.get("warnings") or ())
+
     def index(self) -> MlDatasetIndex:
         """The ML index (SEMANTICS section 1) as a polars frame."""
         return MlDatasetIndex(self._catalog._arrow_frame(f"/v1/versions/{self.id}/index"))
@@ -73,7 +80,7 @@ class DatasetVersion:
         keys = ("n_manifest_rows", "n_segments", "n_rows", "metadata_columns", "created_at")
         return [("dataset", self.dataset), ("root", self.root)] + [
             (k, self.raw[k]) for k in keys if k in self.raw
-        ]
+        ] + [("warning", w["message"]) for w in self.warnings]
 
     def __repr__(self) -> str:
         return text_table(f"DatasetVersion {self.id}", self._rows())
