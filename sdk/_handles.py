@@ -19,7 +19,12 @@ from sdk._exceptions import InvalidConfig
 from sdk._html import html_table, human_count, text_table
 from sdk._models import MlDatasetIndex, PlanReport
 from sdk._plots import plot_plan, plot_split
-from sdk._torch import WindpipeIterableDataset, dataloader_options
+from sdk._torch import (
+    WindpipeDataLoader,
+    WindpipeIterableDataset,
+    check_spawn,
+    dataloader_options,
+)
 from sdk._warm import warm_plan
 
 if TYPE_CHECKING:
@@ -314,14 +319,17 @@ class Plan:
         with CUDA) and ``prefetch_factor`` come from the plan's :class:`LoaderConfig`
         unless given in ``options``; other ``options`` go to ``DataLoader`` as is
         (see ``sdk._torch.dataloader_options``). The loader's ``dataset`` is the
-        :class:`WindpipeIterableDataset` (``set_epoch``, ``state_dict``).
+        :class:`WindpipeIterableDataset` (``set_epoch``, ``state_dict``); the loader
+        keeps its resume cursor also with workers. A transform spawn workers cannot
+        import (a lambda, a notebook function) raises :class:`InvalidConfig` here.
         """
         kwargs = dataloader_options(self.config, **options)
+        check_spawn(transform, kwargs)
         dataset = self.torch_dataset(
             epoch, rank=rank, world_size=world_size, transform=transform,
             data_access=data_access, progress=progress, transport=transport,
         )
-        return DataLoader(dataset, **kwargs)
+        return WindpipeDataLoader(dataset, **kwargs)
 
     def plot(self, *, epoch: int = 0, max_streams: int = 60) -> Figure:
         """Windows over streams (padding in red) and batches per protocol of ``epoch``,
