@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -30,6 +30,7 @@ from sdk._handles import DatasetVersion, Plan, Split
 from sdk._html import html_table
 from sdk._loader import DeviceLoader
 from sdk._local import LocalReader, LocalReaders
+from sdk._locations import LocationMap
 from sdk._models import DatasetInfo
 from sdk._rest import RestClient
 from sdk._stream import FlightStream
@@ -67,7 +68,10 @@ class Catalog:
 
     ``url``: the catalog's REST base URL. ``token``: bearer token, sent to the catalog
     and to the Flight servers. ``flight_locations``: ``grpc://host:port`` of the Flight
-    servers, when the catalog's ``/v1/config`` should not be asked.
+    servers, when the catalog's ``/v1/config`` should not be asked. ``location_map``:
+    rewrites the Flight locations the deployment advertises into ones this machine
+    reaches (``{"flight-a:8815": "localhost:8815"}``; default: the
+    ``WINDPIPE_FLIGHT_LOCATION_MAP`` variable; see ``sdk._locations``).
     """
 
     def __init__(
@@ -79,6 +83,7 @@ class Catalog:
         retries: int = 3,
         flight_locations: Sequence[str] | None = None,
         transport: httpx.BaseTransport | None = None,
+        location_map: Mapping[str, str] | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self._token = token
@@ -87,6 +92,7 @@ class Catalog:
             self.url, token=token, timeout=timeout, retries=retries, transport=transport
         )
         self._flight_locations = list(flight_locations) if flight_locations else None
+        self._location_map = LocationMap(location_map)
         self._stream: FlightStream | None = None
         self._lock = threading.Lock()
         self._local = LocalReaders(self.flight, self._artifact_bytes)
@@ -99,6 +105,8 @@ class Catalog:
             ("url", self.url), ("token", "set" if self._token else "none"),
             ("flight", self._flight_locations or "from /v1/config"),
         ]
+        if self._location_map:
+            rows.append(("location_map", self._location_map.mapping))
         try:
             rows.append(("datasets", [d.name for d in self.datasets()]))
         except WindpipeError as exc:  # a repr never raises: say why instead
@@ -213,7 +221,8 @@ class Catalog:
         with self._lock:
             if self._stream is None:
                 locations = self._flight_locations or _flight_locations(self.config())
-                self._stream = FlightStream(locations, token=self._token, timeout=self._timeout)
+                self._stream = FlightStream(locations, token=self._token, timeout=self._timeout,
+                                            location_map=self._location_map)
             return self._stream
 
     def _records(
@@ -248,6 +257,7 @@ class Catalog:
         return _PlanSource(
             plan_id, url=self.url, token=self._token, timeout=self._timeout,
             flight_locations=self._flight_locations, catalog=self, transport=transport,
+            location_map=self._location_map.mapping,
         )
 
     def _loader(self, plan: Plan, **options: Any) -> DeviceLoader:
@@ -279,10 +289,11 @@ class _PlanSource:
     def __init__(
         self, plan_id: str, *, url: str, token: str | None, timeout: float,
         flight_locations: list[str] | None, catalog: Catalog | None, transport: str = "flight",
+        location_map: Mapping[str, str] | None = None,
     ) -> None:
         self.plan_id = plan_id
         self.transport = transport
-        self._args = (url, token, timeout, flight_locations)
+        self._args = (url, token, timeout, flight_locations, dict(location_map or {}))
         self._catalog = catalog
         self._pid = os.getpid()
 
@@ -297,9 +308,10 @@ class _PlanSource:
         if self._catalog is None or self._pid != os.getpid():
             # never reuse gRPC channels across a fork (DataLoader workers)
             self._pid = os.getpid()
-            url, token, timeout, locations = self._args
+            url, token, timeout, locations, mapping = self._args
             self._catalog = Catalog(
-                url, token=token, timeout=timeout, flight_locations=locations
+                url, token=token, timeout=timeout, flight_locations=locations,
+                location_map=mapping,
             )
         reader = self._catalog._local.reader(self.plan_id, transport=self.transport,
                                              progress=False)
