@@ -1,4 +1,4 @@
-"""``Batch``, ``BatchState`` and ``BatchSegmentRef`` (TYPES.md), rebuilt from the wire.
+"""``Batch``, ``BatchState`` and ``BatchSegmentRef`` (docs/types.md), rebuilt from the wire.
 
 A batch arriving over Flight is one Arrow record batch (one row per lane, see
 ``contract/wire.py``). :func:`batch_from_arrow` turns it into torch tensors WITHOUT

@@ -27,7 +27,7 @@ from planning.artifact import ARTIFACT_MEDIA_TYPE
 from sdk._batch import Batch, batch_from_arrays, batch_from_arrow
 from sdk._exceptions import InvalidRequest, RegistrationWarning, WindpipeError, as_sdk_error
 from sdk._handles import DatasetVersion, Plan, Split
-from sdk._html import html_table
+from sdk._html import html_table, progress_bar
 from sdk._loader import DeviceLoader
 from sdk._local import LocalReader, LocalReaders
 from sdk._locations import LocationMap
@@ -328,7 +328,7 @@ def _with_spinner(
     call: Callable[[], tuple[Any, int]], *, desc: str, progress: bool | None
 ) -> tuple[Any, int]:
     """Run ``call`` while a tqdm spinner shows the elapsed time (long registrations)."""
-    from tqdm.auto import tqdm  # noqa: PLC0415
+    tqdm = progress_bar()  # imported only when a bar is drawn
 
     result: list[tuple[Any, int]] = []
     error: list[BaseException] = []

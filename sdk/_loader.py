@@ -32,6 +32,7 @@ import torch
 
 from sdk._batch import Batch
 from sdk._exceptions import InvalidConfig, ResourceExhausted
+from sdk._html import progress_bar
 from sdk._stats import LoaderStats
 
 __all__ = ["DeviceLoader", "PinnedPool", "resolve_device"]
@@ -208,7 +209,7 @@ class DeviceLoader:
         return self._run()
 
     def _run(self) -> Iterator[Batch]:
-        from tqdm.auto import tqdm  # noqa: PLC0415 - tqdm only when iterating
+        tqdm = progress_bar()  # imported only when a bar is drawn
 
         cuda = self.device.type == "cuda"
         pinned = cuda and self.pin_memory
