@@ -208,6 +208,11 @@ class DeviceLoader:
     def __iter__(self) -> Iterator[Batch]:
         return self._run()
 
+    def __repr__(self) -> str:
+        done = "not run yet" if self.stats is None else f"last pass: {self.stats.batches} batches"
+        return (f"DeviceLoader({self._desc}, device={self.device}, "
+                f"prefetch_factor={self.prefetch_factor}, pin_memory={self.pin_memory}, {done})")
+
     def _run(self) -> Iterator[Batch]:
         tqdm = progress_bar()  # imported only when a bar is drawn
 

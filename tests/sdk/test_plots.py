@@ -132,6 +132,8 @@ def test_loader_stats_plot_has_the_pass_over_time(env: Any) -> None:
     assert sum(1 for _ in loader) == len(batches)
     stats = loader.stats
     assert stats is not None
+    assert "last pass: " in repr(loader)
+    assert "device=cpu" in repr(loader)
     assert len(stats.timeline) == len(batches)
     times = [t for t, _w, _n in stats.timeline]
     assert times == sorted(times)
