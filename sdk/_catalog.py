@@ -70,7 +70,7 @@ class Catalog:
     and to the Flight servers. ``flight_locations``: ``grpc://host:port`` of the Flight
     servers, when the catalog's ``/v1/config`` should not be asked. ``location_map``:
     rewrites the Flight locations the deployment advertises into ones this machine
-    reaches (``{"flight-a:8815": "localhost:8815"}``; default: the
+    reaches (``{"flight-1:8815": "localhost:8815"}``; default: the
     ``WINDPIPE_FLIGHT_LOCATION_MAP`` variable; see ``sdk._locations``).
     """
 

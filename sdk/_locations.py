@@ -1,10 +1,10 @@
 """Client-side remapping of Flight locations (a notebook on the host of a compose
-deployment: the servers advertise ``grpc://flight-a:8815``, a container name the host
+deployment: the servers advertise ``grpc://flight-1:8815``, a container name the host
 cannot resolve, while the port is published on ``localhost``).
 
-``Catalog(url, location_map={"flight-a:8815": "localhost:8815"})`` or
-``WINDPIPE_FLIGHT_LOCATION_MAP="flight-a:8815=localhost:8815,flight-b=127.0.0.1"``.
-A key matches a whole location (``grpc://flight-a:8815``), its ``host:port`` or its
+``Catalog(url, location_map={"flight-1:8815": "localhost:8815"})`` or
+``WINDPIPE_FLIGHT_LOCATION_MAP="flight-1:8815=localhost:8815,flight-2=127.0.0.1"``.
+A key matches a whole location (``grpc://flight-1:8815``), its ``host:port`` or its
 host alone; the value replaces the same part (a whole location, ``host:port``, or the
 host keeping the port). Every location the catalog or a ``FlightInfo`` names goes
 through the map, so failover and every endpoint are remapped alike.
@@ -24,7 +24,7 @@ LOCATION_MAP_ENV = "WINDPIPE_FLIGHT_LOCATION_MAP"
 UNREACHABLE_HINT = (
     "if these names are only valid inside the deployment's network (compose service "
     "names), map them to addresses this machine reaches: Catalog(url, location_map="
-    "{'flight-a:8815': 'localhost:8815'}) or WINDPIPE_FLIGHT_LOCATION_MAP"
+    "{'flight-1:8815': 'localhost:8815'}) or WINDPIPE_FLIGHT_LOCATION_MAP"
 )
 
 

@@ -68,3 +68,22 @@ def test_unreachable_names_are_named_and_a_map_reaches_them(
         assert len(batches) == plan.n_batches
         assert mapped.flight().locations == [f"grpc://127.0.0.1:{port}"]
         mapped.close()
+
+
+def test_the_documented_compose_map_reaches_every_published_flight_server():
+    import yaml  # noqa: PLC0415
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    line = next(ln for ln in readme.splitlines()
+                if ln.startswith("export WINDPIPE_FLIGHT_LOCATION_MAP="))
+    mapping = LocationMap(dict(
+        pair.split("=", 1) for pair in line.split("=", 1)[1].strip('"').split(",")))
+    compose = yaml.safe_load((root / "docker-compose.yml").read_text())
+    flights = {name: svc for name, svc in compose["services"].items()
+               if "flight" in (svc.get("command") or [])}
+    assert len(flights) >= 2
+    for name, svc in flights.items():
+        advertised = svc["environment"]["WINDPIPE_FLIGHT_PUBLIC_LOCATION"]
+        published = svc["ports"][0].split(":")[0]
+        assert mapping(advertised) == f"grpc://localhost:{published}", name
