@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from bench.report import HEADLINE_RATIOS, write_markdown, write_plot
+from bench.report import HEADLINE_RATIOS, write_markdown, write_plot_if_possible
 
 __all__ = ["CONTENDERS", "HEADLINE_RATIOS", "main", "ratios", "run_contender"]
 
@@ -80,15 +80,25 @@ def ratios(contenders: dict[str, Any]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small data, short runs (< 2 min)")
-    parser.add_argument("--rows", type=int, help="cycling rows (default 20M, 2M with --quick)")
-    parser.add_argument("--out", type=Path, default=Path("bench/out"))
-    parser.add_argument("--json", type=Path, dest="json_path")
-    parser.add_argument("--only", nargs="*", help="run only these contenders")
-    parser.add_argument("--skip-concurrency", action="store_true")
-    parser.add_argument("--skip-planning", action="store_true")
-    parser.add_argument("--max-seconds", type=float, help="per contender (default 20, 6 quick)")
-    parser.add_argument("--max-batches", type=int, help="per contender (default 3000, 300 quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help="small data, short runs, under about two minutes (default off)")
+    parser.add_argument("--rows", type=int,
+                        help="cycling rows (default 20M, 2M with --quick)")
+    parser.add_argument("--out", type=Path, default=Path("bench/out"),
+                        help="where data, workload and results go (default %(default)s)")
+    parser.add_argument("--json", type=Path, dest="json_path",
+                        help="the result record; .md and .png beside it "
+                             "(default OUT/bench.json)")
+    parser.add_argument("--only", nargs="*",
+                        help=f"run only these contenders (default all: {', '.join(CONTENDERS)})")
+    parser.add_argument("--skip-concurrency", action="store_true",
+                        help="skip the concurrent-consumer runs (default: run them)")
+    parser.add_argument("--skip-planning", action="store_true",
+                        help="skip the planning timings (default: run them)")
+    parser.add_argument("--max-seconds", type=float,
+                        help="per contender (default 20, 6 with --quick)")
+    parser.add_argument("--max-batches", type=int,
+                        help="per contender (default 3000, 300 with --quick)")
     args = parser.parse_args(argv)
 
     from bench.data import ensure_dataset  # noqa: PLC0415
@@ -146,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(record, indent=2))
     write_markdown(record, json_path.with_suffix(".md"))
-    write_plot(record, json_path.with_suffix(".png"))
-    print(f"wrote {json_path} (+ .md, .png) in {time.perf_counter() - t0:.0f} s")
+    plotted = write_plot_if_possible(record, json_path.with_suffix(".png"))
+    wrote = ".md, .png" if plotted else ".md"
+    print(f"wrote {json_path} (+ {wrote}) in {time.perf_counter() - t0:.0f} s")
     return 0
 
 

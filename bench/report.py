@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HEADLINE_RATIOS", "write_markdown", "write_plot"]
+__all__ = ["HEADLINE_RATIOS", "write_markdown", "write_plot", "write_plot_if_possible"]
 
 # (numerator, denominator, target) of the ratios the record reports first
 HEADLINE_RATIOS: tuple[tuple[str, str, float | None], ...] = (
@@ -100,3 +100,18 @@ def write_plot(record: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def write_plot_if_possible(record: dict[str, Any], path: Path) -> bool:
+    """:func:`write_plot`, or a message and False when matplotlib is not installed
+    (it is an optional extra: ``pip install 'windpipe[plot]'``)."""
+    try:
+        write_plot(record, path)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "matplotlib":
+            raise
+        print(f"no plot: matplotlib is not installed (pip install 'windpipe[plot]'); "
+              f"the numbers are in {path.with_suffix('.json').name} and "
+              f"{path.with_suffix('.md').name}")
+        return False
+    return True

@@ -155,6 +155,13 @@ class Repository:
         rows = list(self.session.scalars(stmt.limit(page_size + 1)))
         return _page(rows, page_size, lambda v: [v.seq])
 
+    def protocols_elsewhere(self, version_id: str) -> tuple[set[str], int]:
+        """The protocols of every version but ``version_id``, and how many those are."""
+        others = sa.select(sa.func.count()).select_from(Version).where(Version.id != version_id)
+        protocols = sa.select(ManifestRow.protocol).where(
+            ManifestRow.version_id != version_id).distinct()
+        return set(self.session.scalars(protocols)), int(self.session.scalar(others) or 0)
+
     def insert_manifest_rows(self, version_id: str, frame: pl.DataFrame) -> None:
         """Bulk insert; ``frame`` has the identity columns, ``manifest_row_id``,
         ``position``, ``row_count`` and ``metadata`` (JSON text)."""

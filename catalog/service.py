@@ -30,6 +30,7 @@ from catalog.limits import (
 )
 from catalog.manifest import load_manifest, manifest_from_rows
 from catalog.models import Dataset, Split, Version
+from catalog.protocol_warnings import protocol_warnings
 from catalog.registration import PreparedVersion, prepare_version
 from catalog.repository import Page, Repository
 from catalog.retire import check_version_live
@@ -97,6 +98,7 @@ class Created(Generic[T]):
 
     value: T
     created: bool
+    warnings: tuple[dict[str, Any], ...] = ()
 
 
 def content_id(prefix: str, *parts: Any) -> str:
@@ -202,7 +204,8 @@ def _store_version(
                     f"dataset {existing.dataset.name!r}",
                     details={"version_id": existing.id, "dataset": existing.dataset.name},
                 )
-            return Created(existing, created=False)
+            return Created(existing, created=False,
+                           warnings=_registration_warnings(repo, prepared))
         dataset = repo.get_dataset(name) or repo.add_dataset(name)
         manifest_rows = prepared.manifest_rows
         metadata = list(prepared.metadata_columns)
@@ -225,7 +228,16 @@ def _store_version(
         repo.insert_segments(version.id, prepared.segments)
         session.flush()
         session.refresh(version)
-        return Created(version, created=True)
+        return Created(version, created=True, warnings=_registration_warnings(repo, prepared))
+
+
+def _registration_warnings(
+    repo: Repository, prepared: PreparedVersion,
+) -> tuple[dict[str, Any], ...]:
+    counts = prepared.manifest_rows.get_column("protocol").value_counts()
+    rows = {str(p): int(n) for p, n in counts.iter_rows()}
+    elsewhere, others = repo.protocols_elsewhere(prepared.version_id)
+    return tuple(protocol_warnings(rows, elsewhere=elsewhere, other_versions=others))
 
 
 def _plain_schema(schema: dict[str, Any]) -> dict[str, Any]:

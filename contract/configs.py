@@ -1,4 +1,4 @@
-"""The user-facing configuration types of ``TYPES.md``.
+"""The user-facing configuration types of ``docs/types.md``.
 
 One definition serves the SDK, the catalog and the Flight server, so a config that
 validates in a notebook validates identically on the server. Every type is an

@@ -10,11 +10,20 @@ name. Adding a type means adding a row here and an SDK class, nothing else.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["ERROR_TABLE", "ErrorInfo", "ErrorType", "WindpipeError", "error_envelope"]
+__all__ = [
+    "ERROR_TABLE",
+    "ErrorInfo",
+    "ErrorType",
+    "WindpipeError",
+    "error_envelope",
+    "new_error",
+    "use_error_classes",
+]
 
 
 class ErrorType(StrEnum):
@@ -107,3 +116,24 @@ def error_envelope(
 ) -> dict[str, Any]:
     """``{"error": {"type", "message", "details"}}``."""
     return {"error": {"type": str(type_), "message": message, "details": details or {}}}
+
+
+_factory: Callable[[ErrorType, str, dict[str, Any]], WindpipeError] | None = None
+
+
+def use_error_classes(factory: Callable[[ErrorType, str, dict[str, Any]], WindpipeError]) -> None:
+    """Make :func:`new_error` build another layer's subclasses (the SDK registers its
+    exception tree on import, so a config mistake made on the client side is an
+    ``sdk.InvalidConfig``, caught by ``except sdk.WindpipeError``)."""
+    global _factory  # noqa: PLW0603 - one registration per process, by the SDK
+    _factory = factory
+
+
+def new_error(
+    type_: ErrorType, message: str, details: dict[str, Any] | None = None
+) -> WindpipeError:
+    """A :class:`WindpipeError` of ``type_``, as the registered subclass when there is one
+    (for errors raised in code users call directly, such as config constructors)."""
+    if _factory is not None:
+        return _factory(type_, message, dict(details or {}))
+    return WindpipeError(type_, message, dict(details or {}))

@@ -7,11 +7,14 @@ so configs can be dict keys).
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+import difflib
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-__all__ = ["Frozen", "ReadOnlyDict", "freeze"]
+from contract.errors import ErrorType, WindpipeError, new_error
+
+__all__ = ["Frozen", "ReadOnlyDict", "config_error", "freeze"]
 
 
 class ReadOnlyDict(dict):  # type: ignore[type-arg]
@@ -52,4 +55,43 @@ def freeze(model: BaseModel, *names: str) -> None:
 
 
 class Frozen(BaseModel):
+    """A frozen config value; a mistake in its arguments raises ``invalid_config``.
+
+    Constructing one (``ScalingSpec(colum=...)``) raises :func:`config_error`'s
+    :class:`WindpipeError` (the SDK's ``InvalidConfig`` once the SDK is imported), not
+    pydantic's ``ValidationError``, so one ``except`` catches every windpipe failure.
+    Validation (request bodies, ``model_validate``, nested fields) keeps pydantic's
+    errors, which the servers turn into their own 4xx.
+    """
+
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    if not TYPE_CHECKING:  # keep the fields' keyword signature for type checkers
+
+        def __init__(self, /, **data: Any) -> None:
+            try:
+                super().__init__(**data)
+            except ValidationError as exc:
+                raise config_error(type(self), exc) from None
+
+        # pydantic runs a model's own __init__ inside validation unless it is marked as
+        # the base one: mark it, so the servers' request validation (nested configs
+        # included) still reports pydantic's errors; only a direct call converts
+        __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+
+def config_error(model: type[BaseModel], exc: ValidationError) -> WindpipeError:
+    """An ``invalid_config`` error naming each problem of ``exc`` by field (an unknown
+    field with the closest known name, e.g. ``colum``: did you mean ``column``?)."""
+    fields = list(model.model_fields)
+    problems = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or model.__name__
+        text = str(err["msg"])
+        if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
+            close = difflib.get_close_matches(str(err["loc"][-1]), fields, n=1)
+            text = "unknown field" + (f" (did you mean {close[0]!r}?)" if close else "")
+        problems.append({"field": where, "message": text, "type": err["type"]})
+    summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+    return new_error(ErrorType.INVALID_CONFIG, f"invalid {model.__name__}: {summary}",
+                     {"config": model.__name__, "problems": problems})

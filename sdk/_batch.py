@@ -1,4 +1,4 @@
-"""``Batch``, ``BatchState`` and ``BatchSegmentRef`` (TYPES.md), rebuilt from the wire.
+"""``Batch``, ``BatchState`` and ``BatchSegmentRef`` (docs/types.md), rebuilt from the wire.
 
 A batch arriving over Flight is one Arrow record batch (one row per lane, see
 ``contract/wire.py``). :func:`batch_from_arrow` turns it into torch tensors WITHOUT
@@ -17,7 +17,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +25,11 @@ import torch
 
 from contract.configs import DatasetProtocolId
 from contract.wire import BatchMetadata
+from sdk._html import html_table, human_bytes
+from sdk._plots import plot_batch
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["Batch", "BatchSegmentRef", "BatchState", "batch_from_arrays", "batch_from_arrow"]
 
@@ -84,8 +89,10 @@ class Batch:
     one ahead); ``mask`` bool ``(B, T)``, True where the target row is a real source
     row; ``has_channel`` bool ``(B, C)`` over :attr:`channels` (the inputs, then the
     targets that are not inputs): False where the lane's stream lacks that column, so
-    its values are absent, not merely null (SEMANTICS 5); ``all_valid``: every mask
-    entry True and every target finite; ``state``: the :class:`BatchState`.
+    its values are absent, not merely null (SEMANTICS 5); ``target_valid`` bool
+    ``(B, T)``: the mask AND every target channel finite (the mask of a loss: a real row
+    whose target is null is NaN, not padding); ``all_valid``: every ``target_valid``
+    entry True; ``state``: the :class:`BatchState`.
 
     A batch from the wire computes ``state`` and ``all_valid`` when first read
     (decoding provenance costs about as much as receiving the batch, and a training
@@ -125,6 +132,20 @@ class Batch:
         if self._all_valid is None:
             self._all_valid = _all_valid(self.mask, self.targets)
         return self._all_valid
+
+    @property
+    def target_valid(self) -> torch.Tensor:
+        """bool ``(B, T)``: the mask AND every target channel finite, on the batch's device.
+
+        The mask of a loss: ``mask`` alone stays True where the source row is real but
+        its target is null (NaN), and one NaN makes the whole masked loss NaN::
+
+            valid = batch.target_valid
+            loss = ((pred - batch.targets) ** 2)[valid].mean()
+        """
+        finite = torch.isfinite(self.targets)
+        finite = finite.all(dim=-1) if finite.dim() == 3 else finite
+        return self.mask & finite
 
     @property
     def state(self) -> BatchState:
@@ -201,6 +222,34 @@ class Batch:
             mask=self.mask.to(device, non_blocking=non_blocking),
             has_channel=self.has_channel.to(device, non_blocking=non_blocking),
         )
+
+    def plot(self, *, lane: int = 0) -> Figure:
+        """Lane ``lane``'s inputs and targets, padding and null targets shaded
+        (``sdk._plots``; needs ``windpipe[plot]``)."""
+        return plot_batch(self, lane=lane)
+
+    def _rows(self) -> list[tuple[str, Any]]:
+        state = self.state
+        valid = self.target_valid
+        padded = sum(1 for o in state.window_offsets if o < 0)
+        rows: list[tuple[str, Any]] = [
+            ("split", state.split),
+            ("inputs", f"{tuple(self.inputs.shape)} {', '.join(state.input_columns)}"),
+            ("targets", f"{tuple(self.targets.shape)} {', '.join(state.target_columns)}"),
+            ("protocols", sorted(set(state.protocols))),
+            ("padded lanes", padded),
+            ("mask True", f"{int(self.mask.sum())} of {self.mask.numel()}"),
+            ("target_valid True", f"{int(valid.sum())} of {valid.numel()}"),
+            ("device", str(self.device)),
+            ("bytes", human_bytes(self.nbytes)),
+        ]
+        if state.stateful_steps is not None:
+            rows.append(("stateful", f"group {state.stateful_group_idx}, step "
+                                     f"{state.stateful_step_idx} of {state.stateful_steps}"))
+        return rows
+
+    def _repr_html_(self) -> str:
+        return html_table(f"Batch {self.batch_idx}", self._rows())
 
     def __repr__(self) -> str:
         protos = ",".join(sorted(set(self.state.protocols)))

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -24,10 +25,18 @@ from contract.wire import BatchMetadata, FlightCommand
 from materialize.builder import BuiltBatch
 from planning.artifact import ARTIFACT_MEDIA_TYPE
 from sdk._batch import Batch, batch_from_arrays, batch_from_arrow
-from sdk._exceptions import Conflict, InvalidRequest, as_sdk_error
+from sdk._exceptions import (
+    Conflict,
+    InvalidRequest,
+    RegistrationWarning,
+    WindpipeError,
+    as_sdk_error,
+)
 from sdk._handles import DatasetVersion, Plan, Split
+from sdk._html import html_table, progress_bar
 from sdk._loader import DeviceLoader
 from sdk._local import LocalReader, LocalReaders
+from sdk._locations import LocationMap
 from sdk._models import DatasetInfo
 from sdk._rest import RestClient
 from sdk._stream import FlightStream
@@ -67,7 +76,10 @@ class Catalog:
     and to the Flight servers. ``flight_locations``: ``grpc://host:port`` of the Flight
     servers, when the catalog's ``/v1/config`` should not be asked. ``read_timeout``:
     seconds to wait for each Flight batch before failing over to another server
-    (``None``: wait forever).
+    (``None``: wait forever). ``location_map``: rewrites the Flight locations the
+    deployment advertises into ones this machine reaches
+    (``{"flight-1:8815": "localhost:8815"}``; default: the
+    ``WINDPIPE_FLIGHT_LOCATION_MAP`` variable; see ``sdk._locations``).
     """
 
     def __init__(
@@ -80,6 +92,7 @@ class Catalog:
         read_timeout: float | None = 60.0,
         flight_locations: Sequence[str] | None = None,
         transport: httpx.BaseTransport | None = None,
+        location_map: Mapping[str, str] | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self._token = token
@@ -89,12 +102,26 @@ class Catalog:
             self.url, token=token, timeout=timeout, retries=retries, transport=transport
         )
         self._flight_locations = list(flight_locations) if flight_locations else None
+        self._location_map = LocationMap(location_map)
         self._stream: FlightStream | None = None
         self._lock = threading.Lock()
         self._local = LocalReaders(self.flight, self._artifact_bytes)
 
     def __repr__(self) -> str:
         return f"Catalog({self.url!r})"
+
+    def _repr_html_(self) -> str:
+        rows: list[tuple[str, Any]] = [
+            ("url", self.url), ("token", "set" if self._token else "none"),
+            ("flight", self._flight_locations or "from /v1/config"),
+        ]
+        if self._location_map:
+            rows.append(("location_map", self._location_map.mapping))
+        try:
+            rows.append(("datasets", [d.name for d in self.datasets()]))
+        except WindpipeError as exc:  # a repr never raises: say why instead
+            rows.append(("datasets", f"unavailable: {exc}"))
+        return html_table(f"Catalog {self.url}", rows)
 
     def __enter__(self) -> Catalog:
         return self
@@ -136,7 +163,9 @@ class Catalog:
         (one dict per segment: ``set_id``, ``cell_id``, ``cidx``, ``protocol``,
         ``segment_path``, optional ``row_count`` and metadata). Every segment is
         validated before anything is stored; problems raise :class:`InvalidManifest`
-        with ``details["problems"]``.
+        with ``details["problems"]``. A protocol name new to the catalog or close to a
+        known one (``cyling``) registers, with a :class:`RegistrationWarning` and the
+        details in the version's ``warnings``.
         """
         if (manifest is None) == (rows is None):
             msg = "register() takes exactly one of manifest= (a path under root) or rows="
@@ -153,7 +182,10 @@ class Catalog:
             lambda: self._rest.post_json(f"/v1/datasets/{name}/versions", body),
             desc=f"registering {name}", progress=progress,
         )
-        return DatasetVersion.from_json(self, answer, created=status == 201)
+        version = DatasetVersion.from_json(self, answer, created=status == 201)
+        for doubt in version.warnings:
+            warnings.warn(f"{name}: {doubt['message']}", RegistrationWarning, stacklevel=2)
+        return version
 
     def datasets(self) -> list[DatasetInfo]:
         """Every dataset, by name."""
@@ -200,7 +232,8 @@ class Catalog:
             if self._stream is None:
                 locations = self._flight_locations or _flight_locations(self.config())
                 self._stream = FlightStream(locations, token=self._token, timeout=self._timeout,
-                                            read_timeout=self._read_timeout)
+                                            read_timeout=self._read_timeout,
+                                            location_map=self._location_map)
             return self._stream
 
     def _records(
@@ -244,6 +277,7 @@ class Catalog:
             plan_id, url=self.url, token=self._token, timeout=self._timeout,
             flight_locations=self._flight_locations, catalog=self, transport=transport,
             read_timeout=self._read_timeout,
+            location_map=self._location_map.mapping,
         )
 
     def _loader(self, plan: Plan, **options: Any) -> DeviceLoader:
@@ -276,10 +310,12 @@ class _PlanSource:
         self, plan_id: str, *, url: str, token: str | None, timeout: float,
         flight_locations: list[str] | None, catalog: Catalog | None, transport: str = "flight",
         read_timeout: float | None = 60.0,
+        location_map: Mapping[str, str] | None = None,
     ) -> None:
         self.plan_id = plan_id
         self.transport = transport
-        self._args = (url, token, timeout, flight_locations, read_timeout)
+        self._args = (url, token, timeout, flight_locations, read_timeout,
+                      dict(location_map or {}))
         self._catalog = catalog
         self._pid = os.getpid()
 
@@ -294,10 +330,10 @@ class _PlanSource:
         if self._catalog is None or self._pid != os.getpid():
             # never reuse gRPC channels across a fork (DataLoader workers)
             self._pid = os.getpid()
-            url, token, timeout, locations, read_timeout = self._args
+            url, token, timeout, locations, read_timeout, mapping = self._args
             self._catalog = Catalog(
                 url, token=token, timeout=timeout, flight_locations=locations,
-                read_timeout=read_timeout,
+                read_timeout=read_timeout, location_map=mapping,
             )
         reader = self._catalog._local.reader(self.plan_id, transport=self.transport,
                                              progress=False)
@@ -314,7 +350,7 @@ def _with_spinner(
     call: Callable[[], tuple[Any, int]], *, desc: str, progress: bool | None
 ) -> tuple[Any, int]:
     """Run ``call`` while a tqdm spinner shows the elapsed time (long registrations)."""
-    from tqdm.auto import tqdm  # noqa: PLC0415
+    tqdm = progress_bar()  # imported only when a bar is drawn
 
     result: list[tuple[Any, int]] = []
     error: list[BaseException] = []

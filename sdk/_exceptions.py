@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from contract.errors import ErrorType
+from contract.errors import ErrorType, use_error_classes
 from contract.errors import WindpipeError as _ContractError
 from contract.wire import error_from_flight as wire_error_from_flight
 
@@ -40,6 +40,7 @@ __all__ = [
     "InvalidRequest",
     "InvalidTicket",
     "NotFound",
+    "RegistrationWarning",
     "ResourceExhausted",
     "SegmentChanged",
     "SegmentError",
@@ -158,6 +159,11 @@ class InternalError(WindpipeError):
     error_type = ErrorType.INTERNAL
 
 
+class RegistrationWarning(UserWarning):
+    """Registration succeeded, but the catalog has doubts (a protocol name new to it, or
+    close to a known one: ``cyling``); ``DatasetVersion.warnings`` has the details."""
+
+
 _BY_TYPE: dict[ErrorType, type[WindpipeError]] = {
     cls.error_type: cls
     for cls in (
@@ -167,6 +173,14 @@ _BY_TYPE: dict[ErrorType, type[WindpipeError]] = {
     )
 }
 assert set(_BY_TYPE) == set(ErrorType), "every ErrorType needs an SDK exception"
+
+
+def _new_sdk_error(error_type: ErrorType, message: str, details: dict[str, Any]) -> WindpipeError:
+    return _BY_TYPE[error_type](message, details=details)
+
+
+# errors raised on the client side by contract code (a config's constructor) are ours
+use_error_classes(_new_sdk_error)
 
 
 def error_class(error_type: ErrorType | str) -> type[WindpipeError]:

@@ -14,13 +14,22 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import DataLoader
 
 from contract.configs import LoaderConfig, PlanSpec, ValidationConfig
+from planning.artifact import PlanArtifact
 from sdk._exceptions import InvalidConfig
 from sdk._html import html_table, human_count, text_table
 from sdk._models import MlDatasetIndex, PlanReport
-from sdk._torch import WindpipeIterableDataset, dataloader_options
+from sdk._plots import plot_plan, plot_split
+from sdk._torch import (
+    WindpipeDataLoader,
+    WindpipeIterableDataset,
+    check_spawn,
+    dataloader_options,
+)
 from sdk._warm import warm_plan
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from sdk._batch import Batch
     from sdk._catalog import Catalog
     from sdk._loader import DeviceLoader
@@ -49,6 +58,13 @@ class DatasetVersion:
             id=str(body["id"]), dataset=str(body["dataset"]), root=str(body["root_uri"]),
             created=created, raw=body, _catalog=catalog,
         )
+
+    @property
+    def warnings(self) -> list[dict[str, Any]]:
+        """What registration doubted (``{type, protocol, message, ...}``; only on the
+        answer of ``Catalog.register``): a protocol new to the catalog or close to a
+        known one (``cyling``)."""
+        return list(self.raw.get("warnings") or ())
 
     def index(self) -> MlDatasetIndex:
         """The ML index (SEMANTICS section 1) as a polars frame."""
@@ -82,7 +98,7 @@ class DatasetVersion:
                 "retired_at")
         return [("dataset", self.dataset), ("root", self.root)] + [
             (k, self.raw[k]) for k in keys if k in self.raw
-        ]
+        ] + [("warning", w["message"]) for w in self.warnings]
 
     def __repr__(self) -> str:
         return text_table(f"DatasetVersion {self.id}", self._rows())
@@ -143,6 +159,11 @@ class Split:
         """When this split (or its version) was retired (ISO 8601), or None."""
         value = self.raw.get("retired_at")
         return None if value is None else str(value)
+
+    def plot(self) -> Figure:
+        """Groups per split over the grouping columns (needs ``windpipe[plot]``)."""
+        return plot_split(self.index().frame, group_by=self.config.group_by,
+                          title=f"split {self.id} ({self.config.strategy})")
 
     def _rows(self) -> list[tuple[str, Any]]:
         rows: list[tuple[str, Any]] = [
@@ -335,14 +356,23 @@ class Plan:
         with CUDA) and ``prefetch_factor`` come from the plan's :class:`LoaderConfig`
         unless given in ``options``; other ``options`` go to ``DataLoader`` as is
         (see ``sdk._torch.dataloader_options``). The loader's ``dataset`` is the
-        :class:`WindpipeIterableDataset` (``set_epoch``, ``state_dict``).
+        :class:`WindpipeIterableDataset` (``set_epoch``, ``state_dict``); the loader
+        keeps its resume cursor also with workers. A transform spawn workers cannot
+        import (a lambda, a notebook function) raises :class:`InvalidConfig` here.
         """
         kwargs = dataloader_options(self.config, **options)
+        check_spawn(transform, kwargs)
         dataset = self.torch_dataset(
             epoch, rank=rank, world_size=world_size, transform=transform,
             data_access=data_access, progress=progress, transport=transport,
         )
-        return DataLoader(dataset, **kwargs)
+        return WindpipeDataLoader(dataset, **kwargs)
+
+    def plot(self, *, epoch: int = 0, max_streams: int = 60) -> Figure:
+        """Windows over streams (padding in red) and batches per protocol of ``epoch``,
+        from the stored plan (needs ``windpipe[plot]``)."""
+        artifact = PlanArtifact.from_ipc(self._catalog._artifact_bytes(self.id))
+        return plot_plan(artifact, epoch=epoch, max_streams=max_streams)
 
     def _rows(self) -> list[tuple[str, Any]]:
         c = self.config

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import html
+import importlib.util
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["html_table", "human_bytes", "human_count", "text_table"]
+__all__ = ["html_table", "human_bytes", "human_count", "progress_bar", "text_table"]
 
 
 def human_bytes(n: float | None) -> str:
@@ -58,3 +59,15 @@ def html_table(title: str, rows: Iterable[tuple[str, Any]]) -> str:
         for k, v in rows
     )
     return f"<div><b>{html.escape(title)}</b><table>{body}</table></div>"
+
+
+def progress_bar() -> Any:
+    """``tqdm.auto.tqdm`` (a widget in Jupyter), or the text bar when ipywidgets is not
+    installed: ``tqdm.auto`` would fall back too, with a warning in every notebook."""
+    if importlib.util.find_spec("ipywidgets") is None:
+        from tqdm.std import tqdm  # noqa: PLC0415
+
+        return tqdm
+    from tqdm.auto import tqdm as auto  # noqa: PLC0415
+
+    return auto

@@ -32,6 +32,7 @@ import torch
 
 from sdk._batch import Batch
 from sdk._exceptions import InvalidConfig, ResourceExhausted
+from sdk._html import progress_bar
 from sdk._stats import LoaderStats
 
 __all__ = ["DeviceLoader", "PinnedPool", "resolve_device"]
@@ -207,8 +208,13 @@ class DeviceLoader:
     def __iter__(self) -> Iterator[Batch]:
         return self._run()
 
+    def __repr__(self) -> str:
+        done = "not run yet" if self.stats is None else f"last pass: {self.stats.batches} batches"
+        return (f"DeviceLoader({self._desc}, device={self.device}, "
+                f"prefetch_factor={self.prefetch_factor}, pin_memory={self.pin_memory}, {done})")
+
     def _run(self) -> Iterator[Batch]:
-        from tqdm.auto import tqdm  # noqa: PLC0415 - tqdm only when iterating
+        tqdm = progress_bar()  # imported only when a bar is drawn
 
         cuda = self.device.type == "cuda"
         pinned = cuda and self.pin_memory
@@ -279,7 +285,8 @@ class DeviceLoader:
             while True:
                 t0 = time.perf_counter()
                 item = q.get()
-                stats.consumer_wait_s += time.perf_counter() - t0
+                waited = time.perf_counter() - t0
+                stats.consumer_wait_s += waited
                 if item.error is not None:
                     raise item.error
                 if item.done or item.batch is None:
@@ -288,6 +295,7 @@ class DeviceLoader:
                 stats.batches += 1
                 stats.tokens += batch.tokens
                 stats.bytes += batch.nbytes
+                stats.timeline.append((time.perf_counter() - start, waited, batch.tokens))
                 bar.update(1)
                 t1 = time.perf_counter()
                 yield batch

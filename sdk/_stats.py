@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sdk._html import html_table, human_bytes, human_count, text_table
+from sdk._plots import plot_loader_stats
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["LoaderStats"]
 
@@ -18,7 +23,8 @@ class LoaderStats:
     ``server_wait_s``: time the reader thread spent waiting for the next batch from
     the stream (network + server). ``consumer_wait_s``: time the consumer spent
     blocked waiting for a batch. ``consumer_s``: time the consumer spent between
-    receiving a batch and asking for the next (its own work).
+    receiving a batch and asking for the next (its own work). ``timeline``: per batch,
+    ``(seconds into the pass, consumer wait in seconds, tokens)`` (:meth:`plot`).
     """
 
     batches: int = 0
@@ -31,6 +37,7 @@ class LoaderStats:
     h2d_s: float = 0.0
     failovers: int = 0
     device: str = "cpu"
+    timeline: list[tuple[float, float, int]] = field(default_factory=list, repr=False)
 
     @property
     def batches_per_s(self) -> float:
@@ -84,6 +91,10 @@ class LoaderStats:
             ("failovers", self.failovers),
             ("verdict", self.verdict),
         ]
+
+    def plot(self) -> Figure:
+        """Throughput and the consumer's waits over the pass (needs ``windpipe[plot]``)."""
+        return plot_loader_stats(self)
 
     def __str__(self) -> str:
         return text_table("LoaderStats", self._rows())

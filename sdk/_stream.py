@@ -28,6 +28,7 @@ import pyarrow.flight as fl
 from contract.auth import flight_headers
 from contract.wire import BatchMetadata, FlightCommand
 from sdk._exceptions import InternalError, Unavailable, WindpipeError, error_from_flight
+from sdk._locations import UNREACHABLE_HINT, LocationMap
 
 __all__ = ["FlightStream"]
 
@@ -55,11 +56,13 @@ class FlightStream:
         timeout: float = 30.0,
         read_timeout: float | None = 60.0,
         max_failovers: int = 8,
+        location_map: LocationMap | None = None,
     ) -> None:
         if not locations:
             msg = "no Flight location is known: pass flight_locations= or configure the catalog"
             raise Unavailable(msg)
-        self.locations = [str(loc) for loc in locations]
+        self.location_map = location_map or LocationMap({})
+        self.locations = [self.location_map(str(loc)) for loc in locations]
         self.max_failovers = max_failovers
         self.read_timeout = read_timeout
         headers = flight_headers(token)
@@ -102,8 +105,9 @@ class FlightStream:
             except fl.FlightError as exc:
                 raise error_from_flight(exc, where=f"GetFlightInfo on {location}") from exc
             return info, location
-        msg = f"no Flight server answered GetFlightInfo (tried {', '.join(self.locations)})"
-        details: dict[str, Any] = {"last_error": str(last)}
+        msg = (f"no Flight server answered GetFlightInfo (could not reach "
+               f"{', '.join(self.locations)}: {last}); {UNREACHABLE_HINT}")
+        details: dict[str, Any] = {"last_error": str(last), "tried": list(self.locations)}
         if last is not None:
             cause = error_from_flight(last)
             if cause.details:  # the server's own envelope (e.g. its catalog is down)
@@ -143,7 +147,8 @@ class FlightStream:
             )
             try:
                 for endpoint in info.endpoints:
-                    uris = [_uri(loc) for loc in endpoint.locations] or [info_location]
+                    uris = [self.location_map(_uri(loc)) for loc in endpoint.locations]
+                    uris = uris or [info_location]
                     for batch, meta in self._endpoint(endpoint.ticket, uris, dead):
                         if meta.batch_idx < next_batch:
                             continue  # a replica repeated what another already sent
@@ -158,7 +163,9 @@ class FlightStream:
             except _Failover as exc:
                 failovers += 1
                 if failovers > self.max_failovers:
-                    msg = f"gave up after {failovers - 1} failovers at batch {next_batch}"
+                    msg = (f"gave up after {failovers - 1} failovers at batch {next_batch}: "
+                           f"could not reach {', '.join(sorted(dead))} ({exc.cause}); "
+                           f"{UNREACHABLE_HINT}")
                     raise Unavailable(msg, details={"dead": sorted(dead)}) from exc.cause
                 time.sleep(min(0.05 * failovers, 0.5))
                 continue

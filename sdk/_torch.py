@@ -8,8 +8,11 @@
   ``batch`` is the rank-local index of the next batch to yield;
   ``load_state_dict(sd)`` makes the next iteration yield exactly the rest of that
   epoch. With ``num_workers=0`` the dataset tracks the cursor itself; with workers
-  (each in its own process) pass the last batch you consumed:
-  ``ds.state_dict(after=batch)``.
+  (each in its own process) the loader of ``Plan.dataloader`` tracks it from the
+  batches it hands out (a ``transform`` must keep ``batch_idx``: return the Batch, an
+  object with a ``batch_idx`` attribute or a dict with that key); otherwise pass the
+  last batch you consumed, ``ds.state_dict(after=batch)``. A plain ``state_dict()``
+  that cannot know raises :class:`InvalidConfig` saying so, never a wrong cursor.
 * ``num_workers = n > 0``: the rank's pass is dealt out by batch index, worker ``w``
   yielding the batches with ``batch_idx % n == w``. torch's DataLoader takes one
   batch from each worker in turn, so the consumer sees exactly the same order as
@@ -20,15 +23,22 @@
   ``DataLoader`` keyword arguments (``Plan.dataloader`` uses it). With workers the
   default ``multiprocessing_context`` is ``"spawn"``: gRPC channels (the Flight
   client) do not survive ``fork``, and a forked worker that inherits one can hang.
+  ``spawn`` starts each worker by importing the main module afresh: a script needs
+  ``if __name__ == "__main__":`` around its training code, and a ``transform`` must be
+  importable from a module (not a lambda, not a function defined in a notebook);
+  ``Plan.dataloader`` checks both and says what to change.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import pickle
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from contract.configs import LoaderConfig
 from contract.errors import WindpipeError as ContractError
@@ -36,7 +46,8 @@ from contract.ranks import check_rank
 from sdk._batch import Batch
 from sdk._exceptions import InvalidConfig
 
-__all__ = ["WindpipeIterableDataset", "dataloader_options"]
+__all__ = ["WindpipeDataLoader", "WindpipeIterableDataset", "check_spawn",
+           "dataloader_options"]
 
 BatchSource = Callable[..., Iterator[Batch]]
 
@@ -74,6 +85,13 @@ class WindpipeIterableDataset(IterableDataset[Batch]):
         self.transform = transform
         self._start = 0
         self._cursor = 0
+        self._in_workers = False  # handed to DataLoader worker processes
+        self._tracked = False  # a WindpipeDataLoader saw the batches handed out
+
+    def __getstate__(self) -> dict[str, Any]:
+        # pickled = sent to a spawned DataLoader worker: batches come from elsewhere now
+        self._in_workers, self._tracked = True, False
+        return {**self.__dict__, "_in_workers": False, "_tracked": False}
 
     @property
     def rank(self) -> int:
@@ -114,6 +132,12 @@ class WindpipeIterableDataset(IterableDataset[Batch]):
 
     def state_dict(self, *, after: Batch | None = None) -> dict[str, Any]:
         """``{"plan_id", "epoch", "batch"}``: where to resume (``after`` = last batch consumed)."""
+        if after is None and self._in_workers and not self._tracked:
+            msg = ("this dataset was iterated by DataLoader worker processes, so it cannot "
+                   "see which batch you reached: pass the last batch consumed, "
+                   "ds.state_dict(after=batch), or iterate plan.dataloader(...), whose "
+                   "loader tracks it (a transform must keep batch_idx)")
+            raise InvalidConfig(msg, details={"plan_id": self.plan_id})
         cursor = self._cursor if after is None else after.batch_idx + 1
         return {"plan_id": self.plan_id, "epoch": self.epoch, "batch": cursor}
 
@@ -137,6 +161,8 @@ class WindpipeIterableDataset(IterableDataset[Batch]):
         rank, world = self._rank_world()
         info = get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        if info is None:
+            self._in_workers = False
         start = self._start
         self._start = 0
         for batch in self._source(
@@ -145,6 +171,61 @@ class WindpipeIterableDataset(IterableDataset[Batch]):
         ):
             self._cursor = batch.batch_idx + 1
             yield batch if self.transform is None else self.transform(batch)
+
+
+def _batch_idx(item: Any) -> int | None:
+    value = item.get("batch_idx") if isinstance(item, dict) else getattr(item, "batch_idx", None)
+    return int(value) if isinstance(value, int | torch.Tensor) else None
+
+
+class WindpipeDataLoader(DataLoader[Any]):
+    """A ``DataLoader`` that keeps its :class:`WindpipeIterableDataset`'s resume cursor
+    from the batches it hands out, also when workers in other processes made them."""
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        if getattr(multiprocessing.current_process(), "_inheriting", False):
+            raise InvalidConfig(_MAIN_GUARD)
+        dataset = self.dataset
+        assert isinstance(dataset, WindpipeIterableDataset)
+        for item in super().__iter__():
+            idx = _batch_idx(item)
+            if idx is not None and dataset._in_workers:
+                dataset._cursor, dataset._tracked = idx + 1, True
+            elif dataset._in_workers:
+                dataset._tracked = False
+            yield item
+
+
+_MAIN_GUARD = ("a DataLoader was started while a spawned worker process was importing your "
+               "script: put the training code under `if __name__ == \"__main__\":` "
+               "(spawn workers import the main module again)")
+
+
+def check_spawn(transform: Any, options: dict[str, Any]) -> None:
+    """Refuse, with what to do, what a ``spawn`` worker cannot do: run a transform it
+    cannot import (a lambda, a function defined in a notebook or an interactive
+    ``__main__``)."""
+    context = options.get("multiprocessing_context")
+    method = context if isinstance(context, str) or context is None else (
+        context.get_start_method())
+    if not options.get("num_workers") or method not in ("spawn", "forkserver"):
+        return
+    if transform is None:
+        return
+    main = sys.modules.get("__main__")
+    interactive = main is None or not hasattr(main, "__file__")
+    if getattr(transform, "__module__", None) == "__main__" and interactive:
+        msg = (f"transform {getattr(transform, '__qualname__', transform)!r} is defined in "
+               f"this notebook, which {method} DataLoader workers cannot import: move it "
+               "into a .py module and import it, or use num_workers=0")
+        raise InvalidConfig(msg)
+    try:
+        pickle.dumps(transform)
+    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        msg = (f"transform {transform!r} cannot be sent to {method} DataLoader workers "
+               f"({exc}): use a function defined at the top level of a module, or "
+               "num_workers=0")
+        raise InvalidConfig(msg) from None
 
 
 def dataloader_options(

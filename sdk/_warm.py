@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sdk._exceptions import WindpipeError
+from sdk._html import progress_bar
 
 if TYPE_CHECKING:
     from sdk._stream import FlightStream
@@ -52,7 +53,7 @@ def warm_plan(
     always, False never. The first error (a budget too small, a bad segment, a
     refused token) is raised once every location has finished.
     """
-    from tqdm.auto import tqdm  # noqa: PLC0415
+    tqdm = progress_bar()  # imported only when a bar is drawn
 
     events: queue.Queue[tuple[str, dict[str, Any] | BaseException | None]] = queue.Queue()
 

@@ -16,32 +16,46 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from services.settings import Settings
 
-__all__ = ["build_parser", "main"]
+__all__ = ["CliError", "build_parser", "main"]
+
+
+def _default(name: str) -> Any:
+    return Settings.model_fields[name].default
 
 
 def _add_server_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", help="bind address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="REST port (default 8000)")
-    parser.add_argument("--flight-port", type=int, help="Flight port (default 8815)")
-    parser.add_argument("--data-dir", type=Path, help="embedded state (default ./.windpipe)")
-    parser.add_argument("--database-url", help="any SQLAlchemy URL (default SQLite in data-dir)")
-    parser.add_argument("--cache-bytes", type=int, help="Flight chunk cache budget in bytes")
+    # defaults live in services.settings (flag > WINDPIPE_* variable > default)
+    parser.add_argument("--host", help=f"bind address (default {_default('host')})")
+    parser.add_argument("--port", type=int, help=f"REST port (default {_default('port')})")
+    parser.add_argument("--flight-port", type=int,
+                        help=f"Flight port (default {_default('flight_port')})")
+    parser.add_argument("--data-dir", type=Path,
+                        help=f"embedded state (default ./{_default('data_dir')})")
+    parser.add_argument("--database-url",
+                        help="any SQLAlchemy URL (default SQLite in data-dir)")
+    parser.add_argument("--cache-bytes", type=int,
+                        help="Flight chunk cache budget in bytes (default 1 GiB)")
     parser.add_argument("--cache-wait-s", type=float,
                         help="seconds a batch waits for cache room others pin (default 30)")
     parser.add_argument("--readahead-batches", type=int,
                         help="batches whose chunks a stream loads ahead (default 2; 0: none)")
     parser.add_argument("--endpoint-batches", type=int,
-                        help="fewest batches per Flight endpoint with several servers (64)")
+                        help="fewest batches per Flight endpoint with several servers "
+                             "(default 64)")
     parser.add_argument("--on-bad-segment", choices=("raise", "skip"),
-                        help="an unreadable segment fails the stream, or pads its lanes")
+                        help="an unreadable segment fails the stream, or pads its lanes "
+                             "(default raise)")
     parser.add_argument("--ticket-ttl-s", type=float,
                         help="seconds a Flight ticket stays valid (default 86400)")
     parser.add_argument(
@@ -65,10 +79,13 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--build-ahead-bytes", type=int,
                         help="bytes of batches a stream builds ahead in a second thread "
                              "(default 0: none)")
-    parser.add_argument("--catalog-url", help="Flight only: read plans over REST from here")
+    parser.add_argument("--catalog-url",
+                        help="Flight only: read plans over REST from here "
+                             "(default: from the database)")
     parser.add_argument(
         "--flight-location", action="append", dest="flight_locations",
-        help="grpc://host:port of a Flight server of the deployment (repeat for each)",
+        help="grpc://host:port of a Flight server of the deployment (repeat for each; "
+             "default: this server only)",
     )
 
 
@@ -86,8 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     migrate = sub.add_parser("migrate", help="upgrade a database to the latest schema")
     migrate.add_argument("--database-url", help="SQLAlchemy URL (default SQLite in data-dir)")
-    migrate.add_argument("--data-dir", type=Path)
-    migrate.add_argument("--revision", default="head")
+    migrate.add_argument("--data-dir", type=Path,
+                         help=f"where the SQLite default lives (default ./{_default('data_dir')})")
+    migrate.add_argument("--revision", default="head",
+                         help="alembic revision to upgrade to (default head)")
 
     token = sub.add_parser("token", help="create, list or revoke API tokens")
     token_sub = token.add_subparsers(dest="token_command", required=True)
@@ -103,24 +122,34 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--data-dir", type=Path)
 
     synth = sub.add_parser("synth", help="write a synthetic battery dataset")
-    synth.add_argument("directory", type=Path)
-    synth.add_argument("--cells", type=int, default=4)
-    synth.add_argument("--cycles", type=int, default=6)
-    synth.add_argument("--rows-per-cycle", type=int, default=600)
-    synth.add_argument("--seed", type=int, default=0)
-    synth.add_argument("--zarr-fraction", type=float, default=0.25)
+    synth.add_argument("directory", type=Path, help="where to write segments and manifest")
+    synth.add_argument("--cells", type=int, default=4, help="battery cells (default %(default)s)")
+    synth.add_argument("--cycles", type=int, default=6,
+                       help="cycles per cell (default %(default)s)")
+    synth.add_argument("--rows-per-cycle", type=int, default=600,
+                       help="cycling rows per cycle (default %(default)s)")
+    synth.add_argument("--seed", type=int, default=0, help="random seed (default %(default)s)")
+    synth.add_argument("--zarr-fraction", type=float, default=0.25,
+                       help="share of segments written as zarr v3, the rest parquet "
+                            "(default %(default)s)")
     synth.add_argument("--hppc-every", type=int, default=5,
-                       help="an hppc test on every k-th cycle")
+                       help="an hppc test on every k-th cycle (default %(default)s)")
     synth.add_argument("--eis-every", type=int, default=2,
-                       help="an eis spectrum on every k-th cycle")
+                       help="an eis spectrum on every k-th cycle (default %(default)s)")
     synth.add_argument("--missing-channel", default=None,
-                       help="a column the last --missing-cells cells have no sensor for")
-    synth.add_argument("--missing-cells", type=int, default=0)
+                       help="a column the last --missing-cells cells have no sensor for "
+                            "(default: none)")
+    synth.add_argument("--missing-cells", type=int, default=0,
+                       help="how many cells lack --missing-channel (default %(default)s)")
 
     demo = sub.add_parser("demo", help="synthesize, serve, register, split, plan and stream")
     demo.add_argument("--data-dir", type=Path, help="where to put state (default: a temp dir)")
-    demo.add_argument("--rows-per-cycle", type=int, default=20000)
-    demo.add_argument("--device", default="auto")
+    demo.add_argument("--rows-per-cycle", type=int, default=20000,
+                      help="cycling rows per cycle of the synthetic dataset "
+                           "(default %(default)s)")
+    demo.add_argument("--device", default="auto",
+                      help="where batches go: auto (CUDA when present), cpu, cuda:N "
+                           "(default %(default)s)")
 
     sub.add_parser("bench", add_help=False,
                    help="run the benchmarks: every option goes to `python -m bench` "
@@ -139,7 +168,37 @@ def _settings(args: argparse.Namespace) -> Settings:
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = tuple(value) if isinstance(value, list) else value
-    return Settings(**overrides)
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise CliError(_settings_problem(exc)) from None
+
+
+class CliError(Exception):
+    """A mistake on the command line or in ``WINDPIPE_*``: printed, exit status 2."""
+
+
+def _settings_problem(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        name = str(err["loc"][0]) if err["loc"] else "?"
+        flag = "--" + name.replace("_", "-")
+        parts.append(f"{flag} / WINDPIPE_{name.upper()}: {err['msg']}")
+    return "invalid settings: " + "; ".join(parts)
+
+
+def _check_port(host: str, port: int, *, flag: str, variable: str) -> None:
+    """Refuse a port another process listens on, naming it and how to change it."""
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            msg = (f"port {port} on {host} is taken ({exc.strerror}); pick another with "
+                   f"{flag} PORT (or {variable}), or 0 for any free port")
+            raise CliError(msg) from None
 
 
 def _wait_for_stop() -> None:
@@ -167,6 +226,11 @@ def _serve_until_stopped(args: argparse.Namespace) -> int:
     from services.logging import configure_logging  # noqa: PLC0415
 
     settings = _settings(args)
+    if args.service in ("all", "flight"):
+        _check_port(settings.resolved_flight_host(), settings.flight_port,
+                    flag="--flight-port", variable="WINDPIPE_FLIGHT_PORT")
+    if args.service in ("all", "catalog"):
+        _check_port(settings.host, settings.port, flag="--port", variable="WINDPIPE_PORT")
     configure_logging(level=settings.log_level, json=settings.log_json)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     running: list[Any] = []
@@ -271,7 +335,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(given)
     handlers = {"serve": _serve, "migrate": _migrate, "token": _token, "synth": _synth,
                 "demo": _demo}
-    return handlers[args.command](args)
+    try:
+        return handlers[args.command](args)
+    except CliError as exc:
+        print(f"windpipe {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from catalog.api.server import start_catalog_server
 from flight_server.runner import start_flight_server
@@ -32,6 +33,7 @@ class DemoResult:
     seconds: float
     tokens_per_s: float
     device: str
+    valid_tokens: int = 0
 
 
 def run_demo(
@@ -83,16 +85,21 @@ def run_demo(
         loader = plan.loader(device=device, epoch=0)
         start = time.perf_counter()
         batches = tokens = 0
+        valid: Any = 0
         for batch in loader:
             batches += 1
             tokens += int(batch.inputs.shape[0] * batch.inputs.shape[1])
+            valid = valid + batch.target_valid.sum()  # the loss mask; no sync per batch
         seconds = time.perf_counter() - start
         result = DemoResult(
             batches=batches, tokens=tokens, seconds=seconds,
             tokens_per_s=tokens / seconds if seconds else 0.0, device=str(loader.device),
+            valid_tokens=int(valid),
         )
         print(f"[6/6] streamed {batches} batches, {tokens:,} tokens into {result.device} in "
               f"{seconds:.2f} s: {result.tokens_per_s / 1e6:.2f} M tokens/s")
+        print(f"      {result.valid_tokens:,} tokens have a target to learn from "
+              "(batch.target_valid, the loss mask: padding and null targets excluded)")
         print(loader.stats)
     print("demo finished; servers stopped")
     return result

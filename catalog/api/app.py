@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import Depends, FastAPI
+from fastapi_offline import FastAPIOffline
 from sqlalchemy.engine import Engine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -109,7 +110,9 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
             if own:
                 bound.dispose()
 
-    app = FastAPI(
+    # Swagger UI (/docs) and ReDoc (/redoc) from assets served here, not from a CDN:
+    # they work offline and behind an air gap
+    app = FastAPIOffline(
         title="windpipe catalog",
         version=server_version(),
         description="Datasets, versions, ML indexes, splits and window plans.",

@@ -8,6 +8,7 @@ constructors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Generic, Literal, TypeVar
 
@@ -117,11 +118,18 @@ class VersionOut(_Out):
     metadata_columns: list[dict[str, Any]]
     created_at: datetime
     retired_at: datetime | None = None
+    warnings: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="registration only: protocol names new to the catalog or close to a "
+                    "known one ({type, protocol, message, ...}); empty elsewhere",
+    )
 
     model_config = ConfigDict(frozen=True, populate_by_name=True)
 
     @classmethod
-    def from_row(cls, row: Version) -> VersionOut:
+    def from_row(
+        cls, row: Version, *, warnings: Sequence[dict[str, Any]] = (),
+    ) -> VersionOut:
         """From the ORM row (its dataset loaded)."""
         return cls(
             id=row.id, dataset=row.dataset.name, root_uri=row.root_uri,
@@ -129,6 +137,7 @@ class VersionOut(_Out):
             n_segments=row.n_segments, n_rows=row.n_rows, schema=row.schema,
             metadata_columns=row.metadata_columns, created_at=row.created_at,
             retired_at=row.retired_at,
+            warnings=list(warnings),
         )
 
 

@@ -24,3 +24,19 @@ def test_api_doc_lists_every_operation_and_error_type(tmp_path: Path) -> None:
         assert f"`{path}`" in text, f"{method} {path} is not documented"
     for kind, info in ERROR_TABLE.items():
         assert f"| `{kind}` | {info.http_status} |" in text, f"error type {kind} is not documented"
+
+
+def test_swagger_and_redoc_load_their_assets_from_the_server(catalog_server: str) -> None:
+    import httpx  # noqa: PLC0415
+
+    with httpx.Client(base_url=catalog_server, timeout=30) as client:
+        for page, asset in (("/docs", "swagger-ui-bundle.js"), ("/redoc", "redoc.standalone.js")):
+            html = client.get(page)
+            assert html.status_code == 200
+            assert "cdn.jsdelivr.net" not in html.text
+            assert "unpkg.com" not in html.text
+            src = f"/static-offline-docs/{asset}"
+            assert src in html.text
+            served = client.get(src)
+            assert served.status_code == 200
+            assert len(served.content) > 100_000

@@ -19,6 +19,7 @@ from contract.configs import (
     ValidationConfig,
     WindowConfig,
 )
+from contract.errors import WindpipeError
 
 
 def _loader(**kwargs):
@@ -50,15 +51,15 @@ def test_window_properties():
     assert w.window_rows == 64
     assert w.step == 64
     assert WindowConfig(batch_size=4, seq_len=16, step_rows=10).step == 10
-    with pytest.raises(ValidationError):
+    with pytest.raises(WindpipeError):
         WindowConfig(batch_size=0, seq_len=16)
-    with pytest.raises(ValidationError):
+    with pytest.raises(WindpipeError):
         WindowConfig(batch_size=1, seq_len=1, step_rows=0)
 
 
 def test_configs_are_immutable():
     w = WindowConfig(batch_size=4, seq_len=16)
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match="frozen"):
         w.batch_size = 5  # type: ignore[misc]
 
 
@@ -91,12 +92,12 @@ def test_protocol_keys_accept_enum_and_strings():
     ],
 )
 def test_loader_config_rejects(kwargs, needle):
-    with pytest.raises(ValidationError, match=needle):
+    with pytest.raises(WindpipeError, match=needle):
         _loader(**kwargs)
 
 
 def test_chain_requires_shared_shapes():
-    with pytest.raises(ValidationError, match="share batch_size and seq_len"):
+    with pytest.raises(WindpipeError, match="share batch_size and seq_len"):
         LoaderConfig(
             inputs={"cycling": ("current_a",), "hppc": ("current_a",)},
             targets={"cycling": ("voltage_v",), "hppc": ("voltage_v",)},
@@ -117,11 +118,11 @@ def test_validation_config_constructors():
     assert ValidationConfig.provide([{"cell_id": "A"}]).strategy == "provide"
     m = ValidationConfig.merge([{"cell_id": "A"}], fraction=0.1, seed=3)
     assert (m.strategy, m.fraction, m.seed) == ("merge", 0.1, 3)
-    with pytest.raises(ValidationError, match="selector"):
+    with pytest.raises(WindpipeError, match="selector"):
         ValidationConfig(strategy="provide")
-    with pytest.raises(ValidationError):
+    with pytest.raises(WindpipeError):
         ValidationConfig.sample(fraction=1.5)
-    with pytest.raises(ValidationError, match="empty selector"):
+    with pytest.raises(WindpipeError, match="empty selector"):
         ValidationConfig.provide([{}])
 
 
@@ -140,7 +141,7 @@ def test_validation_config_constructors():
     ],
 )
 def test_scaling_rejects(kwargs, needle):
-    with pytest.raises(ValidationError, match=needle):
+    with pytest.raises(WindpipeError, match=needle):
         ScalingSpec(column="x", **kwargs)
 
 
@@ -216,8 +217,8 @@ def test_loader_config_splits_into_plan_spec_and_options():
                                                                           "full_in_mem")
     assert isinstance(cfg, PlanSpec)  # every planner function takes a LoaderConfig too
     assert LoaderConfig.model_validate({**spec.planning_dict(), **options.model_dump()}) == cfg
-    with pytest.raises(ValidationError, match="device"):
+    with pytest.raises(ValidationError, match="device"):  # validation keeps pydantic's
         PlanSpec.model_validate({**spec.planning_dict(), "device": "cpu"})
-    with pytest.raises(ValidationError, match="scaling"):  # the plan's rules hold on a spec
+    with pytest.raises(WindpipeError, match="scaling"):  # the plan's rules hold on a spec
         PlanSpec(inputs={"cycling": ("a",)}, targets={"cycling": ("v",)},
                  scaling=(ScalingSpec(column="zz", input_min=0, input_max=1),))

@@ -27,5 +27,7 @@ def test_demo_runs_end_to_end_and_stops_its_servers(tmp_path: Path):
     batches = int(streamed.split()[2])
     assert batches > 0
     assert "M tokens/s" in streamed
+    valid = next(line for line in out.splitlines() if "batch.target_valid" in line)
+    assert 0 < int(valid.split()[0].replace(",", "")) <= int(streamed.split()[4].replace(",", ""))
     assert "demo finished; servers stopped" in out
     assert (tmp_path / "demo" / "dataset" / "manifest.parquet").exists()

@@ -66,7 +66,7 @@ def register_version(
     )
     if not result.created:
         response.status_code = status.HTTP_200_OK
-    return VersionOut.from_row(result.value)
+    return VersionOut.from_row(result.value, warnings=result.warnings)
 
 
 @v1.get(

@@ -1,0 +1,201 @@
+"""Pictures for a notebook: a batch, a split, a plan, a loader pass.
+
+matplotlib is an optional extra (``pip install 'windpipe[plot]'``), imported only when
+a plot is drawn, so training jobs never pay for it. Every function returns the
+``Figure`` (a notebook shows it as the cell's value; a script calls ``savefig``) and
+closes it in pyplot, so it is drawn once. The data goes in vectorized (one artist per
+series, never one per window), so a plan of 100k windows draws in a second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import polars as pl
+    from matplotlib.figure import Figure
+
+    from planning.artifact import PlanArtifact
+    from sdk._batch import Batch
+    from sdk._stats import LoaderStats
+
+__all__ = ["plot_batch", "plot_loader_stats", "plot_plan", "plot_split"]
+
+_PAD_COLOR = "0.85"
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ModuleNotFoundError as exc:
+        msg = "plots need matplotlib: pip install 'windpipe[plot]'"
+        raise ModuleNotFoundError(msg, name="matplotlib") from exc
+    return plt
+
+
+def _figure(rows: int, cols: int = 1, *, height: float, width: float = 9.0,
+            sharex: bool = False) -> tuple[Figure, np.ndarray]:
+    plt = _pyplot()
+    fig, axes = plt.subplots(rows, cols, figsize=(width, height), sharex=sharex,
+                             squeeze=False)
+    plt.close(fig)  # returned, not shown twice
+    return fig, axes.reshape(-1)
+
+
+def _shade(ax: Any, where: np.ndarray, *, label: str, color: str = _PAD_COLOR) -> None:
+    """Shade the runs of True in ``where`` (time steps) across the axes' height."""
+    if not where.any():
+        return
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], where.astype(np.int8), [0]))))
+    starts, stops = edges[0::2], edges[1::2]
+    for i, (a, b) in enumerate(zip(starts.tolist(), stops.tolist(), strict=True)):
+        ax.axvspan(a - 0.5, b - 0.5, color=color, zorder=0, label=label if i == 0 else None)
+
+
+def plot_batch(batch: Batch, *, lane: int = 0) -> Figure:
+    """Lane ``lane``'s inputs (one line per channel), its targets, and where the loss
+    must not look: padding (mask False) shaded grey, null targets (masked by
+    ``target_valid``) shaded red."""
+    if not 0 <= lane < batch.batch_size:
+        msg = f"lane must be in [0, {batch.batch_size}), got {lane}"
+        raise IndexError(msg)
+    state = batch.state
+    inputs = batch.inputs[lane].detach().cpu().float().numpy()
+    targets = batch.targets[lane].detach().cpu().float().numpy()
+    mask = batch.mask[lane].detach().cpu().numpy().astype(bool)
+    valid = batch.target_valid[lane].detach().cpu().numpy().astype(bool)
+    fig, (ax_in, ax_out) = _figure(2, height=5.0, sharex=True)
+    steps = np.arange(inputs.shape[0])
+    in_names = state.input_columns or tuple(f"in{c}" for c in range(inputs.shape[1]))
+    out_names = state.target_columns or tuple(f"out{c}" for c in range(targets.shape[1]))
+    for c, name in enumerate(in_names[: inputs.shape[1]]):
+        ax_in.plot(steps, inputs[:, c], lw=1.0, label=name)
+    for c, name in enumerate(out_names[: targets.shape[1]]):
+        ax_out.plot(steps, targets[:, c], lw=1.0, label=name)
+    for ax in (ax_in, ax_out):
+        _shade(ax, ~mask, label="padding (mask False)")
+    _shade(ax_out, mask & ~valid, label="null target (target_valid False)",
+           color="tab:red")
+    protocol = state.protocols[lane] if lane < len(state.protocols) else "?"
+    offset = state.window_offsets[lane] if lane < len(state.window_offsets) else -1
+    ax_in.set_title(f"batch {state.batch_idx} [{state.split}], lane {lane}: {protocol}, "
+                    f"source row {offset}")
+    ax_in.set_ylabel("inputs")
+    ax_out.set_ylabel("targets (next row)")
+    ax_out.set_xlabel("time step")
+    for ax in (ax_in, ax_out):
+        ax.legend(loc="upper right", fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def plot_split(frame: pl.DataFrame, *, group_by: Sequence[str], title: str) -> Figure:
+    """Groups per split over the grouping columns: one bar per group, its length the
+    rows of the group (manifest rows when the index has no row counts), its colour
+    its split. A group never has two colours (no leakage)."""
+    import polars as pl  # noqa: PLC0415
+
+    keys = [c for c in group_by if c in frame.columns] or ["split"]
+    weight = "n_rows" if "n_rows" in frame.columns else None
+    agg = pl.col(weight).sum() if weight else pl.len()
+    groups = (frame.group_by([*keys, "split"]).agg(agg.alias("rows"))
+              .sort([*keys, "split"]))
+    splits = sorted(groups.get_column("split").unique().to_list())
+    labels = [" / ".join(str(v) for v in row) for row in groups.select(keys).iter_rows()]
+    fig, (ax_groups, ax_totals) = _figure(
+        1, 2, height=max(2.5, 0.22 * groups.height + 1.2), width=10.0)
+    colors = {s: f"C{i}" for i, s in enumerate(splits)}
+    ys = np.arange(groups.height)
+    rows = groups.get_column("rows").to_numpy()
+    split_col = groups.get_column("split").to_list()
+    ax_groups.barh(ys, rows, color=[colors[s] for s in split_col])
+    ax_groups.set_yticks(ys, labels, fontsize="small")
+    ax_groups.invert_yaxis()
+    ax_groups.set_xlabel("rows" if weight else "manifest rows")
+    ax_groups.set_title(f"{groups.height} groups by {', '.join(keys)}")
+    counts = groups.group_by("split").agg(pl.len().alias("groups"),
+                                          pl.col("rows").sum()).sort("split")
+    ax_totals.bar(counts.get_column("split").to_list(), counts.get_column("groups").to_list(),
+                  color=[colors[s] for s in counts.get_column("split").to_list()])
+    ax_totals.set_ylabel("groups")
+    ax_totals.set_title("groups per split")
+    for s in splits:
+        ax_groups.barh([], [], color=colors[s], label=s)
+    ax_groups.legend(loc="lower right", fontsize="small")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_plan(artifact: PlanArtifact, *, epoch: int = 0, max_streams: int = 60) -> Figure:
+    """Windows over streams (every lane of ``epoch`` as a segment on its stream, coloured
+    by batch; past the stream's end, red: padding), and batches per protocol."""
+    streams = artifact.streams
+    schedule = artifact.epoch_schedule(epoch)
+    ptr = np.asarray(schedule.batch_lane_ptr)
+    n_batches = len(ptr) - 1
+    per_lane = np.diff(ptr)
+    lane_batch = np.repeat(np.arange(n_batches), per_lane)
+    lane_len = np.repeat(np.asarray(schedule.batch_seq_len, dtype=np.int64), per_lane)
+    lane_stream = np.asarray(schedule.lane_stream)
+    lane_offset = np.asarray(schedule.lane_offset)
+    real = lane_stream >= 0
+    shown = real & (lane_stream < max_streams)
+    n_shown = min(streams.count, max_streams)
+    fig, (ax_w, ax_p) = _figure(1, 2, height=max(3.0, 0.18 * n_shown + 1.5), width=11.0)
+    n_rows = np.asarray(streams.n_rows)[:n_shown]
+    ax_w.hlines(np.arange(n_shown), 0, n_rows, colors=_PAD_COLOR, lw=6, label="stream rows")
+    ys = lane_stream[shown]
+    start = lane_offset[shown]
+    stop = start + lane_len[shown] + 1  # the extra target row
+    import matplotlib as mpl  # noqa: PLC0415
+
+    cmap = mpl.colormaps["viridis"]
+    colour = cmap(lane_batch[shown] / max(n_batches - 1, 1))
+    ax_w.hlines(ys, start, np.minimum(stop, np.asarray(streams.n_rows)[ys]), colors=colour,
+                lw=3)
+    over = stop > np.asarray(streams.n_rows)[ys]
+    if over.any():
+        ax_w.hlines(ys[over], np.asarray(streams.n_rows)[ys[over]], stop[over],
+                    colors="tab:red", lw=3, label="padding")
+    ax_w.set_yticks(np.arange(n_shown),
+                    [" / ".join(str(v) for v in k) for k in streams.group_keys[:n_shown]],
+                    fontsize="x-small")
+    ax_w.invert_yaxis()
+    ax_w.set_xlabel("row in stream")
+    more = f" (first {n_shown} of {streams.count})" if streams.count > n_shown else ""
+    ax_w.set_title(f"epoch {epoch}: {int(real.sum())} windows over streams{more}")
+    ax_w.legend(loc="lower right", fontsize="small")
+    codes = np.asarray(schedule.batch_protocol, dtype=np.int64)
+    names = list(streams.protocols)
+    counts = np.bincount(codes, minlength=len(names)) if codes.size else np.zeros(len(names))
+    ax_p.bar(names, counts, color=[f"C{i}" for i in range(len(names))])
+    ax_p.set_ylabel("batches")
+    ax_p.set_title(f"{n_batches} batches per protocol ({artifact.spec.strategy})")
+    fig.suptitle(f"plan {artifact.plan_id}")
+    fig.tight_layout()
+    return fig
+
+
+def plot_loader_stats(stats: LoaderStats) -> Figure:
+    """Throughput (tokens/s over a sliding window of batches) and the consumer's wait
+    for each batch over the pass's time: waits high and throughput low mean input-bound."""
+    timeline = np.asarray(stats.timeline, dtype=np.float64).reshape(-1, 3)
+    fig, (ax_tp, ax_wait) = _figure(2, height=5.0, sharex=True)
+    if timeline.shape[0]:
+        t, wait, tokens = timeline[:, 0], timeline[:, 1], timeline[:, 2]
+        k = max(1, min(20, t.shape[0] // 10))
+        cum_t, cum_tok = np.concatenate(([0.0], t)), np.concatenate(([0.0], np.cumsum(tokens)))
+        span = np.maximum(cum_t[k:] - cum_t[:-k], 1e-9)
+        ax_tp.plot(t[k - 1:], (cum_tok[k:] - cum_tok[:-k]) / span / 1e6, lw=1.2)
+        ax_wait.plot(t, wait * 1e3, lw=0.8, color="tab:orange")
+    ax_tp.set_ylabel("M tokens/s")
+    ax_tp.set_title(f"{stats.batches} batches on {stats.device}: {stats.verdict}",
+                    fontsize="small", wrap=True)
+    ax_wait.set_ylabel("consumer wait (ms)")
+    ax_wait.set_xlabel("seconds into the pass")
+    fig.tight_layout()
+    return fig

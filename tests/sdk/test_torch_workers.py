@@ -1,0 +1,110 @@
+"""DataLoader workers: the resume cursor is kept or the call says what to do; spawn's
+requirements (an importable transform, a main guard) are checked with a clear message."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+from torch.utils.data import DataLoader
+
+from sdk import InvalidConfig, WindpipeIterableDataset
+from sdk._catalog import _PlanSource
+from sdk._torch import WindpipeDataLoader, check_spawn
+from tests.sdk.wire_toys import ToyFlightServer
+
+SPAWN = {"batch_size": None, "num_workers": 2, "multiprocessing_context": "spawn"}
+
+
+@pytest.fixture(scope="module")
+def toy():
+    server = ToyFlightServer(n_batches=11)
+    yield server
+    server.shutdown()
+
+
+def _dataset(toy) -> WindpipeIterableDataset:
+    source = _PlanSource("p-toy", url="http://127.0.0.1:9", token=None, timeout=5.0,
+                         flight_locations=[toy.location], catalog=None)
+    return WindpipeIterableDataset(source, plan_id="p-toy")
+
+
+def _first(loader, n: int) -> list:
+    seen = []
+    for batch in loader:
+        seen.append(batch)
+        if len(seen) == n:
+            break
+    return seen
+
+
+@pytest.mark.slow
+def test_a_plain_dataloader_with_workers_refuses_a_blind_state_dict(toy):
+    ds = _dataset(toy)
+    seen = _first(DataLoader(ds, **SPAWN), 4)
+    with pytest.raises(InvalidConfig, match=r"state_dict\(after=batch\)"):
+        ds.state_dict()
+    assert ds.state_dict(after=seen[-1])["batch"] == 4
+    # iterated in this process again, the dataset knows its cursor
+    assert len(_first(ds, 2)) == 2
+    assert ds.state_dict()["batch"] == 2
+
+
+@pytest.mark.slow
+def test_the_windpipe_loader_keeps_the_cursor_across_workers(toy):
+    ds = _dataset(toy)
+    seen = _first(WindpipeDataLoader(ds, **SPAWN), 4)
+    assert [b.batch_idx for b in seen] == [0, 1, 2, 3]
+    state = ds.state_dict()
+    assert state == {"plan_id": "p-toy", "epoch": 0, "batch": 4}
+    resumed = _dataset(toy)
+    resumed.load_state_dict(state)
+    rest = [b.batch_idx for b in WindpipeDataLoader(resumed, **SPAWN)]
+    assert rest == list(range(4, 11))
+    assert resumed.state_dict()["batch"] == 11
+
+
+def _double(batch):  # an importable transform
+    return batch
+
+
+def test_spawn_refuses_a_transform_workers_cannot_import(monkeypatch):
+    options = {"num_workers": 2, "multiprocessing_context": "spawn"}
+    with pytest.raises(InvalidConfig, match="cannot be sent to spawn DataLoader workers"):
+        check_spawn(lambda b: b, options)
+    check_spawn(_double, options)
+    check_spawn(lambda b: b, {"num_workers": 0})
+
+    def in_notebook(batch):
+        return batch
+
+    in_notebook.__module__ = "__main__"
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
+    with pytest.raises(InvalidConfig, match="defined in this notebook"):
+        check_spawn(in_notebook, options)
+
+
+@pytest.mark.slow
+def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path: Path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        from sdk._torch import WindpipeDataLoader, WindpipeIterableDataset
+
+        def source(**kwargs):
+            yield from ()
+
+        ds = WindpipeIterableDataset(source, plan_id="p-x")
+        list(WindpipeDataLoader(ds, batch_size=None, num_workers=1,
+                                multiprocessing_context="spawn"))
+    """))
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, cwd=root, check=False,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode != 0
+    assert 'if __name__ == "__main__":' in proc.stderr

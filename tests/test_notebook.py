@@ -1,0 +1,85 @@
+"""docs/notebooks/quickstart.ipynb runs top to bottom in a real Jupyter kernel (nbclient)
+against real servers on port 0, and its outputs are what a user should see."""
+
+from __future__ import annotations
+
+import re
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from catalog.api.server import start_catalog_server
+from flight_server.runner import start_flight_server
+from services.settings import Settings
+from services.synth import write_synthetic_dataset
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "notebooks" / "quickstart.ipynb"
+
+
+def _by_tag(nb: Any) -> dict[str, Any]:
+    return {tag: cell for cell in nb.cells if cell.cell_type == "code"
+            for tag in cell.metadata.get("tags", [])}
+
+
+def _text(cell: Any) -> str:
+    parts = []
+    for out in cell.outputs:
+        if out.output_type == "stream":
+            parts.append(out.text)
+        elif "data" in out:
+            parts.append(out.data.get("text/plain", ""))
+    return "".join(parts)
+
+
+@pytest.mark.slow
+def test_the_quickstart_notebook_runs_and_shows_its_plots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+):
+    data = write_synthetic_dataset(tmp_path / "demo-data", rows_per_cycle=2000, seed=0)
+    settings = Settings(data_dir=tmp_path / ".windpipe", log_level="WARNING",
+                        cache_bytes=256 << 20)
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
+        "commit the notebook without outputs"
+    with ExitStack() as stack:
+        flight = start_flight_server(settings.model_copy(update={"flight_port": 0}))
+        stack.callback(flight.stop, grace_s=5.0)
+        settings = settings.model_copy(update={"flight_locations": (flight.location,)})
+        catalog = start_catalog_server(settings, port=0)
+        stack.callback(catalog.stop, grace_s=5.0)
+        monkeypatch.setenv("WINDPIPE_URL", catalog.url)
+        monkeypatch.setenv("WINDPIPE_DEMO_DATA", str(data.path))
+        monkeypatch.delenv("MPLBACKEND", raising=False)
+        client = nbclient.NotebookClient(
+            nb, timeout=300, kernel_name="python3",
+            resources={"metadata": {"path": str(tmp_path)}},
+        )
+        client.execute()
+    cells = _by_tag(nb)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            assert out.output_type != "error", out
+            if out.output_type == "stream":
+                assert out.name != "stderr" or "Warning" not in out.text, out.text
+    assert catalog.url in cells["catalog"].outputs[0].data["text/html"]
+    assert "[]" in _text(cells["register"])  # no registration warnings
+    report = _text(cells["report"])
+    assert "PlanReport" in report
+    for tag in ("split", "plan", "batch-plot", "stats"):
+        images = [o for o in cells[tag].outputs if "image/png" in o.get("data", {})]
+        assert len(images) == 1, (tag, cells[tag].outputs)
+    batch_html = cells["batch"].outputs[-1].data["text/html"]
+    assert "target_valid True" in batch_html
+    counts = re.search(r"mask True (\d+), target_valid True (\d+)", _text(cells["batch"]))
+    assert counts is not None
+    assert int(counts.group(2)) < int(counts.group(1))  # null targets under the mask
+    epochs = re.findall(r"epoch (\d): mean loss ([\w.]+) over (\d+) steps", _text(cells["train"]))
+    assert [e for e, _, _ in epochs] == ["0", "1"], _text(cells["train"])
+    for _epoch, loss, steps in epochs:
+        assert float(loss) < 10.0  # finite: no NaN from a null target under the mask
+        assert int(steps) > 5
