@@ -156,6 +156,19 @@ class Batch:
             self._state_factory = None
         return self._state
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (DataLoader workers, ``torch.save``) with its provenance resolved: the
+        lazy factory may hold the builder of the process that made the batch."""
+        state = self.state
+        return {"inputs": self.inputs, "targets": self.targets, "mask": self.mask,
+                "has_channel": self.has_channel, "channels": self.channels,
+                "_all_valid": self._all_valid, "_state": state, "batch_idx": self.batch_idx}
+
+    def __setstate__(self, values: dict[str, Any]) -> None:
+        for name, value in values.items():
+            setattr(self, name, value)
+        self._state_factory = None
+
     def with_tensors(self, *, inputs: torch.Tensor, targets: torch.Tensor,
               mask: torch.Tensor, has_channel: torch.Tensor | None = None) -> Batch:
         """The same batch over other tensors (same values, another place)."""

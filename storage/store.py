@@ -262,13 +262,17 @@ class Storage:
         """The absolute URI of a relative path."""
         return f"{self._uri.rstrip('/')}/{self.validate_relative_path(path)}"
 
-    def _unavailable(self, rel: str, exc: Exception) -> WindpipeError:
-        """A store that timed out or could not be reached: ``unavailable`` (retry later),
-        never an unexpected error (connect and request timeouts: ``StorageOptions``)."""
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    def _unavailable(self, rel: str, exc: Exception) -> Exception:
+        """An object store that timed out or could not be reached: ``unavailable`` (retry
+        later; connect and request timeouts: ``StorageOptions``). On a local root the same
+        error class means the path cannot be read as asked (a file where a directory was
+        expected): no such object. The store's own text stays out of the answer."""
+        if self._local_root is not None:
+            return FileNotFoundError(f"no object at {rel!r} under {self._uri}")
         return WindpipeError(
             ErrorType.UNAVAILABLE,
-            f"the object store of {self._uri} did not answer for {rel!r}: {first[:300]}",
+            f"the object store of {self._uri} did not answer for {rel!r} "
+            f"({type(exc).__name__})",
             details={"root": self._uri, "path": rel, "retryable": True},
         )
 
@@ -284,7 +288,7 @@ class Storage:
             resolved = (self._local_root / norm).resolve()
             if not resolved.is_relative_to(self._local_root):
                 raise PathEscapeError(
-                    f"path {path!r} resolves outside the storage root (symlink to {resolved})"
+                    f"path {path!r} resolves outside the storage root (a symlink)"
                 )
         return norm
 

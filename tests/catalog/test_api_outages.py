@@ -113,7 +113,8 @@ def test_health_answers_while_registrations_hang_on_a_dead_store(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
     settings = Settings(database_url=sqlite_url, data_dir=tmp_path / "c", log_level="ERROR",
                         s3_endpoint=silent_endpoint, s3_allow_http=True,
-                        s3_timeout_s=4.0, s3_connect_timeout_s=1.0, s3_max_retries=0)
+                        s3_timeout_s=4.0, s3_connect_timeout_s=1.0, s3_max_retries=0,
+                        allowed_roots=("s3://bucket",))
     with run_catalog_server(settings) as url, httpx.Client(base_url=url, timeout=60) as c:
         def register(i: int) -> httpx.Response:
             return c.post(f"/v1/datasets/h{i}/versions",

@@ -5,6 +5,7 @@ processes share one decode; ``auto`` falls back to Flight when there is no usabl
 from __future__ import annotations
 
 import multiprocessing as mp
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,13 @@ def test_auto_streams_without_a_usable_tier(tmp_path: Path, synth_dataset: Any) 
                 plan.batches(epoch=0, transport="local")
             assert ("tier" in info.value.message) or ("--tier-bytes" in info.value.message)
             cat.close()
+
+
+def test_local_batches_pickle_with_their_provenance(dep: Any) -> None:
+    plan = dep.extra["plans"]["shuffled"]
+    local = list(plan.batches(epoch=0, transport="local"))
+    assert local
+    assert local[0]._state is None  # provenance still lazy before pickling
+    copies = [pickle.loads(pickle.dumps(b)) for b in local]
+    assert [_bytes(c) for c in copies] == [_bytes(b) for b in local]
+    assert [c.has_channel.tolist() for c in copies] == [b.has_channel.tolist() for b in local]
