@@ -61,12 +61,14 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-root", action="append", dest="allowed_roots",
         help="a storage root datasets may be registered from, besides data-dir: /abs/dir or "
-             "s3://bucket/prefix (repeat for each; WINDPIPE_ALLOWED_ROOTS)",
+             "s3://bucket/prefix (repeat for each; WINDPIPE_ALLOWED_ROOTS; default: data-dir "
+             "only)",
     )
     parser.add_argument(
         "--insecure", action="store_true", default=None,
         help="serve a non-loopback host without tokens or with the development ticket "
-             "secret (logs a warning at every start)",
+             "secret (logs a warning at every start; default off: such a server refuses to "
+             "start)",
     )
     parser.add_argument("--tier-dir", type=Path,
                         help="the host's shared tier of decoded blocks (default data-dir/tier; "
@@ -111,9 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     token = sub.add_parser("token", help="create, list or revoke API tokens")
     token_sub = token.add_subparsers(dest="token_command", required=True)
     create = token_sub.add_parser("create", help="mint a token (its text is printed once)")
-    create.add_argument("--name", required=True)
-    create.add_argument("--role", required=True, choices=("reader", "writer", "admin"))
-    create.add_argument("--datasets", help="glob of the dataset names it may touch, e.g. 'lab-*'")
+    create.add_argument("--name", required=True, help="the token's unique name (required)")
+    create.add_argument("--role", required=True, choices=("reader", "writer", "admin"),
+                        help="what it may do: reader, writer or admin (required)")
+    create.add_argument("--datasets", help="glob of the dataset names it may touch, e.g. "
+                                           "'lab-*' (default: every dataset)")
     listing = token_sub.add_parser("list", help="every token (never its text)")
     revoke = token_sub.add_parser("revoke", help="revoke a token by name")
     revoke.add_argument("name")
