@@ -72,7 +72,8 @@ def check_equality(*, quick: bool) -> bool:
             rows_per_cycle=600 if quick else 3000, seed=0,
         )
         settings = Settings(data_dir=root / "state", flight_host="127.0.0.1",
-                            database_url=f"sqlite:///{root / 'c.db'}", log_level="WARNING")
+                            database_url=f"sqlite:///{root / 'c.db'}", log_level="WARNING",
+                            allowed_roots=(str(synth.path.resolve()),))
         flight = start_flight_server(settings, port=0)
         catalog = start_catalog_server(settings, port=0)
         try:

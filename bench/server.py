@@ -106,6 +106,7 @@ def _server_main(root: str, config_json: dict[str, Any], cache_bytes: int,
         settings = Settings(data_dir=Path(tmp), database_url=url, host="127.0.0.1",
                             flight_host="127.0.0.1", ticket_secret=SecretStr(_SECRET),
                             log_level="WARNING", tier_dir=Path(tmp) / "tier",
+                            allowed_roots=(str(Path(root).resolve()),),
                             **{"tier_bytes": 0, **options})
         running = start_flight_server(settings, engine=engine, port=0, cache_bytes=cache_bytes)
         catalog = start_catalog_server(
