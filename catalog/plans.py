@@ -178,7 +178,7 @@ def create_plan(ctx: CatalogContext, split_id: str, spec: PlanSpec) -> Created[P
                 id=plan_id, split_id=split_id, config=spec.planning_dict(),
                 report=report,
                 n_streams=streams.count, n_units=schedule.n_units,
-                n_batches=schedule.n_batches,
+                n_batches=schedule.n_consumer_batches,
             )
             repo.add_plan(plan)
             repo.add_plan_artifact(plan_id, data, format_version=ARTIFACT_VERSION)
@@ -236,7 +236,10 @@ def rank_schedule_page(
     ctx: CatalogContext, plan_id: str, *, epoch: int, rank: int, world_size: int,
     start: int, page_size: int,
 ) -> tuple[list[dict[str, Any]], int]:
-    """Batches ``start .. start+page_size`` of one rank's pass, and the pass's length."""
+    """Batches ``start .. start+page_size`` of one rank's pass, and the pass's length.
+
+    An aligned plan's pass is listed by part (one per protocol, ``part`` set): its
+    ``batch_idx`` is the aligned batch the part belongs to."""
     check_rank(rank, world_size)
     check_world_size(world_size, ctx.limits)
     artifact = load_artifact(ctx, plan_id)
@@ -252,7 +255,8 @@ def rank_schedule_page(
         lo, hi = int(schedule.batch_lane_ptr[g]), int(schedule.batch_lane_ptr[g + 1])
         step = int(schedule.batch_step[g])
         items.append({
-            "batch_idx": pos,
+            "batch_idx": pos // schedule.parts,
+            "part": pos % schedule.parts if schedule.parts > 1 else None,
             "global_batch_idx": g,
             "unit_idx": int(schedule.batch_unit[g]),
             "protocol": names[int(schedule.batch_protocol[g])],

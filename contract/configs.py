@@ -172,6 +172,7 @@ class PlanSpec(_Frozen):
     drop_incomplete_distributed: bool = True
     group_key: tuple[str, ...] = DEFAULT_GROUP_KEY
     alignment_key: tuple[str, ...] = DEFAULT_ALIGNMENT_KEY
+    align_by: Literal["alignment_key"] | None = None
     inputs: dict[str, tuple[str, ...]]
     targets: dict[str, tuple[str, ...]]
     scaling: tuple[ScalingSpec, ...] = ()
@@ -235,6 +236,8 @@ class PlanSpec(_Frozen):
             raise ValueError(msg)
         if self.cross_protocol_state_carry == "chain":
             self._check_chain()
+        if self.align_by is not None:
+            self._check_aligned()
         _freeze(self, "inputs", "targets", "window_by_protocol")
         return self
 
@@ -254,6 +257,25 @@ class PlanSpec(_Frozen):
         if missing:
             msg = f"chain: alignment_key columns {missing} must be part of group_key"
             raise ValueError(msg)
+
+    def _check_aligned(self) -> None:
+        if self.stateful_n_windows != 0 or self.cross_protocol_state_carry is not None:
+            msg = ("align_by batches every protocol of B alignment keys side by side: it needs "
+                   "stateful_n_windows=0 and no cross_protocol_state_carry")
+            raise ValueError(msg)
+        sizes = {self.window_for(p).batch_size for p in self.inputs}
+        if len(sizes) != 1:
+            msg = "align_by needs one batch_size for every protocol, got " + ", ".join(
+                f"{p}: {self.window_for(p).batch_size}" for p in self.ordered_protocols())
+            raise ValueError(msg)
+        if any(self.window_for(p).step_rows is not None for p in self.inputs):
+            msg = "align_by reads each key's windows back to back: step_rows does not apply"
+            raise ValueError(msg)
+
+    @property
+    def aligned(self) -> bool:
+        """Whether batches align protocols by key (SEMANTICS section 9)."""
+        return self.align_by is not None
 
     def window_for(self, protocol: str | DatasetProtocolId) -> WindowConfig:
         """The window of ``protocol``: its own entry, else ``default_window``."""

@@ -46,6 +46,7 @@ __all__ = [
     "META_VERSION_ID",
     "META_WIRE_VERSION",
     "WIRE_VERSION",
+    "AlignedPart",
     "BatchArrays",
     "BatchMetadata",
     "FlightCommand",
@@ -190,6 +191,39 @@ class FlightCommand:
 
 
 @dataclass(frozen=True, slots=True)
+class AlignedPart:
+    """Which part of an aligned batch a record batch is (SEMANTICS 9, ``docs/wire.md``).
+
+    An aligned batch is ``parts`` consecutive record batches sharing one ``batch_idx``,
+    one per protocol in the plan's protocol order; ``has_data`` (one 0/1 per lane) is
+    0 where the lane's key has no data of ``protocol`` (its rows are padding).
+    """
+
+    protocol: str
+    part: int
+    parts: int
+    has_data: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``aligned`` object of ``app_metadata``."""
+        return {"protocol": self.protocol, "part": self.part, "parts": self.parts,
+                "has_data": [int(x) for x in self.has_data]}
+
+    @classmethod
+    def from_json(cls, body: Any) -> AlignedPart:
+        """Parse the ``aligned`` object; ``invalid_request`` when malformed."""
+        try:
+            part = cls(protocol=str(body["protocol"]), part=int(body["part"]),
+                       parts=int(body["parts"]),
+                       has_data=tuple(int(x) for x in body["has_data"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _bad(f"malformed 'aligned' batch metadata: {exc}") from None
+        if not 0 <= part.part < part.parts:
+            raise _bad(f"aligned part {part.part} of {part.parts} is out of range")
+        return part
+
+
+@dataclass(frozen=True, slots=True)
 class BatchMetadata:
     """The per-batch ``app_metadata`` (compact JSON): batch-level ``BatchState`` fields.
 
@@ -197,7 +231,7 @@ class BatchMetadata:
     ``start_batch = batch_idx + 1``); ``global_batch`` the position in the epoch's
     global order. ``skipped_lanes`` lists lanes turned into padding because their
     segment could not be read (``on_bad_segment="skip"``): ``{"lane", "path",
-    "error"}`` each.
+    "error"}`` each. ``aligned`` is set on the parts of an aligned batch (SEMANTICS 9).
     """
 
     batch_idx: int
@@ -213,6 +247,7 @@ class BatchMetadata:
     stateful_step_idx: int | None = None
     stateful_steps: int | None = None
     skipped_lanes: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    aligned: AlignedPart | None = None
 
     def __post_init__(self) -> None:
         if not self.channels:
@@ -231,6 +266,8 @@ class BatchMetadata:
             "stateful_step_idx": self.stateful_step_idx, "stateful_steps": self.stateful_steps,
             "skipped_lanes": [dict(d) for d in self.skipped_lanes],
         }
+        if self.aligned is not None:
+            body["aligned"] = self.aligned.to_json()
         return _ENCODER.encode(body).encode()
 
     @classmethod
@@ -254,6 +291,7 @@ class BatchMetadata:
             stateful_step_idx=body.get("stateful_step_idx"),
             stateful_steps=body.get("stateful_steps"),
             skipped_lanes=tuple(body.get("skipped_lanes") or ()),
+            aligned=AlignedPart.from_json(body["aligned"]) if body.get("aligned") else None,
         )
 
 

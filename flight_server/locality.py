@@ -31,7 +31,7 @@ def batch_homes(plan: PlanContext, schedule: Schedule, batches: np.ndarray,
     """Index into ``locations`` of the server owning each batch's first lane."""
     streams = plan.streams
     lane = schedule.batch_lane_ptr[batches]
-    s = schedule.lane_stream[lane]
+    s = np.maximum(schedule.lane_stream[lane], 0)  # -1: an aligned key without data
     row = streams.stream_base[s] + np.maximum(schedule.lane_offset[lane], 0)
     p_start = streams.stream_base[streams.piece_stream] + streams.piece_start
     piece = np.clip(np.searchsorted(p_start, row, side="right") - 1, 0, None)

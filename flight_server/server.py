@@ -185,7 +185,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         principal = self._authorize(context, cmd.plan_id)
         plan = self.plans.live(cmd.plan_id)
         schedule, batches = self._rank_pass(plan, cmd.epoch, cmd.rank, cmd.world_size)
-        start = min(cmd.start_batch, int(batches.shape[0]))
+        # positions count part batches (an aligned batch is one per protocol); tickets too
+        start = min(cmd.start_batch * schedule.parts, int(batches.shape[0]))
         rest = batches[start:]
         lanes = (schedule.batch_lane_ptr[rest + 1] - schedule.batch_lane_ptr[rest]).astype(_I64)
         seq = schedule.batch_seq_len[rest].astype(_I64)

@@ -27,7 +27,8 @@ _VERSION = 1
 
 @dataclass(frozen=True, slots=True)
 class TicketPayload:
-    """What a ticket grants: batches ``[start_batch, end_batch)`` of one rank's pass."""
+    """What a ticket grants: batches ``[start_batch, end_batch)`` of one rank's pass
+    (positions of record batches: an aligned plan's batch is one part per protocol)."""
 
     plan_id: str
     epoch: int

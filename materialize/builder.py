@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from contract.errors import ErrorType, WindpipeError
-from contract.wire import INPUT_PAD, BatchMetadata
+from contract.wire import INPUT_PAD, AlignedPart, BatchMetadata
 from materialize.blocks import block_key, block_layouts, block_request, gather_lanes
 from materialize.cache import ChunkCache, ChunkRequest
 from materialize.chunks import ChunkMatrices, load_chunk
@@ -374,6 +374,7 @@ class BatchBuilder:
             schedule.lane_offset[idx].astype(_I64, copy=False),
             schedule.lane_protocol[idx],
             np.repeat(schedule.batch_seq_len[gs].astype(_I64), counts),
+            None if schedule.lane_key is None else schedule.lane_key[idx],
         )
         if len(self._prov) > 4 * BLOCK_BATCHES:
             self._prov.clear()
@@ -382,10 +383,12 @@ class BatchBuilder:
             self._prov[g] = (prov, int(ptr[k]), int(counts[k]), nbytes * int(counts[k]) // lanes)
 
     def _provenance(self, lane_stream: np.ndarray, offsets: np.ndarray,
-                    lane_protocol: np.ndarray, seq_len: np.ndarray) -> pa.RecordBatch:
+                    lane_protocol: np.ndarray, seq_len: np.ndarray,
+                    lane_key: np.ndarray | None = None) -> pa.RecordBatch:
         return provenance_batch(self.plan, self.tables, self._prov_schema,
                                 lane_stream=lane_stream, offsets=offsets,
-                                lane_protocol=lane_protocol, seq_len=seq_len)
+                                lane_protocol=lane_protocol, seq_len=seq_len,
+                                lane_key=lane_key)
 
     def record_batch(self, built: BuiltBatch) -> pa.RecordBatch:
         """The wire record batch of a built batch: its arrays wrapped zero-copy."""
@@ -423,7 +426,8 @@ class BatchBuilder:
                 offsets = offsets.copy()
                 offsets[list(skipped)] = -1
             provenance = functools.partial(self._provenance, lp.lane_stream, offsets,
-                                           lp.lane_protocol, np.full(n, t, dtype=_I64))
+                                           lp.lane_protocol, np.full(n, t, dtype=_I64),
+                                           lp.lane_key)
             prov_bytes = 0
             if not self.lazy_provenance:
                 prov = provenance()
@@ -431,8 +435,14 @@ class BatchBuilder:
         group = int(schedule.batch_group[g])
         code = int(schedule.batch_protocol[g])
         has_channel = self._has_channel(code, lp.lane_stream, mask)
+        parts = schedule.parts
+        aligned = None
+        if parts > 1:  # positions count parts; the consumer's batch is their group
+            aligned = AlignedPart(protocol=self.plan.streams.protocols[code], part=g % parts,
+                                  parts=parts, has_data=tuple((lp.lane_stream >= 0).tolist()))
         meta = BatchMetadata(
-            batch_idx=batch_idx, global_batch=g, split=self.plan.spec.split, seq_len=t,
+            batch_idx=batch_idx // parts, global_batch=g // parts, split=self.plan.spec.split,
+            seq_len=t,
             c_in=c_in, c_out=c_out,
             input_columns=self.plan.specs[code].input_columns,
             target_columns=self.plan.specs[code].target_columns,
@@ -444,6 +454,7 @@ class BatchBuilder:
                 {"lane": b, "path": path, "error": err}
                 for b, (path, err) in sorted(skipped.items())
             ),
+            aligned=aligned,
         )
         return BuiltBatch(inputs=inputs, targets=targets, mask=mask, has_channel=has_channel,
                           provenance=provenance, provenance_bytes=prov_bytes, meta=meta)
@@ -453,6 +464,8 @@ class BatchBuilder:
         lacks a target channel get a False mask (SEMANTICS 5). One take per batch."""
         plan = self.plan
         out: np.ndarray = plan.channel_rows[code][plan.stream_variant[lane_stream]]
+        if lane_stream.shape[0] and int(lane_stream.min()) < 0:  # aligned: key without data
+            out[lane_stream < 0] = 0
         if len(plan.variants) > len(plan.specs):  # some stream lacks a column
             lacking = plan.target_missing[lane_stream]
             if lacking.any():

@@ -40,6 +40,7 @@ class LanePlan:
     rng_src: np.ndarray
     rng_win: np.ndarray
     rng_len: np.ndarray
+    lane_key: np.ndarray | None = None  # aligned plans: each lane's key
     keys: list[ChunkKey] = field(default_factory=list)  # per range
     chunks: tuple[int, ...] = ()  # distinct chunks, in first-use order
     # >= 0 when every lane is a full window (T inputs + the target row) of ONE chunk and
@@ -72,6 +73,7 @@ def lane_plans(
     s = schedule.lane_stream[idx].astype(_I64, copy=False)
     off = schedule.lane_offset[idx].astype(_I64, copy=False)
     lane_protocol = schedule.lane_protocol[idx]
+    lane_key = schedule.lane_key[idx] if schedule.lane_key is not None else None
     real = np.flatnonzero(off >= 0)
     t = np.repeat(seq, counts)[real]
     base = tables.stream_base[s[real]]
@@ -109,7 +111,8 @@ def lane_plans(
             n_lanes=l1 - l0, seq_len=int(seq[j]), lane_stream=s[l0:l1],
             lane_offset=off[l0:l1], lane_protocol=lane_protocol[l0:l1],
             rng_lane=rng_lane[a:b] - l0, rng_chunk=chunk[a:b], rng_src=rng_src[a:b],
-            rng_win=rng_win[a:b], rng_len=rng_len[a:b], keys=all_keys[a:b],
+            rng_win=rng_win[a:b], rng_len=rng_len[a:b],
+            lane_key=lane_key[l0:l1] if lane_key is not None else None, keys=all_keys[a:b],
             chunks=tuple(dict.fromkeys(chunk_list[a:b])),
             tiled_src=src_list[a] if tiled else -1,
         ))

@@ -16,6 +16,7 @@ import numpy as np
 from contract.configs import PlanSpec
 from contract.identity import canonical_json
 from materialize.chunks import ChannelSpec, ChunkKey
+from planning.aligned import aligned_keys
 from planning.artifact import PlanArtifact
 from planning.schedule import Schedule
 from planning.streams import Streams
@@ -43,7 +44,7 @@ class PlanContext:
     that occurs (``stream_variant``: each stream's). ``channel_rows[code]`` is uint8
     ``[V, C]``: the ``has_channel`` row of each variant in batches of protocol ``code``;
     ``target_missing[s]``: stream ``s`` lacks a target column its protocol names (its
-    lanes' mask is False).
+    lanes' mask is False). ``key_json``: an aligned plan's keys (SEMANTICS 9).
     """
 
     artifact: PlanArtifact
@@ -61,6 +62,7 @@ class PlanContext:
     target_missing: np.ndarray  # bool [S]
     group_key_json: tuple[str, ...]
     alignment_key_json: tuple[str, ...]
+    key_json: tuple[str, ...] = ()  # aligned plans: each key (``Schedule.lane_key``)
     _schedules: Memo[int, Schedule] = field(
         default_factory=lambda: Memo(_EPOCHS_KEPT), repr=False)
 
@@ -78,6 +80,11 @@ class PlanContext:
     def root_uri(self) -> str:
         """The storage root of the plan's segments."""
         return self.artifact.root_uri
+
+    @property
+    def parts(self) -> int:
+        """Part batches per batch a consumer sees (one per protocol when aligned)."""
+        return self.artifact.parts_per_batch
 
     @property
     def spec(self) -> PlanSpec:
@@ -149,6 +156,7 @@ class PlanContext:
                 dtype=np.bool_)[stream_variant],
             group_key_json=_key_json(streams.group_keys),
             alignment_key_json=_key_json(streams.alignment_keys),
+            key_json=_key_json(aligned_keys(streams)[0]) if spec.align_by is not None else (),
         )
 
 

@@ -26,8 +26,9 @@ class PlanTables:
     piece_mrid: np.ndarray
     piece_path: pa.Array  # string [P + 1], the last entry ""
     protocol: pa.Array  # string per protocol code
-    group_key: pa.Array  # string per stream
+    group_key: pa.Array  # string per stream, then "" (a lane without a stream)
     alignment_key: pa.Array  # string per stream
+    key: pa.Array | None  # aligned plans: the alignment key per key (Schedule.lane_key)
     list_offsets: dict[tuple[int, int], pa.Array] = field(default_factory=dict)
     repeats: dict[tuple[str, int, int], pa.Array] = field(default_factory=dict)
 
@@ -73,8 +74,9 @@ def plan_tables(plan: PlanContext) -> PlanTables:
             piece_mrid=np.asarray(streams.piece_manifest_row_id, dtype=_I64),
             piece_path=pa.array([*streams.piece_path, ""], type=pa.string()),
             protocol=pa.array(list(protocols), type=pa.string()),
-            group_key=pa.array(list(plan.group_key_json), type=pa.string()),
+            group_key=pa.array([*plan.group_key_json, ""], type=pa.string()),
             alignment_key=pa.array(list(plan.alignment_key_json), type=pa.string()),
+            key=pa.array(list(plan.key_json), type=pa.string()) if plan.key_json else None,
         )
         _TABLES[plan] = tables
     return tables

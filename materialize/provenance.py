@@ -24,13 +24,19 @@ _I64 = np.int64
 def provenance_batch(
     plan: PlanContext, tables: PlanTables, schema: pa.Schema, *, lane_stream: np.ndarray,
     offsets: np.ndarray, lane_protocol: np.ndarray, seq_len: np.ndarray,
+    lane_key: np.ndarray | None = None,
 ) -> pa.RecordBatch:
     """The provenance columns (``schema``: ``COLUMNS[3:]`` of the wire) of the given lanes.
 
     Padding lanes (offset -1) have no segment ranges; their manifest row is the one of
-    their stream's first piece and their segment path is empty.
+    their stream's first piece and their segment path is empty. An aligned plan's lanes
+    (``lane_key``) carry their key as alignment key; one whose key has no data of its
+    protocol (stream -1) has manifest row -1 and an empty group key (SEMANTICS 9).
     """
     n = int(lane_stream.shape[0])
+    none = lane_stream < 0
+    if none.any():
+        lane_stream = np.where(none, 0, lane_stream)
     refs = lane_segment_refs(plan.streams, lane_stream, offsets, seq_len)
     n_pieces = int(tables.piece_mrid.shape[0])
     first_ref = np.full(n, -1, dtype=_I64)
@@ -41,6 +47,8 @@ def provenance_batch(
                    if refs.piece.shape[0] else fallback)
     first_piece = np.minimum(first_piece, max(n_pieces - 1, 0))
     mrid = tables.piece_mrid[first_piece] if n_pieces else np.zeros(n, _I64)
+    if none.any():
+        mrid = np.where(none, -1, mrid)
     seg_off = pa.array(np.concatenate(
         [[0], np.cumsum(np.bincount(refs.lane, minlength=n))]).astype(np.int32))
 
@@ -53,8 +61,9 @@ def provenance_batch(
         pa.array(mrid),
         tables.take("piece_path", np.where(first_ref >= 0, first_piece, n_pieces)),
         pa.array(offsets),
-        tables.take("group_key", lane_stream),
-        tables.take("alignment_key", lane_stream),
+        tables.take("group_key", np.where(none, len(tables.group_key) - 1, lane_stream)),
+        tables.take("key", lane_key) if lane_key is not None and tables.key is not None
+        else tables.take("alignment_key", lane_stream),
         seg_list(tables.take("piece_path", refs.piece)),
         seg_list(pa.array(refs.row_start)),
         seg_list(row_count),

@@ -1,10 +1,11 @@
 """The aligned multi-protocol schedule (SEMANTICS section 9): B alignment keys per batch,
 every protocol's window of each key side by side.
 
-The pure planning core of ``align_by="alignment_key"``: which key each lane is, and
-per protocol which stream and source row each lane reads, per step of each group of
-keys, for one epoch. The materializer, the wire and the SDK do not use it yet
-(section 9 says what they will do); ``tests/reference/aligned_ref.py`` is its
+The planning core of ``align_by="alignment_key"``: which key each lane is, and per
+protocol which stream and source row each lane reads, per step of each group of
+keys, for one epoch. :mod:`planning.strategies.aligned` lays it out as an ordinary
+:class:`~planning.schedule.Schedule` (one part batch per protocol), which the
+materializer, the wire and the SDK read; ``tests/reference/aligned_ref.py`` is its
 plain-loop reference. Everything here is vectorized over keys and lanes.
 """
 
@@ -20,9 +21,13 @@ from contract.errors import ErrorType, WindpipeError
 from contract.identity import rng_for
 from contract.ranks import check_rank
 from planning.arrays import expand_counts
+from planning.rules import OrderRules, WindowTable
 from planning.streams import Streams
 
-__all__ = ["AlignedSchedule", "aligned_keys", "aligned_rank_batches", "aligned_schedule"]
+__all__ = [
+    "AlignedSchedule", "aligned_epoch", "aligned_keys", "aligned_rank_batches",
+    "aligned_schedule",
+]
 
 _I64 = np.int64
 
@@ -41,7 +46,8 @@ class AlignedSchedule:
     (NB+1). Lanes (NL): ``lane_key``; ``lane_stream`` / ``lane_offset`` ``[P, NL]``
     (offset -1: padding; stream -1: the key has no data of that protocol).
     Units: ``unit_batch_ptr`` (a unit is one group of keys). ``dropped_groups``: groups
-    left out (``drop_incomplete_batches``, or keys without any window).
+    left out (``drop_incomplete_batches``, or keys without any window);
+    ``dropped_group_batches``: the batches the former would have yielded.
     """
 
     epoch: int
@@ -58,6 +64,7 @@ class AlignedSchedule:
     lane_offset: np.ndarray
     unit_batch_ptr: np.ndarray
     dropped_groups: int
+    dropped_group_batches: int = 0
 
     @property
     def n_batches(self) -> int:
@@ -97,25 +104,30 @@ def aligned_keys(streams: Streams) -> tuple[tuple[tuple[Any, ...], ...], np.ndar
 
 def aligned_schedule(streams: Streams, spec: PlanSpec, epoch: int) -> AlignedSchedule:
     """One epoch of ``spec`` over ``streams`` aligned by key (SEMANTICS section 9)."""
+    return aligned_epoch(streams, WindowTable.for_protocols(spec, streams.protocols),
+                         OrderRules.from_spec(spec), epoch)
+
+
+def aligned_epoch(streams: Streams, windows: WindowTable, rules: OrderRules,
+                  epoch: int) -> AlignedSchedule:
+    """:func:`aligned_schedule` over the narrow inputs of :mod:`planning.rules`."""
     protocols = streams.protocols
-    windows = [spec.window_for(p) for p in protocols]
-    sizes = {w.batch_size for w in windows}
-    if len(sizes) > 1:
+    if np.unique(windows.batch_size).shape[0] > 1:
         raise _invalid("align_by needs one batch_size for every protocol, got "
-                       + ", ".join(f"{p}: {w.batch_size}" for p, w in zip(
-                           protocols, windows, strict=True)))
-    b = windows[0].batch_size if windows else 1
+                       + ", ".join(f"{p}: {b}" for p, b in zip(
+                           protocols, windows.batch_size.tolist(), strict=True)))
+    b = int(windows.batch_size[0]) if protocols else 1
     keys, key_stream = aligned_keys(streams)
-    t = np.asarray([w.seq_len for w in windows], dtype=_I64)
-    drop = np.asarray([w.drop_incomplete for w in windows], dtype=np.bool_)
+    t = windows.seq_len.astype(_I64)
+    drop = windows.drop_incomplete.astype(np.bool_)
     n = np.where(key_stream >= 0, streams.n_rows[np.maximum(key_stream, 0)], 0).astype(_I64)
     some = np.where(n >= 2, (n - 2) // t + 1, 0)
     complete = np.where(n >= 1, (n - 1) // t, 0)
     key_windows = np.where(drop, complete, some).astype(_I64)
 
     n_keys = len(keys)
-    order = (rng_for("aligned-keys", spec.seed, epoch).permutation(n_keys).astype(_I64)
-             if spec.strategy == "shuffled" else np.arange(n_keys, dtype=_I64))
+    order = (rng_for("aligned-keys", rules.seed, epoch).permutation(n_keys).astype(_I64)
+             if rules.shuffled else np.arange(n_keys, dtype=_I64))
     group_of = np.arange(n_keys, dtype=_I64) // b
     n_groups = -(-n_keys // b)
     group_size = np.bincount(group_of, minlength=n_groups).astype(_I64)
@@ -123,9 +135,10 @@ def aligned_schedule(streams: Streams, spec: PlanSpec, epoch: int) -> AlignedSch
     steps = np.zeros(n_groups, dtype=_I64)
     np.maximum.at(steps, group_of, most)
     keep = steps > 0
-    if spec.drop_incomplete_batches:
+    if rules.drop_incomplete_batches:
         keep &= group_size == b
     dropped = int(n_groups - keep.sum())
+    dropped_batches = int(steps[~keep].sum())
     group_lo = np.concatenate([[0], np.cumsum(group_size)])[:-1][keep]
     group_size, steps = group_size[keep], steps[keep]
 
@@ -145,7 +158,7 @@ def aligned_schedule(streams: Streams, spec: PlanSpec, epoch: int) -> AlignedSch
         batch_steps=steps[batch_group].astype(np.int32), batch_lane_ptr=batch_lane_ptr,
         lane_key=lane_key, lane_stream=lane_stream, lane_offset=lane_offset,
         unit_batch_ptr=np.concatenate([[0], np.cumsum(steps)]).astype(_I64),
-        dropped_groups=dropped,
+        dropped_groups=dropped, dropped_group_batches=dropped_batches,
     )
 
 

@@ -64,6 +64,7 @@ _STREAM_ARRAYS: dict[str, type[np.generic]] = {
 _STRING_ARRAYS = ("stream_group_key", "stream_alignment_key", "piece_path", "piece_format",
                   "piece_fingerprint")
 _CHANNELS = "stream_has_channel"  # only when some stream lacks a column: uint8 [S*C]
+_LANE_KEY = "lane_key"  # only in the stored schedule of an aligned plan: int64 [NL]
 _WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 
 
@@ -137,6 +138,12 @@ class PlanArtifact:
     channels: np.ndarray | None = None
 
     @property
+    def parts_per_batch(self) -> int:
+        """Part batches (record batches on the wire) per batch a consumer sees: one per
+        protocol for an aligned plan (SEMANTICS 9), else 1."""
+        return len(self.streams.protocols) if self.spec.align_by is not None else 1
+
+    @property
     def strategy(self) -> Strategy:
         """The plan's strategy (:data:`planning.strategies.STRATEGIES`)."""
         return strategy_for(self.spec)
@@ -188,6 +195,8 @@ class PlanArtifact:
             columns[name] = _list_of(stored.get(name, np.zeros(0, dtype=dtype)))
         if self.channels is not None:
             columns[_CHANNELS] = _list_of(self.channels.astype(np.uint8).reshape(-1))
+        if self.schedule is not None and self.schedule.lane_key is not None:
+            columns[_LANE_KEY] = _list_of(self.schedule.lane_key.astype(_I64))
         header = {
             "format": ARTIFACT_VERSION, "plan_id": self.plan_id, "split_id": self.split_id,
             "version_id": self.version_id, "root_uri": self.root_uri,
@@ -196,6 +205,7 @@ class PlanArtifact:
             "schedule": None if self.schedule is None else {
                 "epoch": self.schedule.epoch,
                 "dropped": dataclasses.asdict(self.schedule.dropped),
+                "parts": self.schedule.parts,
             },
         }
         schema = pa.schema([pa.field(n, c.type, nullable=False) for n, c in columns.items()],
@@ -249,6 +259,9 @@ class PlanArtifact:
         stored = header.get("schedule")
         schedule = None if stored is None else Schedule(
             epoch=int(stored["epoch"]), dropped=DropCounts(**stored["dropped"]),
+            parts=int(stored.get("parts", 1)),
+            lane_key=(col[_LANE_KEY].to_numpy(zero_copy_only=False).astype(_I64)
+                      if _LANE_KEY in col else None),
             **{name: num[name] for name in SCHEDULE_ARRAYS},
         )
         return cls(

@@ -49,7 +49,7 @@ def _working_set(
     chunks = -(-(lane_t + 1) // r) + 2
     lane_bytes = np.where(schedule.lane_offset >= 0, chunks * r * row_bytes[proto], 0)
     per_batch = np.add.reduceat(lane_bytes, schedule.batch_lane_ptr[:-1])
-    return int(per_batch.max())
+    return int(per_batch.reshape(-1, schedule.parts).sum(axis=1).max())
 
 
 def plan_report(
@@ -78,7 +78,8 @@ def plan_report(
         * per_token[schedule.batch_protocol.astype(np.int64)]
     ) if schedule.n_batches else np.zeros(0, np.int64)
 
-    counts = rank_batch_counts(schedule, world_size)
+    parts = schedule.parts  # an aligned batch is one part batch per protocol
+    counts = rank_batch_counts(schedule, world_size) // parts
     trim = spec.drop_incomplete_distributed
     per_rank = [int(counts.min())] * world_size if trim else counts.tolist()
     protocols: dict[str, Any] = {}
@@ -107,7 +108,7 @@ def plan_report(
         "epoch_dependent": spec.strategy == "shuffled",
         "streams": streams.count,
         "rows": int(streams.n_rows.sum()),
-        "batches": schedule.n_batches,
+        "batches": schedule.n_consumer_batches,
         "units": schedule.n_units,
         "world_size": world_size,
         "batches_per_rank_untrimmed": counts.tolist(),
@@ -117,13 +118,19 @@ def plan_report(
         "tokens": int(lane_t.sum()),
         "real_tokens": int(real.sum()),
         "bytes": int(batch_bytes.sum()),
-        "max_batch_bytes": int(batch_bytes.max()) if schedule.n_batches else 0,
+        "max_batch_bytes": int(batch_bytes.reshape(-1, parts).sum(axis=1).max())
+        if schedule.n_batches else 0,
         "dropped": {
             **asdict(schedule.dropped),
-            "distributed_trimmed_batches": trimmed_batches(schedule, world_size) if trim else 0,
+            "distributed_trimmed_batches":
+                trimmed_batches(schedule, world_size) // parts if trim else 0,
         },
         "protocols": protocols,
     }
+    if parts > 1:
+        report["aligned"] = {"parts_per_batch": parts,
+                             "keys": int(np.unique(schedule.lane_key).shape[0])
+                             if schedule.lane_key is not None else 0}
     report["cache_working_set_bytes"] = _working_set(
         streams, spec, schedule, lane_t, row_bytes=row_bytes, chunk_rows=chunk_rows,
     )

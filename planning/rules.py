@@ -55,6 +55,7 @@ class OrderRules:
     stateful_n_windows: int
     chain: bool
     drop_incomplete_batches: bool
+    shuffled: bool = False
 
     @classmethod
     def from_spec(cls, spec: PlanSpec) -> OrderRules:
@@ -67,6 +68,7 @@ class OrderRules:
             stateful_n_windows=spec.stateful_n_windows,
             chain=spec.cross_protocol_state_carry == "chain",
             drop_incomplete_batches=spec.drop_incomplete_batches,
+            shuffled=spec.strategy == "shuffled",
         )
 
     @property

@@ -6,8 +6,12 @@ window ``(lane_stream, lane_offset)`` of ``batch_seq_len[i]`` input rows, or pad
 segment, for its keys). ``lane_protocol`` is the protocol code of each lane (differs
 within a batch only under chain). Units (single batches, or whole stateful groups)
 are ``unit_batch_ptr``; rank ``r`` of ``W`` takes units ``r, r+W, ...``
-(:mod:`planning.ranks`). The strategies of :mod:`planning.strategies` make schedules;
-a stored plan holds the one of an epoch-independent strategy.
+(:mod:`planning.ranks`). An aligned plan (SEMANTICS 9) lays each of its batches out
+as ``parts`` consecutive part batches, one per protocol; ``lane_stream`` is -1 where
+a lane's key has no data of the part's protocol, and ``lane_key`` names each lane's
+key (:func:`planning.aligned.aligned_keys` order). The strategies of
+:mod:`planning.strategies` make schedules; a stored plan holds the one of an
+epoch-independent strategy.
 """
 
 from __future__ import annotations
@@ -77,11 +81,18 @@ class Schedule:
     lane_protocol: np.ndarray  # int16 [NL]
     unit_batch_ptr: np.ndarray  # int64 [NU+1]
     dropped: DropCounts = field(default_factory=DropCounts)
+    parts: int = 1  # part batches per batch a consumer sees (aligned: one per protocol)
+    lane_key: np.ndarray | None = None  # int64 [NL], aligned plans only
 
     @property
     def n_batches(self) -> int:
         """Batches in the epoch (all ranks together)."""
         return int(self.batch_unit.shape[0])
+
+    @property
+    def n_consumer_batches(self) -> int:
+        """Batches a consumer sees in the epoch (``n_batches`` over ``parts``)."""
+        return self.n_batches // self.parts
 
     @property
     def n_units(self) -> int:

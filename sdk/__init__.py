@@ -23,6 +23,7 @@ from contract.configs import (
     ValidationConfig,
     WindowConfig,
 )
+from sdk._aligned import AlignedBatch
 from sdk._batch import Batch, BatchSegmentRef, BatchState, batch_from_arrow
 from sdk._catalog import Catalog
 from sdk._exceptions import (
@@ -49,6 +50,7 @@ from sdk._stats import LoaderStats
 from sdk._torch import WindpipeIterableDataset
 
 __all__ = [
+    "AlignedBatch",
     "Batch",
     "BatchSegmentRef",
     "BatchState",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -179,6 +179,21 @@ class Batch:
             state=self._state, state_factory=self._state_factory, batch_idx=self.batch_idx,
         )
 
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The batch's tensors by name (what a device loader pins and copies)."""
+        return {"inputs": self.inputs, "targets": self.targets, "mask": self.mask,
+                "has_channel": self.has_channel}
+
+    def replace_tensors(self, tensors: Mapping[str, torch.Tensor]) -> Batch:
+        """The same batch over ``tensors`` (named as :meth:`tensors` names them; a name
+        left out keeps its tensor)."""
+        return self.with_tensors(
+            inputs=tensors.get("inputs", self.inputs),
+            targets=tensors.get("targets", self.targets),
+            mask=tensors.get("mask", self.mask),
+            has_channel=tensors.get("has_channel", self.has_channel),
+        )
+
     @property
     def batch_size(self) -> int:
         """Lanes in this batch (B; a stream's last window can have fewer)."""
@@ -328,6 +343,8 @@ def _tensor(values: pa.Array, shape: tuple[int, ...], what: str) -> torch.Tensor
 
 @functools.lru_cache(maxsize=1 << 16)
 def _key(text: str) -> tuple[Any, ...]:
+    if not text:  # an aligned lane whose key has no data of its protocol: no group key
+        return ()
     try:
         value = json.loads(text)
     except ValueError:

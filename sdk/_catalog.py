@@ -24,6 +24,7 @@ from contract.errors import WindpipeError as ContractError
 from contract.wire import BatchMetadata, FlightCommand
 from materialize.builder import BuiltBatch
 from planning.artifact import ARTIFACT_MEDIA_TYPE
+from sdk._aligned import AlignedBatch, group_parts
 from sdk._batch import Batch, batch_from_arrays, batch_from_arrow
 from sdk._exceptions import (
     Conflict,
@@ -264,15 +265,15 @@ class Catalog:
     def _batches(
         self, plan_id: str, *, epoch: int, rank: int, world_size: int, start_batch: int,
         reader: LocalReader | None = None,
-    ) -> Iterator[Batch]:
+    ) -> Iterator[Batch | AlignedBatch]:
         records = self._records(
             plan_id, epoch=epoch, rank=rank, world_size=world_size, start_batch=start_batch,
             reader=reader,
         )
-        for record, meta in records:
-            yield _to_batch(record, meta)
+        yield from group_parts(records, _to_batch)
 
-    def _worker_source(self, plan_id: str, *, transport: str) -> Callable[..., Iterator[Batch]]:
+    def _worker_source(self, plan_id: str, *,
+                       transport: str) -> Callable[..., Iterator[Batch | AlignedBatch]]:
         return _PlanSource(
             plan_id, url=self.url, token=self._token, timeout=self._timeout,
             flight_locations=self._flight_locations, catalog=self, transport=transport,
@@ -326,7 +327,7 @@ class _PlanSource:
     def __call__(
         self, *, epoch: int, rank: int, world_size: int, start_batch: int, worker: int = 0,
         num_workers: int = 1,
-    ) -> Iterator[Batch]:
+    ) -> Iterator[Batch | AlignedBatch]:
         if self._catalog is None or self._pid != os.getpid():
             # never reuse gRPC channels across a fork (DataLoader workers)
             self._pid = os.getpid()
@@ -341,9 +342,8 @@ class _PlanSource:
             self.plan_id, epoch=epoch, rank=rank, world_size=world_size,
             start_batch=start_batch, reader=reader,
         )
-        for record, meta in records:
-            if (meta.batch_idx - start_batch) % num_workers == worker:
-                yield _to_batch(record, meta)
+        mine = ((r, m) for r, m in records if (m.batch_idx - start_batch) % num_workers == worker)
+        yield from group_parts(mine, _to_batch)
 
 
 def _with_spinner(

@@ -30,6 +30,7 @@ from sdk._warm import warm_plan
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from sdk._aligned import AlignedBatch
     from sdk._batch import Batch
     from sdk._catalog import Catalog
     from sdk._loader import DeviceLoader
@@ -273,8 +274,9 @@ class Plan:
         self, epoch: int = 0, rank: int = 0, world_size: int = 1, start_batch: int = 0,
         *, data_access: str | None = None, progress: bool | None = None,
         transport: str | None = None,
-    ) -> Iterator[Batch]:
-        """One rank's pass over ``epoch`` as CPU :class:`Batch` es, from ``start_batch`` on.
+    ) -> Iterator[Batch | AlignedBatch]:
+        """One rank's pass over ``epoch`` as CPU :class:`Batch` es, from ``start_batch`` on
+        (an aligned plan's are :class:`AlignedBatch` es, SEMANTICS 9).
 
         ``transport`` (argument, else the plan's config): ``"auto"`` builds the batches
         in this process from the host's shared tier when a Flight server of the

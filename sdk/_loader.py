@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from sdk._aligned import AlignedBatch
 from sdk._batch import Batch
 from sdk._exceptions import InvalidConfig, ResourceExhausted
 from sdk._html import progress_bar
@@ -37,6 +38,7 @@ from sdk._stats import LoaderStats
 
 __all__ = ["DeviceLoader", "PinnedPool", "resolve_device"]
 
+AnyBatch = Batch | AlignedBatch  # a plain plan's batch, or an aligned plan's (SEMANTICS 9)
 _DEFAULT_PINNED_CAP = 512 << 20
 _ALIGN = 1 << 20
 
@@ -125,30 +127,28 @@ class PinnedPool:
         self._busy.append((buf, event))
 
 
-def _pin(batch: Batch, buf: torch.Tensor) -> Batch:
+def _pin(batch: AnyBatch, buf: torch.Tensor) -> AnyBatch:
     """Copy the batch's tensors into views of the page-locked ``buf``."""
     out: dict[str, torch.Tensor] = {}
     offset = 0
-    for name in ("inputs", "targets", "mask"):
-        src: torch.Tensor = getattr(batch, name)
+    for name, src in batch.tensors().items():
         n = src.numel() * src.element_size()
         view = buf[offset:offset + n].view(src.dtype).view(src.shape)
         view.copy_(src)
         out[name] = view
         offset += -(-n // 64) * 64
-    return batch.with_tensors(inputs=out["inputs"], targets=out["targets"], mask=out["mask"])
+    return batch.replace_tensors(out)
 
 
-def _pinned_nbytes(batch: Batch) -> int:
+def _pinned_nbytes(batch: AnyBatch) -> int:
     return sum(
-        -(-(t.numel() * t.element_size()) // 64) * 64
-        for t in (batch.inputs, batch.targets, batch.mask)
+        -(-(t.numel() * t.element_size()) // 64) * 64 for t in batch.tensors().values()
     )
 
 
 @dataclass
 class _Item:
-    batch: Batch | None = None
+    batch: AnyBatch | None = None
     event: Any = None
     buf: torch.Tensor | None = None
     error: BaseException | None = None
@@ -166,7 +166,7 @@ class DeviceLoader:
 
     def __init__(
         self,
-        source: Callable[[], Iterator[Batch]],
+        source: Callable[[], Iterator[AnyBatch]],
         *,
         device: str | torch.device = "auto",
         prefetch_factor: int = 4,
@@ -205,7 +205,7 @@ class DeviceLoader:
         self.stats: LoaderStats | None = None
         self.pool: PinnedPool | None = None
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator[AnyBatch]:
         return self._run()
 
     def __repr__(self) -> str:
@@ -213,7 +213,7 @@ class DeviceLoader:
         return (f"DeviceLoader({self._desc}, device={self.device}, "
                 f"prefetch_factor={self.prefetch_factor}, pin_memory={self.pin_memory}, {done})")
 
-    def _run(self) -> Iterator[Batch]:
+    def _run(self) -> Iterator[AnyBatch]:
         tqdm = progress_bar()  # imported only when a bar is drawn
 
         cuda = self.device.type == "cuda"
@@ -320,7 +320,7 @@ class DeviceLoader:
             time.sleep(0.0005)
         return None
 
-    def _deliver(self, item: _Item, pool_lock: threading.Lock) -> Batch:
+    def _deliver(self, item: _Item, pool_lock: threading.Lock) -> AnyBatch:
         batch = item.batch
         assert batch is not None
         if self.device.type != "cuda":
@@ -328,7 +328,7 @@ class DeviceLoader:
         current = torch.cuda.current_stream(self.device)
         if item.event is not None:
             current.wait_event(item.event)
-            for t in (batch.inputs, batch.targets, batch.mask):
+            for t in batch.tensors().values():
                 t.record_stream(current)
             done_event = item.event
         else:

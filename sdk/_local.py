@@ -82,8 +82,10 @@ class LocalReader:
             batch_schema(plan_id=plan.plan_id, version_id=plan.version_id),
             tier=self.tier, blocks="always", lazy_provenance=True,
         )
-        pipeline = BatchPipeline(builder, schedule, batches, start=start_batch,
-                                 end=int(batches.shape[0]), readahead_batches=0)
+        end = int(batches.shape[0])  # positions count parts (aligned: one per protocol)
+        pipeline = BatchPipeline(builder, schedule, batches,
+                                 start=min(start_batch * schedule.parts, end), end=end,
+                                 readahead_batches=0)
         for _, built in pipeline:
             yield built, built.meta
 

@@ -6,7 +6,9 @@ in order. When a server dies mid-pass (unavailable, connection reset, timed out,
 no batch within ``read_timeout`` seconds: a server that stops answering),
 the stream asks another server for a new ``FlightInfo`` with ``start_batch`` = the
 batches already received, so the pass continues with the next batch: nothing is
-duplicated or skipped (each batch's ``batch_idx`` is checked). Errors that carry a
+duplicated or skipped (each batch's ``batch_idx`` is checked). The parts of an
+aligned batch (one record batch per protocol) are handed out together once all
+have arrived, so a failover mid-batch re-reads that batch whole. Errors that carry a
 windpipe envelope (a bad segment, a refused ticket) are not retried: they raise the
 SDK exception of their type.
 """
@@ -145,6 +147,7 @@ class FlightStream:
             info, info_location = self.flight_info(
                 replace(command, start_batch=next_batch), dead=dead
             )
+            parts: list[tuple[pa.RecordBatch, BatchMetadata]] = []
             try:
                 for endpoint in info.endpoints:
                     uris = [self.location_map(_uri(loc)) for loc in endpoint.locations]
@@ -152,13 +155,12 @@ class FlightStream:
                     for batch, meta in self._endpoint(endpoint.ticket, uris, dead):
                         if meta.batch_idx < next_batch:
                             continue  # a replica repeated what another already sent
-                        if meta.batch_idx != next_batch:
-                            msg = (
-                                f"the stream skipped from batch {next_batch} to "
-                                f"{meta.batch_idx}; refusing to continue"
-                            )
-                            raise InternalError(msg)
-                        yield batch, meta
+                        _check_next(meta, next_batch, len(parts))
+                        parts.append((batch, meta))
+                        if meta.aligned is not None and len(parts) < meta.aligned.parts:
+                            continue  # an aligned batch is handed out whole, or not at all
+                        yield from parts
+                        parts = []
                         next_batch += 1
             except _Failover as exc:
                 failovers += 1
@@ -208,6 +210,19 @@ class FlightStream:
             finally:
                 if reader is not None:
                     _cancel(reader)
+
+
+def _check_next(meta: BatchMetadata, next_batch: int, have_parts: int) -> None:
+    """Refuse a stream that skips a batch (or a part of an aligned one)."""
+    if meta.batch_idx != next_batch:
+        msg = f"the stream skipped from batch {next_batch} to {meta.batch_idx}; refusing " \
+              "to continue"
+        raise InternalError(msg)
+    part = meta.aligned.part if meta.aligned is not None else 0
+    if part != have_parts:
+        msg = (f"batch {next_batch}: part {part} arrived after {have_parts} part(s); "
+               "refusing to continue")
+        raise InternalError(msg)
 
 
 class _ReadTimedOut(OSError):  # noqa: N818 - a transport failure like the others

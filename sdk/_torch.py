@@ -43,13 +43,14 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from contract.configs import LoaderConfig
 from contract.errors import WindpipeError as ContractError
 from contract.ranks import check_rank
+from sdk._aligned import AlignedBatch
 from sdk._batch import Batch
 from sdk._exceptions import InvalidConfig
 
 __all__ = ["WindpipeDataLoader", "WindpipeIterableDataset", "check_spawn",
            "dataloader_options"]
 
-BatchSource = Callable[..., Iterator[Batch]]
+BatchSource = Callable[..., Iterator[Batch | AlignedBatch]]
 
 
 def _dist_rank_world() -> tuple[int, int] | None:
@@ -59,7 +60,7 @@ def _dist_rank_world() -> tuple[int, int] | None:
     return None
 
 
-class WindpipeIterableDataset(IterableDataset[Batch]):
+class WindpipeIterableDataset(IterableDataset[Batch | AlignedBatch]):
     """Batches of one rank's pass over a plan (see the module docstring).
 
     ``source(epoch=, rank=, world_size=, start_batch=, worker=, num_workers=)`` yields
@@ -74,7 +75,7 @@ class WindpipeIterableDataset(IterableDataset[Batch]):
         epoch: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
-        transform: Callable[[Batch], Any] | None = None,
+        transform: Callable[[Batch | AlignedBatch], Any] | None = None,
     ) -> None:
         super().__init__()
         self._source = source

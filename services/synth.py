@@ -11,7 +11,9 @@ written without dictionary encoding; some values are null (NaN in zarr).
 
 With ``missing_channel`` and ``missing_cells``, the last ``missing_cells`` cells
 have no such sensor: their cycling and hppc segments lack that column (a real
-collection's cell without a thermocouple).
+collection's cell without a thermocouple). With ``missed_tests`` each scheduled hppc
+or eis test is left out with that probability (a lab that skipped a check-up), so
+those protocols cover an irregular subset of cycles.
 
 Streams are split over 2-3 segments with probability ``split_fraction`` and each
 segment is a zarr v3 group with probability ``zarr_fraction``, else parquet. The
@@ -206,6 +208,11 @@ def _eis(cell: _Cell, cidx: int, rng: np.random.Generator) -> dict[str, np.ndarr
     return {"freq_hz": freq, "z_real_ohm": z.real * noise[0], "z_imag_ohm": z.imag * noise[1]}
 
 
+def _missed(seed: int, share: float, protocol: str, ident: tuple[Any, ...]) -> bool:
+    """Whether the scheduled ``protocol`` test of ``ident`` was skipped (probability ``share``)."""
+    return share > 0 and bool(rng_for(seed, "missed", *ident, protocol).random() < share)
+
+
 def _pieces(n: int, rng: np.random.Generator, split_fraction: float) -> list[tuple[int, int]]:
     if n >= 8 and rng.random() < split_fraction:
         k = int(rng.integers(2, 4))
@@ -257,13 +264,15 @@ def write_synthetic_dataset(
     eis_every: int = 2,
     missing_channel: str | None = None,
     missing_cells: int = 0,
+    missed_tests: float = 0.0,
 ) -> SynthResult:
     """Write the dataset under ``out_dir`` (created) and return its summary.
 
     ``rows_per_cycle`` is the length of a cycling stream (hppc streams get half);
     ``row_group_rows`` is the parquet row group size and zarr chunk length;
     ``hppc_every`` / ``eis_every``: those protocols are measured on every k-th cycle;
-    the last ``missing_cells`` cells lack the column ``missing_channel``.
+    the last ``missing_cells`` cells lack the column ``missing_channel``;
+    ``missed_tests``: the probability that a scheduled hppc or eis test is left out.
     """
     if cells < 1 or cycles < 1 or sets < 1 or rows_per_cycle < 40 or row_group_rows < 1:
         raise ValueError("need cells, cycles, sets, row_group_rows >= 1 and rows_per_cycle >= 40")
@@ -272,6 +281,8 @@ def write_synthetic_dataset(
     if missing_cells and missing_channel not in PROTOCOL_COLUMNS["cycling"][1:]:
         raise ValueError(f"missing_channel must be one of {PROTOCOL_COLUMNS['cycling'][1:]}, "
                          f"got {missing_channel!r}")
+    if not 0.0 <= missed_tests <= 1.0:
+        raise ValueError(f"missed_tests must be in 0..1, got {missed_tests}")
     if not 0 <= missing_cells <= cells:
         raise ValueError(f"missing_cells must be in 0..{cells}, got {missing_cells}")
     out = Path(out_dir)
@@ -287,10 +298,10 @@ def write_synthetic_dataset(
             ident = (cell.set_id, cell.cell_id, cidx)
             streams.append(("cycling", _cycling(
                 cell, cidx, rows_per_cycle, rng_for(seed, "cycling", *ident))))
-            if cidx % hppc_every == 0:
+            if cidx % hppc_every == 0 and not _missed(seed, missed_tests, "hppc", ident):
                 streams.append(("hppc", _hppc(
                     cell, cidx, max(60, rows_per_cycle // 2), rng_for(seed, "hppc", *ident))))
-            if cidx % eis_every == 0:
+            if cidx % eis_every == 0 and not _missed(seed, missed_tests, "eis", ident):
                 streams.append(("eis", _eis(cell, cidx, rng_for(seed, "eis", *ident))))
             for protocol, raw in streams:
                 rng = rng_for(seed, "layout", *ident, protocol)
@@ -343,7 +354,7 @@ def write_synthetic_dataset(
             "null_fraction": null_fraction, "row_group_rows": row_group_rows,
             "hppc_every": hppc_every, "eis_every": eis_every,
             "missing_channel": missing_channel if missing_cells else None,
-            "missing_cells": missing_cells,
+            "missing_cells": missing_cells, "missed_tests": missed_tests,
         },
         "sign_convention": "current positive on charge",
         "units": UNITS,

@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default: none)")
     synth.add_argument("--missing-cells", type=int, default=0,
                        help="how many cells lack --missing-channel (default %(default)s)")
+    synth.add_argument("--missed-tests", type=float, default=0.0,
+                       help="probability that a scheduled hppc or eis test is left out, so "
+                            "they cover an irregular set of cycles (default %(default)s)")
 
     demo = sub.add_parser("demo", help="synthesize, serve, register, split, plan and stream")
     demo.add_argument("--data-dir", type=Path, help="where to put state (default: a temp dir)")
@@ -312,6 +315,7 @@ def _synth(args: argparse.Namespace) -> int:
         rows_per_cycle=args.rows_per_cycle, seed=args.seed, zarr_fraction=args.zarr_fraction,
         hppc_every=args.hppc_every, eis_every=args.eis_every,
         missing_channel=args.missing_channel, missing_cells=args.missing_cells,
+        missed_tests=args.missed_tests,
     )
     print(f"wrote {result.n_rows} rows in {result.n_segments} segments to {result.path}")
     print(f"manifest: {result.manifest_path}")

@@ -207,7 +207,8 @@ class PlanOut(_Out):
 
 
 class LaneOut(_Out):
-    """One lane: a lane window of a stream, or padding (``offset`` -1)."""
+    """One lane: a lane window of a stream, or padding (``offset`` -1; ``stream_idx`` -1:
+    an aligned lane whose key has no data of the part's protocol)."""
 
     stream_idx: int
     offset: int
@@ -215,9 +216,11 @@ class LaneOut(_Out):
 
 
 class ScheduleBatchOut(_Out):
-    """One batch of a rank's pass (``batch_idx`` = position in that pass)."""
+    """One batch of a rank's pass (``batch_idx`` = position in that pass); an aligned plan
+    lists one entry per part (``part``: its protocol's position, SEMANTICS 9)."""
 
     batch_idx: int
+    part: int | None = None
     global_batch_idx: int
     unit_idx: int
     protocol: str

@@ -8,6 +8,8 @@ narrow inputs of :mod:`planning.rules`:
 | ``plain`` | ``sequential``, ``stateful_n_windows == 0`` (SEMANTICS 3a) | :mod:`.plain` | no |
 | ``sequential`` | ``sequential`` with segments (3b, 4) | :mod:`.sequential` | no |
 | ``shuffled`` | ``shuffled`` (3b, 4, 7) | :mod:`.shuffled` | yes |
+| ``aligned`` | ``align_by``, ``sequential`` (9) | :mod:`.aligned` | no |
+| ``aligned_shuffled`` | ``align_by``, ``shuffled`` (9) | :mod:`.aligned` | yes |
 
 A plan stores the schedule of an epoch-independent strategy once; a shuffled plan's
 epochs are computed by its strategy when read (:meth:`PlanArtifact.epoch_schedule`).
@@ -22,7 +24,7 @@ from contract.configs import PlanSpec
 from contract.errors import ErrorType, WindpipeError
 from planning.rules import OrderRules, WindowTable
 from planning.schedule import DropCounts, Schedule, empty_schedule
-from planning.strategies import plain, sequential, shuffled
+from planning.strategies import aligned, plain, sequential, shuffled
 from planning.streams import Streams
 
 __all__ = ["STRATEGIES", "Strategy", "epoch_schedule", "strategy_for"]
@@ -43,11 +45,16 @@ STRATEGIES: dict[str, Strategy] = {
     "plain": Strategy("plain", epoch_dependent=False, schedule=plain.schedule),
     "sequential": Strategy("sequential", epoch_dependent=False, schedule=sequential.schedule),
     "shuffled": Strategy("shuffled", epoch_dependent=True, schedule=shuffled.schedule),
+    "aligned": Strategy("aligned", epoch_dependent=False, schedule=aligned.schedule),
+    "aligned_shuffled": Strategy("aligned_shuffled", epoch_dependent=True,
+                                 schedule=aligned.schedule),
 }
 
 
 def strategy_for(spec: PlanSpec) -> Strategy:
-    """The strategy of a plan: ``plain`` exactly when sequential and stateless."""
+    """The strategy of a plan: ``plain`` exactly when sequential, stateless, not aligned."""
+    if spec.align_by is not None:
+        return STRATEGIES["aligned_shuffled" if spec.strategy == "shuffled" else "aligned"]
     if spec.strategy == "shuffled":
         return STRATEGIES["shuffled"]
     return STRATEGIES["plain" if spec.stateful_n_windows == 0 else "sequential"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import pickle
+from typing import Any
 
 import numpy as np
 import pytest
@@ -199,7 +200,8 @@ def test_loader_config_splits_into_plan_spec_and_options():
         "split", "default_window", "window_by_protocol", "seed", "strategy", "phase_shift",
         "protocol_order", "stateful_n_windows", "cross_protocol_state_carry",
         "drop_incomplete_batches", "drop_incomplete_distributed", "group_key",
-        "alignment_key", "inputs", "targets", "scaling"}
+        "alignment_key", "inputs", "targets", "scaling",
+        "align_by"}  # windpipe's addition (SEMANTICS 9)
     assert set(LoaderConfig.RUNTIME_FIELDS) == {
         "data_access", "num_workers", "prefetch_factor", "persistent_workers", "pin_memory",
         "multiprocessing_context", "device", "prefetch_to_device", "non_blocking", "transport"}
@@ -222,3 +224,20 @@ def test_loader_config_splits_into_plan_spec_and_options():
     with pytest.raises(WindpipeError, match="scaling"):  # the plan's rules hold on a spec
         PlanSpec(inputs={"cycling": ("a",)}, targets={"cycling": ("v",)},
                  scaling=(ScalingSpec(column="zz", input_min=0, input_max=1),))
+
+
+@pytest.mark.parametrize(("update", "match"), [
+    ({"window_by_protocol": {"hppc": WindowConfig(batch_size=3, seq_len=8)}},
+     "one batch_size"),
+    ({"stateful_n_windows": 2}, "stateful_n_windows=0"),
+    ({"default_window": WindowConfig(batch_size=2, seq_len=8, step_rows=4)}, "step_rows"),
+])
+def test_align_by_refuses_what_cannot_align(update: dict[str, Any], match: str) -> None:
+    base = {"align_by": "alignment_key", "inputs": {"cycling": ("a",), "hppc": ("a",)},
+            "targets": {"cycling": ("b",), "hppc": ("b",)},
+            "default_window": WindowConfig(batch_size=2, seq_len=8)}
+    assert LoaderConfig(**base).aligned  # type: ignore[arg-type]
+    with pytest.raises(WindpipeError, match=match):
+        LoaderConfig(**{**base, **update})  # type: ignore[arg-type]
+    with pytest.raises(WindpipeError, match="align_by"):
+        LoaderConfig(**{**base, "align_by": "cell_id"})  # type: ignore[arg-type]

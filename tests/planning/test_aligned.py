@@ -11,6 +11,9 @@ import pytest
 from contract.configs import LoaderConfig, WindowConfig
 from contract.errors import WindpipeError
 from planning.aligned import aligned_rank_batches, aligned_schedule
+from planning.artifact import PieceLayout, PieceRecord, PlanArtifact, make_artifact
+from planning.ranks import rank_batches
+from planning.strategies import epoch_schedule
 from planning.streams import Streams
 from tests.reference.aligned_ref import AlignedBatch, reference_aligned_rank
 from tests.reference.schedule_ref import ref_streams
@@ -119,3 +122,69 @@ def test_configs_that_cannot_align_are_refused() -> None:
         aligned_schedule(twice, _config("sequential").model_copy(update={
             "inputs": {"cycling": ("x",)}, "targets": {"cycling": ("x",)},
             "protocol_order": None}), 0)
+
+
+def _aligned(name: str) -> LoaderConfig:
+    return LoaderConfig.model_validate({**_config(name).model_dump(), "align_by": "alignment_key"})
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_the_plan_schedule_is_one_part_batch_per_protocol(name: str) -> None:
+    config, streams = _aligned(name), _streams()
+    core = aligned_schedule(streams, config, 1)
+    sched = epoch_schedule(streams, config, 1)
+    n_p = len(PROTOCOLS)
+    assert sched.parts == n_p
+    assert sched.n_batches == core.n_batches * n_p == sched.n_consumer_batches * n_p
+    assert (sched.unit_batch_ptr == core.unit_batch_ptr * n_p).all()
+    assert sched.lane_key is not None
+    for g in range(sched.n_batches):
+        i, code = divmod(g, n_p)
+        assert sched.batch_protocol[g] == code
+        assert sched.batch_seq_len[g] == config.window_for(PROTOCOLS[code]).seq_len
+        assert (sched.batch_step[g], sched.batch_steps[g]) == (core.batch_step[i],
+                                                                core.batch_steps[i])
+        lo, hi = sched.batch_lane_ptr[g], sched.batch_lane_ptr[g + 1]
+        c_lo, c_hi = core.batch_lane_ptr[i], core.batch_lane_ptr[i + 1]
+        has = core.has_data(i)[code]
+        assert (sched.lane_key[lo:hi] == core.lane_key[c_lo:c_hi]).all()
+        assert (sched.lane_offset[lo:hi] == core.lane_offset[code, c_lo:c_hi]).all()
+        want = np.where(has, core.lane_stream[code, c_lo:c_hi], -1)
+        assert (sched.lane_stream[lo:hi] == want).all()
+        assert (sched.lane_protocol[lo:hi] == code).all()
+    # a rank's pass and its trimming never cut an aligned batch
+    for world in (2, 3):
+        for rank in range(world):
+            mine = rank_batches(sched, rank=rank, world_size=world,
+                                drop_incomplete_distributed=config.drop_incomplete_distributed)
+            assert mine.shape[0] % n_p == 0
+            assert (mine[::n_p] % n_p == 0).all()
+
+
+def test_the_stored_plan_keeps_the_aligned_layout() -> None:
+    streams = _streams()
+    for name, stored in (("sequential", True), ("shuffled-drop", False)):
+        config = _aligned(name)
+        layout = PieceLayout.from_records(streams.piece_path, {
+            p: PieceRecord("parquet", "f", (int(n),))
+            for p, n in zip(streams.piece_path, streams.piece_rows.tolist(), strict=True)})
+        artifact = make_artifact(plan_id="p", split_id="s", version_id="v", root_uri="file:///x",
+                                 spec=config, streams=streams, pieces=layout)
+        assert (artifact.schedule is not None) is stored
+        again = PlanArtifact.from_ipc(artifact.to_ipc())
+        assert again.parts_per_batch == len(PROTOCOLS)
+        for epoch in (0, 2):
+            a, b = artifact.epoch_schedule(epoch), again.epoch_schedule(epoch)
+            assert a.parts == b.parts == len(PROTOCOLS)
+            assert a.lane_key is not None
+            assert b.lane_key is not None
+            assert (a.lane_key == b.lane_key).all()
+            for field, values in a.arrays().items():
+                assert (values == b.arrays()[field]).all(), field
+        report = again.report(world_size=2)
+        sched = again.epoch_schedule(0)
+        assert report["batches"] == sched.n_consumer_batches
+        assert report["aligned"]["parts_per_batch"] == len(PROTOCOLS)
+        assert sum(report["batches_per_rank_untrimmed"]) == report["batches"]
+        for p in PROTOCOLS:
+            assert report["protocols"][p]["batches"] == report["batches"]

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
+import pytest
 
 from services.synth import PROTOCOL_COLUMNS, write_synthetic_dataset
 from storage.segments import inspect_segment, read_rows
@@ -130,3 +132,26 @@ def test_sparse_protocols_and_a_cell_without_a_sensor(tmp_path: Path):
             assert "voltage_v" in names
     info = json.loads((tmp_path / "dataset.json").read_text())
     assert info["parameters"]["missing_cells"] == 1
+
+
+def test_missed_tests_leave_an_irregular_subset_of_cycles(tmp_path: Path):
+    kept = write_synthetic_dataset(tmp_path / "all", cells=3, cycles=8, rows_per_cycle=60,
+                                   hppc_every=2, eis_every=1)
+    some = write_synthetic_dataset(tmp_path / "some", cells=3, cycles=8, rows_per_cycle=60,
+                                   hppc_every=2, eis_every=1, missed_tests=0.5)
+
+    def tests_of(result: Any, protocol: str) -> set[tuple[str, int]]:
+        frame = pl.read_parquet(result.manifest_path).filter(pl.col("protocol") == protocol)
+        return set(frame.select("cell_id", "cidx").iter_rows())
+
+    for protocol in ("hppc", "eis"):
+        every, left = tests_of(kept, protocol), tests_of(some, protocol)
+        assert left < every  # only scheduled tests, some of them missed
+        assert len(left) >= len(every) // 5
+    # missed tests differ between cells: the cycles covered are not one pattern
+    eis = tests_of(some, "eis")
+    by_cell = {c: {k for cell, k in eis if cell == c} for c, _ in eis}
+    assert len({frozenset(v) for v in by_cell.values()}) > 1
+    assert tests_of(some, "cycling") == tests_of(kept, "cycling")
+    with pytest.raises(ValueError, match="missed_tests"):
+        write_synthetic_dataset(tmp_path / "bad", missed_tests=1.5)

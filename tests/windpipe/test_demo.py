@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,14 +21,20 @@ def test_demo_runs_end_to_end_and_stops_its_servers(tmp_path: Path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
-    for step in range(1, 7):
-        assert f"[{step}/6]" in out, out
+    for step in range(1, 8):
+        assert f"[{step}/7]" in out, out
     assert "PlanReport" in out
-    streamed = next(line for line in out.splitlines() if line.startswith("[6/6]"))
+    streamed = next(line for line in out.splitlines() if line.startswith("[6/7]"))
     batches = int(streamed.split()[2])
     assert batches > 0
     assert "M tokens/s" in streamed
     valid = next(line for line in out.splitlines() if "batch.target_valid" in line)
     assert 0 < int(valid.split()[0].replace(",", "")) <= int(streamed.split()[4].replace(",", ""))
+    aligned = next(line for line in out.splitlines() if line.startswith("[7/7]"))
+    found = re.search(r"(\d+) batches, hppc data in (\d+) of (\d+) lanes", aligned)
+    assert found is not None, aligned
+    n_aligned, with_hppc, lanes = (int(x) for x in found.groups())
+    assert n_aligned > 0
+    assert 0 < with_hppc < lanes  # hppc runs on only some cycles: has_data is mixed
     assert "demo finished; servers stopped" in out
     assert (tmp_path / "demo" / "dataset" / "manifest.parquet").exists()
