@@ -190,8 +190,14 @@ def gather_lanes(
             vin, vtg = block.views(t)
             inputs[idx] = vin[rows[idx]]
             targets[idx] = vtg[rows[idx]]
-    for b in np.flatnonzero(~full).tolist():
-        k = int(avail[b])  # rows of the lane's stream from its first input on (0: padding)
+    short = np.flatnonzero(~full)
+    empty = short[avail[short] <= 0]  # padding lanes (aligned keys without data): at once
+    if empty.shape[0]:
+        inputs[empty] = INPUT_PAD
+        targets[empty] = np.nan
+        mask[empty] = 0
+    for b in short[avail[short] > 0].tolist():
+        k = int(avail[b])  # rows of the lane's stream from its first input on
         n_in, n_tg = min(k, t), max(min(k - 1, t), 0)
         if k > 0:
             block, _ = blocks[int(lane_protocol[b])]

@@ -292,9 +292,14 @@ class BatchBuilder:
         n_in = np.minimum(avail, t)
         n_tg = np.clip(avail - 1, 0, t)
         mask.fill(1)
-        for b in np.flatnonzero(n_in < t).tolist():
+        empty = np.flatnonzero(avail <= 0)  # padding lanes: at once
+        if empty.shape[0]:
+            inputs[empty] = INPUT_PAD
+            targets[empty] = np.nan
+            mask[empty] = 0
+        for b in np.flatnonzero((n_in < t) & (avail > 0)).tolist():
             inputs[b, int(n_in[b]):] = INPUT_PAD
-        for b in np.flatnonzero(n_tg < t).tolist():
+        for b in np.flatnonzero((n_tg < t) & (avail > 0)).tolist():
             targets[b, int(n_tg[b]):] = np.nan
             mask[b, int(n_tg[b]):] = 0
         lanes, src, win, cnt = lp.rng_lane, lp.rng_src, lp.rng_win, lp.rng_len

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from contract.wire import BatchMetadata
@@ -179,7 +180,7 @@ def group_parts(records: Iterable[tuple[Any, BatchMetadata]],
                    f"{len(parts)} part(s)")
             raise InternalError(msg)
         parts[aligned.protocol] = to_batch(record, meta)
-        has[aligned.protocol] = torch.tensor(aligned.has_data, dtype=torch.bool)
+        has[aligned.protocol] = torch.from_numpy(np.asarray(aligned.has_data, dtype=np.bool_))
         if len(parts) == aligned.parts:
             yield AlignedBatch(parts=parts, has_data=has, batch_idx=meta.batch_idx)
             parts, has = {}, {}

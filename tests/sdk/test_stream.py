@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pyarrow.flight as fl
 import pytest
 
-from contract.wire import FlightCommand
+from contract.wire import AlignedPart, FlightCommand
 from flight_server.runner import start_flight_server
-from sdk import InvalidTicket, NotFound, Unavailable, batch_from_arrow
+from sdk import InternalError, InvalidTicket, NotFound, Unavailable, batch_from_arrow
+from sdk._aligned import group_parts
 from sdk._exceptions import error_from_flight
 from sdk._stream import FlightStream
 from services.settings import Settings
 from tests.fixtures.servers import free_port
-from tests.sdk.wire_toys import ToyFlightServer
+from tests.sdk.wire_toys import ToyFlightServer, toy_record
 
 
 @pytest.fixture
@@ -68,6 +70,29 @@ def test_failover_mid_epoch_no_duplicates_no_skips():
         assert a.served == 5
         assert b.gets == [5]  # b resumed exactly at the first batch a did not send
         assert stream.counters.failovers == 1
+    finally:
+        a.shutdown()
+        b.shutdown()
+
+
+def test_failover_inside_an_aligned_batch_resends_it_whole():
+    """A server dies after part 0 of an aligned batch: the stream hands out no part of
+    it, resumes at that batch elsewhere, and the consumer sees every batch once, whole."""
+    a = ToyFlightServer(n_batches=6, die_at=5, parts=2)  # dies after part 0 of batch 2
+    b = ToyFlightServer(n_batches=6, parts=2)
+    a.peers = [b.location]
+    b.peers = [a.location]
+    try:
+        stream = FlightStream([a.location, b.location])
+        got = [(meta.batch_idx, meta.aligned.part if meta.aligned else None)
+               for _, meta in stream.batches(FlightCommand("p-toy"))]
+        assert got == [(i, k) for i in range(6) for k in range(2)]
+        assert b.gets == [2]
+        assert stream.counters.failovers == 1
+        batches = list(group_parts(stream.batches(FlightCommand("p-toy", start_batch=4)),
+                                   batch_from_arrow))
+        assert [(x.batch_idx, x.protocols) for x in batches] == [(4, ("p0", "p1")),
+                                                                 (5, ("p0", "p1"))]
     finally:
         a.shutdown()
         b.shutdown()
@@ -131,3 +156,20 @@ def test_early_break_cancels_the_stream(toy):
     t.start()
     t.join(timeout=10)
     assert done.is_set()
+
+
+def test_parts_out_of_order_or_cut_short_are_refused():
+    def parts(order: list[int]) -> list[tuple[object, object]]:
+        out = []
+        for k in order:
+            record, meta = toy_record(0, 0, 0)
+            out.append((record, dataclasses.replace(meta, aligned=AlignedPart(
+                protocol=f"p{k}", part=k, parts=2, has_data=(1, 0)))))
+        return out
+
+    (whole,) = group_parts(parts([0, 1]), batch_from_arrow)
+    assert whole.has_data["p1"].tolist() == [True, False]
+    with pytest.raises(InternalError, match="part 1 arrived after 0"):
+        list(group_parts(parts([1, 0]), batch_from_arrow))
+    with pytest.raises(InternalError, match="ended inside an aligned batch"):
+        list(group_parts(parts([0]), batch_from_arrow))

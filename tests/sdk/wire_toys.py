@@ -8,6 +8,7 @@ failover, resumption and rank tests check real gRPC behaviour.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -18,7 +19,7 @@ import pyarrow as pa
 import pyarrow.flight as fl
 
 from contract.errors import ErrorType, WindpipeError
-from contract.wire import BatchMetadata, FlightCommand, batch_schema
+from contract.wire import AlignedPart, BatchMetadata, FlightCommand, batch_schema
 
 
 def _lists(flat: np.ndarray, lanes: int, per_lane: int, typ: pa.DataType) -> pa.Array:
@@ -84,19 +85,21 @@ def toy_record(
 class ToyFlightServer(fl.FlightServerBase):
     """Serves the toy plan ``plan_id`` of ``n_batches`` global batches per epoch.
 
-    ``die_at``: after sending that many batches in one DoGet, the server stops
+    ``die_at``: after sending that many record batches in one DoGet, the server stops
     serving (the stream fails as unavailable, later calls are refused), like a
     crashed server. ``peers``: other locations listed as fallbacks in endpoints.
+    ``parts > 1``: each batch is that many aligned parts (docs/wire.md 4a).
     """
 
     def __init__(self, *, plan_id: str = "p-toy", n_batches: int = 10,
-                 die_at: int | None = None, delay_s: float = 0.0) -> None:
+                 die_at: int | None = None, delay_s: float = 0.0, parts: int = 1) -> None:
         super().__init__("grpc://127.0.0.1:0")
         self.location = f"grpc://127.0.0.1:{self.port}"
         self.plan_id = plan_id
         self.n_batches = n_batches
         self.die_at = die_at
         self.delay_s = delay_s
+        self.parts = parts
         self.peers: list[str] = []
         self.dead = threading.Event()
         self.served = 0
@@ -136,13 +139,18 @@ class ToyFlightServer(fl.FlightServerBase):
 
         def gen() -> Any:
             for i in range(cmd.start_batch, len(local)):
-                if self.die_at is not None and self.served >= self.die_at:
-                    self.dead.set()
-                    raise fl.FlightUnavailableError("toy server crashed")
-                if self.delay_s:
-                    time.sleep(self.delay_s)
-                record, meta = toy_record(cmd.epoch, local[i], i)
-                self.served += 1
-                yield record, meta.encode()
+                for k in range(self.parts):
+                    if self.die_at is not None and self.served >= self.die_at:
+                        self.dead.set()
+                        raise fl.FlightUnavailableError("toy server crashed")
+                    if self.delay_s:
+                        time.sleep(self.delay_s)
+                    record, meta = toy_record(cmd.epoch, local[i], i)
+                    if self.parts > 1:
+                        meta = dataclasses.replace(meta, aligned=AlignedPart(
+                            protocol=f"p{k}", part=k, parts=self.parts,
+                            has_data=(1,) * record.num_rows))
+                    self.served += 1
+                    yield record, meta.encode()
 
         return fl.GeneratorStream(batch_schema(plan_id=self.plan_id), gen())
