@@ -15,7 +15,7 @@ import base64
 import binascii
 import io
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar, cast
@@ -116,13 +116,23 @@ class Repository:
         self.session.flush()
         return dataset
 
-    def list_datasets(self, *, page_size: int, page_token: str | None) -> Page[Dataset]:
-        """Datasets by name."""
+    def list_datasets(self, *, page_size: int, page_token: str | None,
+                      visible: Callable[[str], bool] | None = None) -> Page[Dataset]:
+        """Datasets by name; with ``visible``, only those it admits (a scoped caller's
+        glob, which SQL LIKE cannot express portably: rows are filtered as read)."""
         stmt = sa.select(Dataset).order_by(Dataset.name)
         after = decode_page_token(page_token, shape=(str,))
         if after:
             stmt = stmt.where(Dataset.name > after[0])
-        rows = list(self.session.scalars(stmt.limit(page_size + 1)))
+        if visible is None:
+            rows = list(self.session.scalars(stmt.limit(page_size + 1)))
+        else:
+            rows = []
+            for d in self.session.scalars(stmt.execution_options(yield_per=256)):
+                if visible(d.name):
+                    rows.append(d)
+                    if len(rows) > page_size:
+                        break
         return _page(rows, page_size, lambda d: [d.name])
 
     # -- versions ---------------------------------------------------------------------

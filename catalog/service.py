@@ -11,6 +11,8 @@ content-addressed, so repeating a request returns the existing resource
 from __future__ import annotations
 
 import contextlib
+import fnmatch
+import functools
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -130,10 +132,13 @@ def get_dataset(ctx: CatalogContext, name: str) -> Dataset:
     return fetch(ctx, "dataset", name, Repository.get_dataset)
 
 
-def list_datasets(ctx: CatalogContext, *, page_size: int, page_token: str | None) -> Page[Dataset]:
-    """Datasets by name."""
+def list_datasets(ctx: CatalogContext, *, page_size: int, page_token: str | None,
+                  scope: str | None = None) -> Page[Dataset]:
+    """Datasets by name; ``scope`` (a caller's dataset glob) hides the others."""
+    visible = None if scope is None else functools.partial(fnmatch.fnmatchcase, pat=scope)
     with session_scope(ctx.sessions) as session:
-        return Repository(session).list_datasets(page_size=page_size, page_token=page_token)
+        return Repository(session).list_datasets(page_size=page_size, page_token=page_token,
+                                                 visible=visible)
 
 
 def list_versions(

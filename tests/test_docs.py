@@ -8,10 +8,11 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.servers import embedded_services
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -93,10 +94,6 @@ def test_the_readme_notebook_section_runs_as_written(
     only the servers are ours (port 0 instead of 8000/8815)."""
     import matplotlib as mpl  # noqa: PLC0415
 
-    from catalog.api.server import start_catalog_server  # noqa: PLC0415
-    from flight_server.runner import start_flight_server  # noqa: PLC0415
-    from services.settings import Settings  # noqa: PLC0415
-
     mpl.use("Agg")
     (bash_lang, bash), (py_lang, code) = _readme_blocks()
     assert (bash_lang, py_lang) == ("bash", "python")
@@ -106,18 +103,10 @@ def test_the_readme_notebook_section_runs_as_written(
     subprocess.run([sys.executable, "-m", "windpipe.cli", *argv[1:]], cwd=tmp_path,
                    check=True, capture_output=True)
     assert "http://127.0.0.1:8000" in code
-    settings = Settings(data_dir=tmp_path / ".windpipe", log_level="WARNING",
-                        cache_bytes=256 << 20)
     monkeypatch.chdir(tmp_path)
-    with ExitStack() as stack:
-        flight = start_flight_server(settings.model_copy(update={"flight_port": 0}))
-        stack.callback(flight.stop, grace_s=5.0)
-        settings = settings.model_copy(update={"flight_locations": (flight.location,)})
-        catalog = start_catalog_server(settings, port=0)
-        stack.callback(catalog.stop, grace_s=5.0)
+    with embedded_services(tmp_path / ".windpipe") as url:
         scope: dict[str, object] = {"__name__": "__readme__"}
-        exec(compile(code.replace("http://127.0.0.1:8000", catalog.url), "README", "exec"),
-             scope)
+        exec(compile(code.replace("http://127.0.0.1:8000", url), "README", "exec"), scope)
         scope["cat"].close()  # type: ignore[attr-defined]
     loss = scope["loss"]
     assert bool(loss.isfinite())  # type: ignore[attr-defined]

@@ -4,16 +4,13 @@ against real servers on port 0, and its outputs are what a user should see."""
 from __future__ import annotations
 
 import re
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from catalog.api.server import start_catalog_server
-from flight_server.runner import start_flight_server
-from services.settings import Settings
 from services.synth import write_synthetic_dataset
+from tests.fixtures.servers import embedded_services
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -41,18 +38,11 @@ def test_the_quickstart_notebook_runs_and_shows_its_plots(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ):
     data = write_synthetic_dataset(tmp_path / "demo-data", rows_per_cycle=2000, seed=0)
-    settings = Settings(data_dir=tmp_path / ".windpipe", log_level="WARNING",
-                        cache_bytes=256 << 20)
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
         "commit the notebook without outputs"
-    with ExitStack() as stack:
-        flight = start_flight_server(settings.model_copy(update={"flight_port": 0}))
-        stack.callback(flight.stop, grace_s=5.0)
-        settings = settings.model_copy(update={"flight_locations": (flight.location,)})
-        catalog = start_catalog_server(settings, port=0)
-        stack.callback(catalog.stop, grace_s=5.0)
-        monkeypatch.setenv("WINDPIPE_URL", catalog.url)
+    with embedded_services(tmp_path / ".windpipe") as url:
+        monkeypatch.setenv("WINDPIPE_URL", url)
         monkeypatch.setenv("WINDPIPE_DEMO_DATA", str(data.path))
         monkeypatch.delenv("MPLBACKEND", raising=False)
         client = nbclient.NotebookClient(
@@ -66,7 +56,7 @@ def test_the_quickstart_notebook_runs_and_shows_its_plots(
             assert out.output_type != "error", out
             if out.output_type == "stream":
                 assert out.name != "stderr" or "Warning" not in out.text, out.text
-    assert catalog.url in cells["catalog"].outputs[0].data["text/html"]
+    assert url in cells["catalog"].outputs[0].data["text/html"]
     assert "[]" in _text(cells["register"])  # no registration warnings
     report = _text(cells["report"])
     assert "PlanReport" in report

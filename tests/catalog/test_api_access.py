@@ -152,6 +152,19 @@ def test_roles_and_scopes_on_every_route(served: httpx.Client, tmp_path: Path) -
         assert (resp.status_code < 300) == (RANK[call.role] <= RANK["writer"]), (call, resp.text)
         if call.scoped:
             assert_error(_do(client, call, other, scoped_writer), 403, "forbidden")
+    # listing datasets shows a scoped token only its own (names are information too),
+    # across pages
+    _resources(client, tmp_path / "c", "lab-c")
+    seen, token = [], None
+    while True:
+        page = client.get("/v1/datasets", params={"page_size": 1, "page_token": token},
+                          headers=_auth(scoped_writer)).json()
+        seen += [d["name"] for d in page["items"]]
+        if not (token := page["next_page_token"]):
+            break
+    assert seen == ["lab-a", "lab-c"]
+    everyone = client.get("/v1/datasets", headers=_auth(tokens["reader"])).json()["items"]
+    assert [d["name"] for d in everyone] == ["lab-a", "lab-c", "other"]
 
 
 def test_audit_of_a_register_split_plan_sequence(served: httpx.Client, tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Response, status
 
 from catalog import service
-from catalog.api.auth import dataset_param, require
+from catalog.api.auth import CurrentPrincipal, dataset_param, require
 from catalog.api.deps import Context, PageSize, PageToken
 from catalog.api.schemas import (
     DEFAULT_PAGE_SIZE,
@@ -33,10 +33,12 @@ DatasetName = Annotated[
 @v1.get("/datasets", operation_id="list_datasets",
     dependencies=_READ_ALL, response_model=PageOut[DatasetOut])
 def list_datasets(
-    ctx: Context, page_size: PageSize = DEFAULT_PAGE_SIZE, page_token: PageToken = None
+    ctx: Context, principal: CurrentPrincipal, page_size: PageSize = DEFAULT_PAGE_SIZE,
+    page_token: PageToken = None,
 ) -> PageOut[DatasetOut]:
-    """Datasets by name."""
-    page = service.list_datasets(ctx, page_size=page_size, page_token=page_token)
+    """Datasets by name (a token scoped to some datasets sees only those)."""
+    page = service.list_datasets(ctx, page_size=page_size, page_token=page_token,
+                                 scope=principal.datasets)
     return PageOut(
         items=[DatasetOut.from_row(d) for d in page.items], next_page_token=page.next_page_token
     )
