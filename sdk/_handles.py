@@ -378,14 +378,18 @@ class Plan:
 
     def _rows(self) -> list[tuple[str, Any]]:
         c = self.config
-        return [
+        rows: list[tuple[str, Any]] = [
             ("split", f"{self.split_id} [{c.split}]"), ("strategy", c.strategy),
             ("window", f"{c.default_window.batch_size}x{c.default_window.seq_len}"),
             ("inputs", {p: list(v) for p, v in c.inputs.items()}),
             ("targets", {p: list(v) for p, v in c.targets.items()}),
             ("stateful_n_windows", c.stateful_n_windows),
-            ("batches/epoch", human_count(self.n_batches)),
         ]
+        if c.align_by is not None:
+            rows.append(("aligned by", f"{', '.join(c.alignment_key)}: "
+                                       f"{', '.join(c.ordered_protocols())} side by side"))
+        rows.append(("batches/epoch", human_count(self.n_batches)))
+        return rows
 
     def __repr__(self) -> str:
         return text_table(f"Plan {self.id}", self._rows())
