@@ -308,6 +308,9 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             if exc.type == ErrorType.SEGMENT_ERROR:
                 _log.error("flight.segment.failed", plan=fields["plan"],
                            path=exc.details.get("path"), message=exc.message)
+            if exc.type == ErrorType.UNAVAILABLE and "path" in exc.details:
+                _log.error("flight.store.unavailable", plan=fields["plan"],
+                           path=exc.details.get("path"), message=exc.message)
             raise to_flight_error(exc) from None
         except GeneratorExit:
             outcome = "cancelled"

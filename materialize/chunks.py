@@ -156,7 +156,10 @@ def load_chunk(
 ) -> tuple[ChunkMatrices, int]:
     """Read, scale and lay out one chunk; returns it and the decoded bytes read.
 
-    Any failure becomes ``segment_error`` naming the segment (``details.path``).
+    Any failure becomes ``segment_error`` naming the segment (``details.path``), except
+    an object store that does not answer: that stays ``unavailable`` (retryable: the
+    data is fine, the store is not; the SDK resumes the pass at this batch, and the
+    ``skip`` policy never drops data for it).
     """
     rows = int(info.chunk_rows[chunk_idx])
     try:
@@ -164,8 +167,10 @@ def load_chunk(
     except (SegmentProblem, SegmentChanged):
         raise
     except WindpipeError as exc:
+        kind = ErrorType.UNAVAILABLE if exc.type == ErrorType.UNAVAILABLE else \
+            ErrorType.SEGMENT_ERROR
         raise WindpipeError(
-            ErrorType.SEGMENT_ERROR, f"segment {info.path!r}: {exc.message}",
+            kind, f"segment {info.path!r}: {exc.message}",
             details={**exc.details, "path": info.path, "chunk": chunk_idx},
         ) from exc
     except Exception as exc:

@@ -9,10 +9,8 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -71,38 +69,6 @@ def test_database_outage_is_503_and_recovers_without_restart(
         assert waited >= 0.9  # it did wait for the database, not answer from elsewhere
         assert c.get("/readyz").status_code == 200
         assert c.get("/v1/datasets/d").status_code == 200
-
-
-@pytest.fixture
-def silent_endpoint() -> Iterator[str]:
-    """An HTTP endpoint that accepts connections and never answers (a hung S3)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(256)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            held.append(conn)
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join()
-        for conn in held:
-            conn.close()
-        server.close()
 
 
 @pytest.mark.slow

@@ -155,3 +155,33 @@ def test_unknown_plan_ids_leave_nothing_behind(dataset: Dataset) -> None:
         running.stop(grace_s=5)
     assert kinds == {ErrorType.NOT_FOUND}
     assert error_from_flight(long_id.value).type == ErrorType.INVALID_REQUEST
+
+
+@pytest.mark.slow
+def test_a_store_that_stops_answering_mid_plan_is_unavailable_not_a_bad_segment(
+    dataset: Dataset, silent_endpoint: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The data is fine, the object store is not: the stream fails ``unavailable``
+    (retryable, naming the segment), the ``skip`` policy drops nothing, and the server
+    keeps serving."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    plan = dataset.plan(CONFIG, "hung", root_uri="s3://bucket/prefix")
+    running = start_server({"hung": plan}, s3_endpoint=silent_endpoint, s3_allow_http=True,
+                           s3_timeout_s=1.5, s3_connect_timeout_s=1.0, s3_max_retries=0,
+                           on_bad_segment="skip", allowed_roots=("s3://bucket",))
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(fl.FlightError) as info:
+            consume(running.location, FlightCommand("hung"))
+        waited = time.monotonic() - t0
+        err = error_from_flight(info.value)
+        health = flight_actions(running.location, ACTION_HEALTH)
+    finally:
+        running.stop(grace_s=5)
+    assert err.type == ErrorType.UNAVAILABLE, err
+    assert err.details["path"] in dataset.segments
+    assert err.details.get("retryable") is True
+    assert "127.0.0.1" not in err.message  # the store's address stays in the server log
+    assert waited < 30
+    assert health
