@@ -55,6 +55,12 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def as_utc(at: datetime | None) -> datetime | None:
+    """``at`` as aware UTC: SQLite hands back naive datetimes of what was stored in UTC,
+    PostgreSQL aware ones; answers and comparisons use one form."""
+    return at if at is None or at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
 class Base(DeclarativeBase):
     """Declarative base with the naming convention and JSON for ``dict``/``list`` columns."""
 
@@ -207,8 +213,8 @@ class PlanArtifactRow(Base):
 
 
 class ApiToken(Base):
-    """A principal: an API token stored as the SHA-256 of its text (shown once), a role
-    and an optional glob of the dataset names it may touch."""
+    """A principal: an API token stored as the SHA-256 of its text (shown once), a role,
+    an optional glob of the dataset names it may touch and an optional expiry."""
 
     __tablename__ = "api_tokens"
 
@@ -220,6 +226,7 @@ class ApiToken(Base):
     created_by: Mapped[str] = mapped_column(sa.String(200))
     created_at: Mapped[datetime] = mapped_column(_TS, default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(_TS, nullable=True)
+    expires_at: Mapped[datetime | None] = mapped_column(_TS, nullable=True)
 
 
 class AuditEvent(Base):

@@ -23,14 +23,14 @@ import re
 import secrets
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from catalog.access_repository import AccessRepository
-from catalog.models import ApiToken, AuditEvent, utcnow
+from catalog.models import ApiToken, AuditEvent, as_utc, utcnow
 from catalog.service import CatalogContext
 from contract.errors import ErrorType, WindpipeError
 from services.database import session_scope
@@ -38,6 +38,8 @@ from services.database import session_scope
 __all__ = [
     "BOOTSTRAP",
     "LOCAL",
+    "MAX_TOKEN_LIFETIME_S",
+    "MIN_TOKEN_LIFETIME_S",
     "TOKEN_PREFIX",
     "Principal",
     "Role",
@@ -58,6 +60,8 @@ BOOTSTRAP = "bootstrap"
 LOCAL = "local"
 TOKEN_PREFIX = "wpk_"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+MIN_TOKEN_LIFETIME_S = 60
+MAX_TOKEN_LIFETIME_S = 10 * 365 * 86400
 _GLOB = re.compile(r"^[A-Za-z0-9._\-*?\[\]!]{1,200}$")
 
 
@@ -135,7 +139,12 @@ def authenticate(ctx: CatalogContext, token: str | None, *, bootstrap: str | Non
         row = AccessRepository(session).active_token_by_hash(hash_token(token))
     if row is None:
         raise _unauthenticated("the bearer token is not valid (unknown or revoked)")
+    expires = as_utc(row.expires_at)
+    if expires is not None and expires <= utcnow():
+        raise _unauthenticated(f"token {row.name!r} expired at {expires:%Y-%m-%d %H:%M} UTC; "
+                               "ask an admin for a new one")
     return Principal(row.name, Role(row.role), row.datasets)
+
 
 
 def authorize(principal: Principal, role: Role, dataset: str | None = None) -> None:
@@ -163,8 +172,14 @@ def dataset_of(ctx: CatalogContext, kind: str, key: str) -> str | None:
 
 
 def create_token(ctx: CatalogContext, *, name: str, role: Role | str,
-                 datasets: str | None = None, created_by: str) -> tuple[ApiToken, str]:
-    """Store a new token; returns the row and the token text (shown once, never stored)."""
+                 datasets: str | None = None, created_by: str,
+                 expires_in_s: int | None = None) -> tuple[ApiToken, str]:
+    """Store a new token; returns the row and the token text (shown once, never stored).
+
+    ``expires_in_s``: the token is refused that many seconds from now (None: never;
+    between a minute and :data:`MAX_TOKEN_LIFETIME_S`). An expired token still counts
+    as a stored token: a catalog that has minted tokens never falls back to open access.
+    """
     if not _NAME.match(name) or name in (BOOTSTRAP, LOCAL):
         raise WindpipeError(ErrorType.INVALID_REQUEST,
                             f"token name {name!r}: use letters, digits, '.', '_', '-' "
@@ -178,9 +193,18 @@ def create_token(ctx: CatalogContext, *, name: str, role: Role | str,
         raise WindpipeError(ErrorType.INVALID_REQUEST,
                             f"dataset scope {datasets!r} is not a glob of dataset names",
                             details={"datasets": datasets})
+    if expires_in_s is not None and not (
+            MIN_TOKEN_LIFETIME_S <= expires_in_s <= MAX_TOKEN_LIFETIME_S):
+        raise WindpipeError(ErrorType.INVALID_REQUEST,
+                            f"expires_in_s must be between {MIN_TOKEN_LIFETIME_S} and "
+                            f"{MAX_TOKEN_LIFETIME_S} seconds, got {expires_in_s}",
+                            details={"expires_in_s": expires_in_s})
     text = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    now = utcnow()
     row = ApiToken(id=uuid.uuid4().hex, name=name, role=str(role), datasets=datasets,
-                   token_hash=hash_token(text), created_by=created_by, created_at=utcnow())
+                   token_hash=hash_token(text), created_by=created_by, created_at=now,
+                   expires_at=None if expires_in_s is None
+                   else now + timedelta(seconds=expires_in_s))
     with session_scope(ctx.sessions) as session:
         repo = AccessRepository(session)
         if repo.token_by_name(name) is not None:

@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what it may do: reader, writer or admin (required)")
     create.add_argument("--datasets", help="glob of the dataset names it may touch, e.g. "
                                            "'lab-*' (default: every dataset)")
+    create.add_argument("--expires-in", type=_duration, default=None, metavar="DURATION",
+                        help="refuse the token after this long: seconds, or a number with "
+                             "s, m, h or d (90d, 12h; default: never)")
     listing = token_sub.add_parser("list", help="every token (never its text)")
     revoke = token_sub.add_parser("revoke", help="revoke a token by name")
     revoke.add_argument("name")
@@ -274,6 +277,21 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(text: str) -> int:
+    """Seconds of ``90``, ``90s``, ``15m``, ``12h`` or ``30d`` (argparse type)."""
+    unit = _UNITS.get(text[-1:].lower(), 0)
+    number = text[:-1] if unit else text
+    try:
+        value = float(number) * (unit or 1)
+    except ValueError:
+        msg = f"{text!r} is not a duration: seconds, or a number with s, m, h or d (90d)"
+        raise argparse.ArgumentTypeError(msg) from None
+    return int(value)
+
+
 def _token(args: argparse.Namespace) -> int:
     from catalog import principals  # noqa: PLC0415
     from catalog.service import CatalogContext  # noqa: PLC0415
@@ -288,13 +306,18 @@ def _token(args: argparse.Namespace) -> int:
         ctx = CatalogContext.from_engine(engine)
         if args.token_command == "create":
             row, text = principals.create_token(ctx, name=args.name, role=args.role,
-                                                datasets=args.datasets, created_by="cli")
+                                                datasets=args.datasets, created_by="cli",
+                                                expires_in_s=args.expires_in)
             scope = f" on datasets {row.datasets!r}" if row.datasets else ""
-            print(f"token {row.name!r} ({row.role}{scope}); shown once, keep it secret:")
+            until = f", expires {row.expires_at:%Y-%m-%d %H:%M} UTC" if row.expires_at else ""
+            print(f"token {row.name!r} ({row.role}{scope}{until}); shown once, keep it "
+                  "secret:")
             print(text)
         elif args.token_command == "list":
             for row in principals.list_tokens(ctx):
                 state = f"revoked {row.revoked_at:%Y-%m-%d %H:%M}" if row.revoked_at else "active"
+                if row.expires_at is not None and not row.revoked_at:
+                    state += f", expires {row.expires_at:%Y-%m-%d %H:%M} UTC"
                 print(f"{row.name}\t{row.role}\t{row.datasets or '*'}\t{state}")
         else:
             principals.revoke_token(ctx, args.name)

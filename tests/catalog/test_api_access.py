@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from pydantic import SecretStr
 
 from catalog.api.app import create_app
@@ -218,6 +220,35 @@ def test_revoked_token_is_refused_at_once(served: httpx.Client) -> None:
     assert_error(dup, 409, "conflict")
     assert_error(client.post("/v1/tokens", json={"name": "x", "role": "root"},
                              headers=_auth(BOOT)), 422, "invalid_request")
+
+
+def test_a_token_past_its_expiry_is_refused(served: httpx.Client, database_url: str) -> None:
+    client = served
+    body = {"name": "short-lived", "role": "reader", "expires_in_s": 3600}
+    created = client.post("/v1/tokens", json=body, headers=_auth(BOOT))
+    assert created.status_code == 201, created.text
+    token, expires = created.json()["token"], created.json()["expires_at"]
+    at = datetime.fromisoformat(expires)
+    now = datetime.now(UTC)
+    assert timedelta(minutes=59) < (at if at.tzinfo else at.replace(tzinfo=UTC)) - now \
+        <= timedelta(hours=1)
+    assert client.get("/v1/whoami", headers=_auth(token)).json()["name"] == "short-lived"
+    listed = {t["name"]: t for t in client.get("/v1/tokens", headers=_auth(BOOT)).json()["items"]}
+    assert listed["short-lived"]["expires_at"] == expires
+    engine = sa.create_engine(database_url)
+    with engine.begin() as conn:  # the clock moves past it
+        conn.execute(sa.text("UPDATE api_tokens SET expires_at = :at WHERE name = :n"),
+                     {"at": now - timedelta(seconds=1), "n": "short-lived"})
+    engine.dispose()
+    error = assert_error(client.get("/v1/whoami", headers=_auth(token)), 401,
+                         "unauthenticated")
+    assert "expired" in error["message"]
+    for bad in (5, 20 * 365 * 86400, "soon"):
+        resp = client.post("/v1/tokens", json={**body, "name": "x", "expires_in_s": bad},
+                           headers=_auth(BOOT))
+        assert_error(resp, 422, "invalid_request")
+    # an expired token still closes the loopback's open access: nothing falls back to open
+    assert_error(client.get("/v1/datasets"), 401, "unauthenticated")
 
 
 def test_loopback_without_tokens_is_the_local_admin(database_url: str, tmp_path: Path) -> None:

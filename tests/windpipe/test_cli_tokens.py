@@ -55,3 +55,20 @@ def test_token_commands(database_url: str, tmp_path: Path) -> None:
         assert client.get("/v1/whoami", headers=auth).status_code == 401
     assert "revoked" in _run("list", database_url=database_url).stdout
     assert _run("revoke", "ci-bot", database_url=database_url).returncode == 1
+
+
+def test_token_create_with_an_expiry(database_url: str) -> None:
+    made = _run("create", "--role", "reader", "--name", "temp", "--expires-in", "2h",
+                database_url=database_url)
+    assert made.returncode == 0, made.stderr
+    assert "expires 20" in made.stdout
+    listed = _run("list", database_url=database_url).stdout
+    assert "temp\treader\t*\tactive, expires 20" in listed
+    bad = _run("create", "--role", "reader", "--name", "t2", "--expires-in", "soon",
+               database_url=database_url)
+    assert bad.returncode == 2
+    assert "not a duration" in bad.stderr
+    short = _run("create", "--role", "reader", "--name", "t3", "--expires-in", "5s",
+                 database_url=database_url)
+    assert short.returncode == 1
+    assert "between 60 and" in short.stderr

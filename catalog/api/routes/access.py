@@ -12,7 +12,7 @@ from catalog import principals
 from catalog.api.auth import CurrentPrincipal, require
 from catalog.api.deps import Context, PageSize, PageToken
 from catalog.api.schemas import DEFAULT_PAGE_SIZE, PageOut
-from catalog.models import ApiToken, AuditEvent
+from catalog.models import ApiToken, AuditEvent, as_utc
 from catalog.principals import Role
 from catalog.repository import decode_page_token, encode_page_token
 
@@ -25,13 +25,16 @@ TokenName = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")]
 
 
 class TokenIn(BaseModel):
-    """A token to create: its name, role and optional dataset glob."""
+    """A token to create: its name, role, optional dataset glob and lifetime."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
     role: Role
     datasets: str | None = Field(default=None, description="glob of dataset names, e.g. lab-*")
+    expires_in_s: int | None = Field(
+        default=None, ge=principals.MIN_TOKEN_LIFETIME_S, le=principals.MAX_TOKEN_LIFETIME_S,
+        description="seconds until the token is refused (default: it never expires)")
 
 
 class TokenOut(BaseModel):
@@ -43,13 +46,16 @@ class TokenOut(BaseModel):
     created_by: str
     created_at: datetime
     revoked_at: datetime | None
+    expires_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: ApiToken) -> TokenOut:
         """From the ORM row."""
+        created = as_utc(row.created_at)
+        assert created is not None
         return cls(name=row.name, role=row.role, datasets=row.datasets,
-                   created_by=row.created_by, created_at=row.created_at,
-                   revoked_at=row.revoked_at)
+                   created_by=row.created_by, created_at=created,
+                   revoked_at=as_utc(row.revoked_at), expires_at=as_utc(row.expires_at))
 
 
 class TokenCreatedOut(TokenOut):
@@ -89,7 +95,8 @@ def whoami(principal: CurrentPrincipal) -> dict[str, Any]:
 def create_token(ctx: Context, body: TokenIn, principal: CurrentPrincipal) -> TokenCreatedOut:
     """Create a token (admin); the answer holds its text, which is never shown again."""
     row, text = principals.create_token(ctx, name=body.name, role=body.role,
-                                        datasets=body.datasets, created_by=principal.name)
+                                        datasets=body.datasets, created_by=principal.name,
+                                        expires_in_s=body.expires_in_s)
     return TokenCreatedOut(**TokenOut.from_row(row).model_dump(), token=text)
 
 
