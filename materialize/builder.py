@@ -447,8 +447,7 @@ class BatchBuilder:
                                   parts=parts, has_data=tuple((lp.lane_stream >= 0).tolist()))
         meta = BatchMetadata(
             batch_idx=batch_idx // parts, global_batch=g // parts, split=self.plan.spec.split,
-            seq_len=t,
-            c_in=c_in, c_out=c_out,
+            seq_len=t, c_in=c_in, c_out=c_out,
             input_columns=self.plan.specs[code].input_columns,
             target_columns=self.plan.specs[code].target_columns,
             channels=self.plan.specs[code].channels,

@@ -82,11 +82,6 @@ class PlanContext:
         return self.artifact.root_uri
 
     @property
-    def parts(self) -> int:
-        """Part batches per batch a consumer sees (one per protocol when aligned)."""
-        return self.artifact.parts_per_batch
-
-    @property
     def spec(self) -> PlanSpec:
         """The planning fields."""
         return self.artifact.spec
