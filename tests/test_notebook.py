@@ -60,6 +60,9 @@ def test_the_quickstart_notebook_runs_and_shows_its_plots(
     assert "[]" in _text(cells["register"])  # no registration warnings
     report = _text(cells["report"])
     assert "PlanReport" in report
+    aligned = _text(cells["aligned"])
+    assert "AlignedBatch(idx=0, cycling=(8, 256, 2)" in aligned, aligned
+    assert re.search(r"'hppc': '\d of 8 keys'", aligned), aligned
     for tag in ("split", "plan", "batch-plot", "stats"):
         images = [o for o in cells[tag].outputs if "image/png" in o.get("data", {})]
         assert len(images) == 1, (tag, cells[tag].outputs)
