@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -518,3 +520,28 @@ def test_the_schedule_route_lists_each_aligned_batch_by_part(dep: Any) -> None:
         no_data = [lane["stream_idx"] == -1 for lane in item["lanes"]]
         assert no_data == (~first.has_data[item["protocol"]]).tolist()
     assert plan.report().raw["batches"] == plan.n_batches == len(list(plan.batches()))
+
+
+def test_the_raw_consumer_of_docs_wire_md_reads_aligned_batches(dep: Any) -> None:
+    """The Python block of docs/wire.md section 4a, run as written, against the server:
+    what it decodes is what the SDK hands out."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "wire.md").read_text()
+    section = text[text.index("## 4a."):text.index("## 5.")]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    scope: dict[str, Any] = {}
+    exec(compile(code, "docs/wire.md", "exec"), scope)
+    plan = _plan(dep, "sequential")
+    client = fl.connect(dep.locations[0])
+    try:
+        raw = list(scope["aligned_batches"](client, plan.id, start_batch=1))
+    finally:
+        client.close()
+    ours = list(plan.batches(start_batch=1, transport="flight"))
+    assert len(raw) == len(ours) > 0
+    for got, want in zip(raw, ours, strict=True):
+        assert tuple(got) == want.protocols
+        for p, (x, y, mask, has) in got.items():
+            np.testing.assert_array_equal(x, want.inputs[p].numpy())
+            np.testing.assert_array_equal(y, want.targets[p].numpy())
+            np.testing.assert_array_equal(mask, want.mask[p].numpy())
+            np.testing.assert_array_equal(has, want.has_data[p].numpy())
