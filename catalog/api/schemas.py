@@ -9,16 +9,27 @@ constructors.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from catalog.models import Dataset, Plan, Segment, Split, Version
+from catalog.models import (
+    ApiToken,
+    AuditEvent,
+    Dataset,
+    Plan,
+    Segment,
+    Split,
+    Version,
+    as_utc,
+)
+from catalog.principals import MAX_TOKEN_LIFETIME_S, MIN_TOKEN_LIFETIME_S, Role
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
+    "AuditEventOut",
     "ConfigOut",
     "DatasetOut",
     "FlightErrorOut",
@@ -31,6 +42,9 @@ __all__ = [
     "ScheduleBatchOut",
     "SegmentOut",
     "SplitOut",
+    "TokenCreatedOut",
+    "TokenIn",
+    "TokenOut",
     "VersionOut",
 ]
 
@@ -43,11 +57,12 @@ ItemT = TypeVar("ItemT")
 class _Out(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    @field_validator("created_at", mode="after", check_fields=False)
+    @field_validator("created_at", "retired_at", "revoked_at", "expires_at", "at",
+                     mode="after", check_fields=False)
     @classmethod
-    def _utc(cls, value: datetime) -> datetime:
+    def _utc(cls, value: datetime | None) -> datetime | None:
         """SQLite drops the time zone of stored timestamps; they are all UTC."""
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+        return as_utc(value)
 
 
 class PageOut(_Out, Generic[ItemT]):
@@ -250,3 +265,61 @@ class FlightStatsOut(_Out):
     """``GET /v1/flight/stats``: every configured Flight location, in configured order."""
 
     servers: list[FlightServerStatsOut]
+
+
+class TokenIn(BaseModel):
+    """A token to create: its name, role, optional dataset glob and lifetime."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+    role: Role
+    datasets: str | None = Field(default=None, description="glob of dataset names, e.g. lab-*")
+    expires_in_s: int | None = Field(
+        default=None, ge=MIN_TOKEN_LIFETIME_S, le=MAX_TOKEN_LIFETIME_S,
+        description="seconds until the token is refused (default: it never expires)")
+
+
+class TokenOut(_Out):
+    """A stored token (never its text)."""
+
+    name: str
+    role: str
+    datasets: str | None
+    created_by: str
+    created_at: datetime
+    revoked_at: datetime | None
+    expires_at: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: ApiToken) -> TokenOut:
+        """From the ORM row."""
+        return cls(name=row.name, role=row.role, datasets=row.datasets,
+                   created_by=row.created_by, created_at=row.created_at,
+                   revoked_at=row.revoked_at, expires_at=row.expires_at)
+
+
+class TokenCreatedOut(TokenOut):
+    """A new token with its text: the only time the text is shown."""
+
+    token: str
+
+
+class AuditEventOut(_Out):
+    """One audit event."""
+
+    id: int
+    at: datetime
+    principal: str
+    action: str
+    target: str | None
+    status: int
+    outcome: str
+    request_id: str
+
+    @classmethod
+    def from_row(cls, row: AuditEvent) -> AuditEventOut:
+        """From the ORM row."""
+        return cls(id=row.id, at=row.at, principal=row.principal, action=row.action,
+                   target=row.target, status=row.status, outcome=row.outcome,
+                   request_id=row.request_id)

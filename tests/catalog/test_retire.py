@@ -4,6 +4,7 @@ hidden from listings, new work refused with 409, flowing down from version to pl
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ def test_retiring_a_plan_refuses_it_and_nothing_else(client: httpx.Client, tmp_p
     assert table_counts(database_url) == before  # soft: nothing deleted
 
     assert client.get(f"/v1/plans/{plan}").json()["retired_at"] == when
+    assert datetime.fromisoformat(when).tzinfo is not None  # UTC on SQLite too
     assert client.get(f"/v1/plans/{plan}/report").status_code == 200
     err = assert_error(client.post(f"/v1/splits/{split}/plans", json=PLAN), 409, "conflict")
     assert err["details"]["plan"] == plan
