@@ -11,8 +11,6 @@ content-addressed, so repeating a request returns the existing resource
 from __future__ import annotations
 
 import contextlib
-import fnmatch
-import functools
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -133,9 +131,8 @@ def get_dataset(ctx: CatalogContext, name: str) -> Dataset:
 
 
 def list_datasets(ctx: CatalogContext, *, page_size: int, page_token: str | None,
-                  scope: str | None = None) -> Page[Dataset]:
-    """Datasets by name; ``scope`` (a caller's dataset glob) hides the others."""
-    visible = None if scope is None else functools.partial(fnmatch.fnmatchcase, pat=scope)
+                  visible: Callable[[str], bool] | None = None) -> Page[Dataset]:
+    """Datasets by name; ``visible`` (a scoped caller's test of a name) hides the others."""
     with session_scope(ctx.sessions) as session:
         return Repository(session).list_datasets(page_size=page_size, page_token=page_token,
                                                  visible=visible)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Response, status
@@ -37,8 +38,10 @@ def list_datasets(
     page_token: PageToken = None,
 ) -> PageOut[DatasetOut]:
     """Datasets by name (a token scoped to some datasets sees only those)."""
+    visible = None if principal.datasets is None else functools.partial(
+        principal.may, Role.READER)
     page = service.list_datasets(ctx, page_size=page_size, page_token=page_token,
-                                 scope=principal.datasets)
+                                 visible=visible)
     return PageOut(
         items=[DatasetOut.from_row(d) for d in page.items], next_page_token=page.next_page_token
     )
