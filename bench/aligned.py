@@ -44,6 +44,7 @@ from catalog.api.server import start_catalog_server
 from contract.configs import LoaderConfig, WindowConfig
 from flight_server.runner import start_flight_server
 from planning.artifact import PlanArtifact
+from sdk import AlignedBatch, Catalog, ValidationConfig
 from services.settings import Settings
 from services.synth import write_synthetic_dataset
 
@@ -124,8 +125,6 @@ def memmap_batches(artifact: PlanArtifact, npy: list[Path], epochs: int) -> Iter
 
 
 def _windpipe(url: str, plan_id: str, epochs: int, transport: str) -> Iterator[Parts]:
-    from sdk import AlignedBatch, Catalog  # noqa: PLC0415 (a spawned process imports it)
-
     with Catalog(url) as cat:
         plan = cat.plan(plan_id)
         for epoch in range(epochs):
@@ -198,8 +197,6 @@ def run(*, cells: int, cycles: int, rows_per_cycle: int, batch_size: int, seq_le
         settings = settings.model_copy(update={"flight_locations": (flight.location,)})
         catalog = start_catalog_server(settings, port=0)
         stack.callback(catalog.stop, grace_s=5.0)
-        from sdk import Catalog, ValidationConfig  # noqa: PLC0415
-
         with Catalog(catalog.url) as cat:
             version = cat.register("bench-aligned", root=data.path.as_uri(),
                                    manifest="manifest.parquet")

@@ -138,12 +138,6 @@ class PlanArtifact:
     channels: np.ndarray | None = None
 
     @property
-    def parts_per_batch(self) -> int:
-        """Part batches (record batches on the wire) per batch a consumer sees: one per
-        protocol for an aligned plan (SEMANTICS 9), else 1."""
-        return len(self.streams.protocols) if self.spec.align_by is not None else 1
-
-    @property
     def strategy(self) -> Strategy:
         """The plan's strategy (:data:`planning.strategies.STRATEGIES`)."""
         return strategy_for(self.spec)
