@@ -41,10 +41,10 @@ import pyarrow.parquet as pq
 import torch
 
 from catalog.api.server import start_catalog_server
-from contract.configs import LoaderConfig, WindowConfig
 from flight_server.runner import start_flight_server
-from planning.artifact import PlanArtifact
 from sdk import AlignedBatch, Catalog, ValidationConfig
+from services.contract.configs import LoaderConfig, WindowConfig
+from services.planning.artifact import PlanArtifact
 from services.settings import Settings
 from services.synth import write_synthetic_dataset
 

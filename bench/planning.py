@@ -89,8 +89,8 @@ def _time_plan(url: str, root: Path, windows: int) -> float:
 
     from catalog.plans import create_plan  # noqa: PLC0415
     from catalog.service import CatalogContext, create_split, register_version  # noqa: PLC0415
-    from contract.configs import LoaderConfig, ValidationConfig, WindowConfig  # noqa: PLC0415
     from migrations import upgrade_database  # noqa: PLC0415
+    from services.contract.configs import LoaderConfig, ValidationConfig, WindowConfig  # noqa: PLC0415
     from services.database import create_engine  # noqa: PLC0415
 
     upgrade_database(url)

@@ -33,12 +33,12 @@ from bench.workload import INPUTS, TARGETS, Workload
 from catalog.api.server import start_catalog_server
 from catalog.plans import create_plan
 from catalog.service import CatalogContext, create_split, register_version
-from contract.configs import LoaderConfig, ValidationConfig
 from flight_server.runner import start_flight_server
 from migrations import upgrade_database
-from planning.sizes import chunk_row_bytes
+from services.contract.configs import LoaderConfig, ValidationConfig
 from services.database import create_engine
 from services.logging import configure_logging
+from services.planning.sizes import chunk_row_bytes
 from services.settings import Settings
 
 __all__ = [

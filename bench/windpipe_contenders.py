@@ -26,9 +26,9 @@ from bench.local_contenders import local_concurrency, windpipe_local
 from bench.measure import consume
 from bench.server import MiB, ServerHandle, data_bytes, server_figures, working_set_bytes
 from bench.workload import EPOCHS, Workload
-from contract.configs import LoaderConfig
-from contract.wire import ACTION_WARM, FlightCommand
 from sdk import batch_from_arrow
+from services.contract.configs import LoaderConfig
+from services.contract.wire import ACTION_WARM, FlightCommand
 
 __all__ = ["WINDPIPE_CONTENDERS", "concurrency", "local_concurrency"]
 

@@ -24,9 +24,9 @@ import pyarrow.flight as fl
 
 from catalog.repository import Repository
 from catalog.service import CatalogContext
-from contract.auth import flight_headers
-from contract.errors import ErrorType
-from contract.wire import ACTION_CACHE_STATS, error_from_flight
+from services.contract.auth import flight_headers
+from services.contract.errors import ErrorType
+from services.contract.wire import ACTION_CACHE_STATS, error_from_flight
 from services.database import session_scope
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The catalog's request bounds (``contract.limits``) applied to its inputs.
+"""The catalog's request bounds (``services.contract.limits``) applied to its inputs.
 
 Each check runs before the work it guards and refuses with a 422 that names the
 limit and its ``WINDPIPE_*`` setting: a plan's batch shape and bytes before it is
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from contract.configs import PlanSpec
-from contract.errors import ErrorType, WindpipeError
-from contract.limits import INT64_MAX, Limits, check_limit
-from planning.sizes import channel_counts, token_bytes
+from services.contract.configs import PlanSpec
+from services.contract.errors import ErrorType, WindpipeError
+from services.contract.limits import INT64_MAX, Limits, check_limit
+from services.planning.sizes import channel_counts, token_bytes
 
 __all__ = [
     "check_cache_fit",

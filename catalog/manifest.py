@@ -15,9 +15,9 @@ from typing import Any
 
 import polars as pl
 
-from contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, WindpipeError
 from services.logging import get_logger
-from storage.store import PathEscapeError, Storage
+from services.storage.store import PathEscapeError, Storage
 
 __all__ = [
     "IDENTITY_COLUMNS",

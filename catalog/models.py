@@ -7,7 +7,7 @@ set once when retired, it hides the row from listings and refuses new work on it
 versions, splits and plans are content digests, so writing the same thing twice
 finds the existing row instead of creating a new one.
 
-``plan_artifacts`` holds each plan's stored form (``planning.artifact``): its
+``plan_artifacts`` holds each plan's stored form (``services.planning.artifact``): its
 streams, piece layout and, for the epoch-independent strategies, its schedule. The
 epochs of a ``shuffled`` plan are a pure function of ``(plan, seed, epoch)``,
 computed by whoever reads them, never stored.
@@ -195,7 +195,8 @@ class Plan(Base):
 
 
 class PlanArtifactRow(Base):
-    """The stored form of a plan (``planning.artifact``): Arrow IPC bytes, one row per plan.
+    """The stored form of a plan (``services.planning.artifact``): Arrow IPC bytes, one row
+    per plan.
 
     Everything a consumer needs that does not depend on the epoch: streams, piece
     layout and, for epoch-independent strategies, the schedule. Written in the

@@ -6,13 +6,14 @@ request twice returns the stored plan. What the data decides is checked here
 or non-numeric input/target columns, columns no stream of the split has, unknown split
 names and splits with no rows of the plan's protocols. Everything decidable from the
 spec alone (scaling bounds and columns, chain constraints) is checked by
-``contract.configs`` when it is made.
+``services.contract.configs`` when it is made.
 
 Creating a plan is the only place streams are built from the index
-(``planning.build_streams``): the result, a :class:`planning.artifact.PlanArtifact`,
-is stored with the plan row in one transaction. The report, the schedule route and
-every Flight server load that artifact (:func:`load_artifact`,
-:func:`plan_artifact_bytes`); only a shuffled plan's epochs are computed when read.
+(``services.planning.build_streams``): the result, a
+:class:`services.planning.artifact.PlanArtifact`, is stored with the plan row in one
+transaction. The report, the schedule route and every Flight server load that artifact
+(:func:`load_artifact`, :func:`plan_artifact_bytes`); only a shuffled plan's epochs are
+computed when read.
 """
 
 from __future__ import annotations
@@ -39,21 +40,21 @@ from catalog.service import (
     version_segments,
 )
 from catalog.splits import SPLITS
-from contract.configs import PlanSpec
-from contract.errors import ErrorType, WindpipeError
-from contract.ranks import check_rank
-from planning.artifact import (
+from services.contract.configs import PlanSpec
+from services.contract.errors import ErrorType, WindpipeError
+from services.contract.ranks import check_rank
+from services.database import session_scope
+from services.planning.artifact import (
     ARTIFACT_VERSION,
     PieceLayout,
     PieceRecord,
     PlanArtifact,
     make_artifact,
 )
-from planning.channels import absent_channel_problems, missing_by_column, stream_channels
-from planning.ranks import rank_batches
-from planning.schedule import Schedule
-from planning.streams import build_streams
-from services.database import session_scope
+from services.planning.channels import absent_channel_problems, missing_by_column, stream_channels
+from services.planning.ranks import rank_batches
+from services.planning.schedule import Schedule
+from services.planning.streams import build_streams
 
 __all__ = [
     "create_plan",

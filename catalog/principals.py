@@ -32,7 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from catalog.access_repository import AccessRepository
 from catalog.models import ApiToken, AuditEvent, as_utc, utcnow
 from catalog.service import CatalogContext
-from contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, WindpipeError
 from services.database import session_scope
 
 __all__ = [

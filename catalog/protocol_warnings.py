@@ -18,7 +18,7 @@ import difflib
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from contract.configs import DatasetProtocolId
+from services.contract.configs import DatasetProtocolId
 
 __all__ = ["NEAR_MISS_CUTOFF", "protocol_warnings"]
 

@@ -27,9 +27,9 @@ from catalog.manifest import (
     metadata_columns,
     normalize_manifest,
 )
-from contract.identity import canonical_json, manifest_row_id
-from storage.segments import ColumnInfo, SegmentInfo, SegmentProblem, inspect_segment
-from storage.store import PathEscapeError, Storage
+from services.contract.identity import canonical_json, manifest_row_id
+from services.storage.segments import ColumnInfo, SegmentInfo, SegmentProblem, inspect_segment
+from services.storage.store import PathEscapeError, Storage
 
 __all__ = ["PreparedVersion", "prepare_version"]
 

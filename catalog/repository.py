@@ -35,7 +35,7 @@ from catalog.models import (
     SplitAssignment,
     Version,
 )
-from contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, WindpipeError
 
 __all__ = [
     "Page",

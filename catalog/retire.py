@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from catalog.models import Plan, Split, Version, utcnow
 from catalog.repository import Repository
-from contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, WindpipeError
 from services.database import session_scope
 
 SessionFactory = sessionmaker[Session]

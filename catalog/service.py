@@ -35,13 +35,13 @@ from catalog.registration import PreparedVersion, prepare_version
 from catalog.repository import Page, Repository
 from catalog.retire import check_version_live
 from catalog.splits import assign_splits, split_counts
-from contract.configs import ValidationConfig
-from contract.errors import ErrorType, WindpipeError
-from contract.identity import canonical_json
-from contract.limits import Limits
+from services.contract.configs import ValidationConfig
+from services.contract.errors import ErrorType, WindpipeError
+from services.contract.identity import canonical_json
+from services.contract.limits import Limits
 from services.database import session_scope
 from services.memo import Memo, deep_nbytes
-from storage.store import PathEscapeError, StorageOptions, open_root
+from services.storage.store import PathEscapeError, StorageOptions, open_root
 
 __all__ = [
     "CatalogContext",

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from contract.configs import DEFAULT_GROUP_BY, Selector, ValidationConfig
-from contract.errors import ErrorType, WindpipeError
-from contract.identity import unit_interval
+from services.contract.configs import DEFAULT_GROUP_BY, Selector, ValidationConfig
+from services.contract.errors import ErrorType, WindpipeError
+from services.contract.identity import unit_interval
 
 __all__ = ["SPLITS", "assign_splits", "group_draws", "selector_mask", "split_counts"]
 

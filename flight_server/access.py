@@ -29,8 +29,8 @@ from sqlalchemy.engine import Engine
 from catalog import principals
 from catalog.principals import Principal, Role
 from catalog.service import CatalogContext
-from contract.auth import http_headers
-from contract.errors import ErrorType, WindpipeError
+from services.contract.auth import http_headers
+from services.contract.errors import ErrorType, WindpipeError
 from services.logging import get_logger
 
 __all__ = ["CachedAccess", "DatabaseAccess", "FlightAccess", "RestAccess", "StaticAccess"]

@@ -21,9 +21,9 @@ from typing import Any
 import pyarrow.flight as fl
 
 from catalog.principals import LOCAL, Principal, Role
-from contract.auth import AUTH_HEADER, bearer_token
-from contract.errors import ErrorType, WindpipeError
 from flight_server.access import FlightAccess
+from services.contract.auth import AUTH_HEADER, bearer_token
+from services.contract.errors import ErrorType, WindpipeError
 from services.logging import get_logger
 
 __all__ = ["AUTH_MIDDLEWARE", "CallAuth", "PrincipalAuthFactory", "caller", "caller_token"]

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from contract.identity import hash64
-from materialize.plan import PlanContext
-from planning.schedule import Schedule
+from services.contract.identity import hash64
+from services.materialize.plan import PlanContext
+from services.planning.schedule import Schedule
 
 __all__ = ["batch_homes", "endpoint_ranges", "rendezvous"]
 

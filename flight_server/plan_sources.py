@@ -1,9 +1,9 @@
 """Where a Flight server gets its plans: the stored artifact, from the database or over REST.
 
 Both sources fetch the bytes the catalog stored when it made the plan and decode
-them with the one loader, :meth:`planning.artifact.PlanArtifact.from_ipc`; neither
+them with the one loader, :meth:`services.planning.artifact.PlanArtifact.from_ipc`; neither
 reads the index or rebuilds streams. :class:`PlanCache` keeps a few loaded plans
-(:class:`materialize.plan.PlanContext`) and loads each at most once at a time; an
+(:class:`services.materialize.plan.PlanContext`) and loads each at most once at a time; an
 id that fails to load leaves nothing behind. A client never sends a path or a
 config.
 
@@ -26,12 +26,12 @@ from sqlalchemy.engine import Engine
 from catalog.plans import plan_artifact_bytes
 from catalog.retire import check_plan_live, retired_error
 from catalog.service import CatalogContext
-from contract.auth import http_headers
-from contract.errors import ErrorType, WindpipeError
-from materialize.plan import PlanContext
-from planning.artifact import ARTIFACT_MEDIA_TYPE, PlanArtifact
+from services.contract.auth import http_headers
+from services.contract.errors import ErrorType, WindpipeError
 from services.logging import get_logger
+from services.materialize.plan import PlanContext
 from services.memo import Memo, deep_nbytes
+from services.planning.artifact import ARTIFACT_MEDIA_TYPE, PlanArtifact
 
 __all__ = ["DatabasePlanSource", "PlanCache", "PlanSource", "RestPlanSource"]
 

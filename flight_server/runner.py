@@ -5,7 +5,7 @@
 threads and returns a :class:`RunningFlightServer`. Every knob (cache budget and wait,
 read-ahead, endpoint size, bad-segment policy, ticket lifetime) comes from the
 settings, so ``WINDPIPE_*`` variables and CLI flags set them alike, and so does the
-host's shared tier of decoded blocks (``tier_dir``, ``tier_bytes``; ``materialize.tier``).
+host's shared tier of decoded blocks (``tier_dir``, ``tier_bytes``; ``services.materialize.tier``).
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from flight_server.access import (
 )
 from flight_server.plan_sources import DatabasePlanSource, PlanCache, PlanSource, RestPlanSource
 from flight_server.server import WindpipeFlightServer
-from materialize.cache import ChunkCache
-from materialize.tier import Tier
-from planning.artifact import PlanArtifact
 from services.database import create_engine
 from services.exposure import check_exposure
+from services.materialize.cache import ChunkCache
+from services.materialize.tier import Tier
+from services.planning.artifact import PlanArtifact
 from services.settings import Settings, is_loopback
-from storage.store import StorageOptions, StorageRoots
+from services.storage.store import StorageOptions, StorageRoots
 
 __all__ = ["RunningFlightServer", "start_flight_server"]
 

@@ -1,12 +1,12 @@
 """The windpipe Arrow Flight server (wire format: ``docs/wire.md``; design: ``docs/flight.md``).
 
-* ``GetFlightInfo``: a :class:`contract.wire.FlightCommand` descriptor -> schema,
+* ``GetFlightInfo``: a :class:`services.contract.wire.FlightCommand` descriptor -> schema,
   totals and ordered endpoints with signed tickets. With several configured
   locations the rank's pass is cut (at unit boundaries) into endpoints whose first
   location is the server that owns their segments (rendezvous hashing of segment
   paths), the others listed as fallbacks.
 * ``DoGet``: a ticket -> one record batch per training batch, the batch's
-  :class:`contract.wire.BatchMetadata` as ``app_metadata``.
+  :class:`services.contract.wire.BatchMetadata` as ``app_metadata``.
 * ``DoAction``: ``health``, ``cache-stats``, ``warm`` (progress results streamed as
   the chunks load).
 
@@ -37,9 +37,15 @@ import pyarrow.flight as fl
 
 from catalog.limits import check_world_size
 from catalog.principals import Principal
-from contract.errors import ErrorType, WindpipeError
-from contract.limits import Limits
-from contract.wire import (
+from flight_server.access import FlightAccess, StaticAccess
+from flight_server.auth import AUTH_MIDDLEWARE, PrincipalAuthFactory, caller, caller_token
+from flight_server.locality import endpoint_ranges
+from flight_server.plan_sources import PlanCache
+from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
+from flight_server.warm import warm_results
+from services.contract.errors import ErrorType, WindpipeError
+from services.contract.limits import Limits
+from services.contract.wire import (
     ACTION_CACHE_STATS,
     ACTION_HEALTH,
     ACTION_WARM,
@@ -48,22 +54,16 @@ from contract.wire import (
     batch_schema,
     to_flight_error,
 )
-from flight_server.access import FlightAccess, StaticAccess
-from flight_server.auth import AUTH_MIDDLEWARE, PrincipalAuthFactory, caller, caller_token
-from flight_server.locality import endpoint_ranges
-from flight_server.plan_sources import PlanCache
-from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
-from flight_server.warm import warm_results
-from materialize.builder import BadSegmentPolicy, BatchBuilder
-from materialize.cache import ChunkCache
-from materialize.pipeline import BatchPipeline
-from materialize.plan import PlanContext
-from materialize.tier import Tier
-from planning.ranks import rank_batches
-from planning.schedule import Schedule
-from planning.sizes import channel_counts, token_bytes
 from services.logging import get_logger
-from storage.store import Storage
+from services.materialize.builder import BadSegmentPolicy, BatchBuilder
+from services.materialize.cache import ChunkCache
+from services.materialize.pipeline import BatchPipeline
+from services.materialize.plan import PlanContext
+from services.materialize.tier import Tier
+from services.planning.ranks import rank_batches
+from services.planning.schedule import Schedule
+from services.planning.sizes import channel_counts, token_bytes
+from services.storage.store import Storage
 
 __all__ = ["WindpipeFlightServer"]
 

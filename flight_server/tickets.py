@@ -17,7 +17,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
-from contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, WindpipeError
 
 __all__ = ["TICKET_PREFIX", "TicketPayload", "sign_ticket", "verify_ticket"]
 

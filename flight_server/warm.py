@@ -1,7 +1,7 @@
 """The ``warm`` action: a plan's blocks loaded into the server's cache and its host's tier.
 
 ``data_access="full_in_mem"`` and every in-process reader ask for it. The plan's
-blocks (``materialize.blocks``: all rows of each protocol, decoded and scaled, end to
+blocks (``services.materialize.blocks``: all rows of each protocol, decoded and scaled, end to
 end) are loaded one by one in a helper thread, through the tier when the server has
 one, so each block is decoded once per host; batches of a warmed plan then take the
 block path (one gather per batch). Progress results are sent about every 1/20 of the
@@ -16,12 +16,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from contract.errors import ErrorType, WindpipeError
-from materialize.blocks import block_layouts, block_request
-from materialize.cache import ChunkCache
-from materialize.plan import PlanContext
-from materialize.tier import Tier
-from storage.store import Storage
+from services.contract.errors import ErrorType, WindpipeError
+from services.materialize.blocks import block_layouts, block_request
+from services.materialize.cache import ChunkCache
+from services.materialize.plan import PlanContext
+from services.materialize.tier import Tier
+from services.storage.store import Storage
 
 __all__ = ["warm_results"]
 

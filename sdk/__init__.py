@@ -14,15 +14,6 @@ for batch in plan.loader(device="auto"):
 See ``docs/sdk.md``. Errors are the tree in ``sdk._exceptions``.
 """
 
-from contract.configs import (
-    DatasetProtocolId,
-    LoaderConfig,
-    LoaderOptions,
-    PlanSpec,
-    ScalingSpec,
-    ValidationConfig,
-    WindowConfig,
-)
 from sdk._aligned import AlignedBatch
 from sdk._batch import Batch, BatchSegmentRef, BatchState, batch_from_arrow
 from sdk._catalog import Catalog
@@ -48,6 +39,15 @@ from sdk._loader import DeviceLoader, resolve_device
 from sdk._models import DatasetInfo, MlDatasetIndex, PlanReport
 from sdk._stats import LoaderStats
 from sdk._torch import WindpipeIterableDataset
+from services.contract.configs import (
+    DatasetProtocolId,
+    LoaderConfig,
+    LoaderOptions,
+    PlanSpec,
+    ScalingSpec,
+    ValidationConfig,
+    WindowConfig,
+)
 
 __all__ = [
     "AlignedBatch",

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from contract.wire import BatchMetadata
 from sdk._batch import Batch, BatchState
 from sdk._exceptions import InternalError
 from sdk._html import html_table, human_bytes
+from services.contract.wire import BatchMetadata
 
 __all__ = ["AlignedBatch", "group_parts"]
 

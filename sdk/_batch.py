@@ -1,7 +1,7 @@
 """``Batch``, ``BatchState`` and ``BatchSegmentRef`` (docs/types.md), rebuilt from the wire.
 
 A batch arriving over Flight is one Arrow record batch (one row per lane, see
-``contract/wire.py``). :func:`batch_from_arrow` turns it into torch tensors WITHOUT
+``services/contract/wire.py``). :func:`batch_from_arrow` turns it into torch tensors WITHOUT
 copying on the CPU: ``inputs``/``targets``/``mask`` are DLPack views on the Arrow
 value buffers, reshaped to ``(B, T, C)``; the mask's uint8 values are viewed as bool.
 Such tensors share memory with the record batch (which they keep alive); treat them
@@ -23,10 +23,10 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from contract.configs import DatasetProtocolId
-from contract.wire import BatchMetadata
 from sdk._html import html_table, human_bytes
 from sdk._plots import plot_batch
+from services.contract.configs import DatasetProtocolId
+from services.contract.wire import BatchMetadata
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -20,10 +20,6 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import pyarrow as pa
 
-from contract.errors import WindpipeError as ContractError
-from contract.wire import BatchMetadata, FlightCommand
-from materialize.builder import BuiltBatch
-from planning.artifact import ARTIFACT_MEDIA_TYPE
 from sdk._aligned import AlignedBatch, group_parts
 from sdk._batch import Batch, batch_from_arrays, batch_from_arrow
 from sdk._exceptions import (
@@ -41,6 +37,10 @@ from sdk._locations import LocationMap
 from sdk._models import DatasetInfo
 from sdk._rest import RestClient
 from sdk._stream import FlightStream
+from services.contract.errors import WindpipeError as ContractError
+from services.contract.wire import BatchMetadata, FlightCommand
+from services.materialize.builder import BuiltBatch
+from services.planning.artifact import ARTIFACT_MEDIA_TYPE
 
 if TYPE_CHECKING:
     import httpx

@@ -1,4 +1,4 @@
-"""The SDK's exception tree: one class per :class:`contract.errors.ErrorType`.
+"""The SDK's exception tree: one class per :class:`services.contract.errors.ErrorType`.
 
 Every failure the catalog (REST) or a Flight server reports reaches the user as one
 of these, whatever transport carried it::
@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from contract.errors import ErrorType, use_error_classes
-from contract.errors import WindpipeError as _ContractError
-from contract.wire import error_from_flight as wire_error_from_flight
+from services.contract.errors import ErrorType, use_error_classes
+from services.contract.errors import WindpipeError as _ContractError
+from services.contract.wire import error_from_flight as wire_error_from_flight
 
 __all__ = [
     "Conflict",
@@ -227,7 +227,7 @@ def error_from_flight(exc: BaseException, *, where: str = "") -> WindpipeError:
     """Translate a ``pyarrow.flight`` error (or a socket error) into the SDK tree.
 
     The envelope a windpipe server put in ``extra_info`` wins; without one the Flight
-    error class decides (``contract.wire.error_from_flight``, the one translation).
+    error class decides (``services.contract.wire.error_from_flight``, the one translation).
     """
     if isinstance(exc, WindpipeError):
         return exc

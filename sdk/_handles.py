@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader
 
-from contract.configs import LoaderConfig, PlanSpec, ValidationConfig
-from planning.artifact import PlanArtifact
 from sdk._exceptions import InvalidConfig
 from sdk._html import html_table, human_count, text_table
 from sdk._models import MlDatasetIndex, PlanReport
@@ -26,6 +24,8 @@ from sdk._torch import (
     dataloader_options,
 )
 from sdk._warm import warm_plan
+from services.contract.configs import LoaderConfig, PlanSpec, ValidationConfig
+from services.planning.artifact import PlanArtifact
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -19,19 +19,19 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from contract.wire import ACTION_HEALTH, BatchMetadata, batch_schema
-from materialize.blocks import block_key, block_layouts
-from materialize.builder import BatchBuilder, BuiltBatch
-from materialize.cache import ChunkCache
-from materialize.pipeline import BatchPipeline
-from materialize.plan import PlanContext
-from materialize.tier import Tier, TierInfo
-from planning.artifact import PlanArtifact
-from planning.ranks import rank_batches
 from sdk._exceptions import InvalidConfig, ResourceExhausted, Unavailable
 from sdk._stream import FlightStream
 from sdk._warm import warm_plan
+from services.contract.wire import ACTION_HEALTH, BatchMetadata, batch_schema
+from services.materialize.blocks import block_key, block_layouts
+from services.materialize.builder import BatchBuilder, BuiltBatch
+from services.materialize.cache import ChunkCache
+from services.materialize.pipeline import BatchPipeline
+from services.materialize.plan import PlanContext
+from services.materialize.tier import Tier, TierInfo
 from services.memo import Memo
+from services.planning.artifact import PlanArtifact
+from services.planning.ranks import rank_batches
 
 __all__ = ["TRANSPORTS", "LocalReader", "LocalReaders"]
 

@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     import polars as pl
     from matplotlib.figure import Figure
 
-    from planning.artifact import PlanArtifact
     from sdk._batch import Batch
     from sdk._stats import LoaderStats
+    from services.planning.artifact import PlanArtifact
 
 __all__ = ["plot_batch", "plot_loader_stats", "plot_plan", "plot_split"]
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from contract.auth import http_headers
 from sdk._exceptions import Unavailable, error_from_envelope
+from services.contract.auth import http_headers
 
 __all__ = ["RestClient"]
 

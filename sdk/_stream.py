@@ -27,10 +27,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from contract.auth import flight_headers
-from contract.wire import BatchMetadata, FlightCommand
 from sdk._exceptions import InternalError, Unavailable, WindpipeError, error_from_flight
 from sdk._locations import UNREACHABLE_HINT, LocationMap
+from services.contract.auth import flight_headers
+from services.contract.wire import BatchMetadata, FlightCommand
 
 __all__ = ["FlightStream"]
 

@@ -40,12 +40,12 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from contract.configs import LoaderConfig
-from contract.errors import WindpipeError as ContractError
-from contract.ranks import check_rank
 from sdk._aligned import AlignedBatch
 from sdk._batch import Batch
 from sdk._exceptions import InvalidConfig
+from services.contract.configs import LoaderConfig
+from services.contract.errors import WindpipeError as ContractError
+from services.contract.ranks import check_rank
 
 __all__ = ["WindpipeDataLoader", "WindpipeIterableDataset", "check_spawn",
            "dataloader_options"]

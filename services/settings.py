@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from contract.limits import Limits
+from services.contract.limits import Limits
 
 __all__ = ["DEV_TICKET_SECRET", "Settings", "is_loopback"]
 

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 import zarr
 import zarr.storage
 
-from contract.identity import rng_for
+from services.contract.identity import rng_for
 
 __all__ = ["PROTOCOL_COLUMNS", "UNITS", "SynthResult", "write_synthetic_dataset"]
 

@@ -295,8 +295,8 @@ def _duration(text: str) -> int:
 def _token(args: argparse.Namespace) -> int:
     from catalog import principals  # noqa: PLC0415
     from catalog.service import CatalogContext  # noqa: PLC0415
-    from contract.errors import WindpipeError  # noqa: PLC0415
     from migrations import upgrade_engine  # noqa: PLC0415
+    from services.contract.errors import WindpipeError  # noqa: PLC0415
     from services.database import create_engine  # noqa: PLC0415
 
     settings = _settings(args)
@@ -352,7 +352,22 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_checkout() -> Path | None:
+    """The repository checkout holding ``bench/`` (not installed: it runs from a checkout)."""
+    for candidate in (Path.cwd(), Path(__file__).resolve().parents[1]):
+        if (candidate / "bench" / "__main__.py").is_file():
+            return candidate
+    return None
+
+
 def _bench(argv: list[str]) -> int:
+    checkout = _bench_checkout()
+    if checkout is None:
+        print("windpipe bench: the benchmarks run from a checkout of the windpipe repository "
+              "(bench/ is not installed); run `windpipe bench` inside one", file=sys.stderr)
+        return 2
+    if str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
     from bench.__main__ import main as bench_main  # noqa: PLC0415
 
     return bench_main(argv)

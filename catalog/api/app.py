@@ -28,7 +28,7 @@ from catalog.service import CatalogContext
 from migrations import upgrade_engine
 from services.database import create_engine
 from services.settings import Settings
-from storage.store import StorageOptions
+from services.storage.store import StorageOptions
 
 __all__ = ["RequestCountMiddleware", "create_app", "server_version"]
 

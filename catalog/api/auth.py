@@ -24,7 +24,7 @@ from fastapi import Depends, Request
 from catalog import principals
 from catalog.principals import Principal, Role
 from catalog.service import CatalogContext
-from contract.auth import AUTH_HEADER, bearer_token
+from services.contract.auth import AUTH_HEADER, bearer_token
 from services.settings import Settings, is_loopback
 
 __all__ = [

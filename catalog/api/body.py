@@ -11,7 +11,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from catalog.api.errors import error_response
-from contract.limits import limit_error
+from services.contract.limits import limit_error
 
 __all__ = ["BodyLimitMiddleware"]
 

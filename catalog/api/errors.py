@@ -25,8 +25,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from catalog.api.audit import request_id_of
-from contract.configs import LoaderOptions
-from contract.errors import ErrorType, WindpipeError, error_envelope
+from services.contract.configs import LoaderOptions
+from services.contract.errors import ErrorType, WindpipeError, error_envelope
 from services.logging import get_logger
 
 __all__ = ["CONFIG_BODY_OPERATIONS", "error_response", "install_error_handlers"]

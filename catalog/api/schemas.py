@@ -1,6 +1,6 @@
 """Request and response bodies of the REST API.
 
-Config bodies reuse ``contract.configs`` directly (``ValidationConfig`` for splits,
+Config bodies reuse ``services.contract.configs`` directly (``ValidationConfig`` for splits,
 ``PlanSpec`` for plans: only what identifies a plan, so a runtime option is a 422).
 Responses are built from ORM rows by the ``from_row``
 constructors.

@@ -1,7 +1,7 @@
 """Plans are stored as one artifact each; the unread plan_streams and plan_units go.
 
 A plan's streams, piece layout and (for epoch-independent strategies) schedule are
-now one Arrow IPC artifact in ``plan_artifacts`` (``planning.artifact``), read by
+now one Arrow IPC artifact in ``plan_artifacts`` (``services.planning.artifact``), read by
 every consumer. Plans are derived data with content ids: upgrading deletes the
 plans made by an older catalog (they lack an artifact), and posting the same config
 to the same split again recreates each under the same id. Downgrading deletes the

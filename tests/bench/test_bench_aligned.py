@@ -17,7 +17,7 @@ from bench.aligned import (
     prepare_memmaps,
     run,
 )
-from planning.artifact import PlanArtifact
+from services.planning.artifact import PlanArtifact
 from services.synth import write_synthetic_dataset
 from tests.sdk.deployment import deployment
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from catalog.api.app import create_app
-from contract.errors import ERROR_TABLE
+from services.contract.errors import ERROR_TABLE
 from services.settings import Settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"

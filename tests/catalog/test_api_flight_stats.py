@@ -15,8 +15,8 @@ import pyarrow.flight as fl
 import pytest
 
 from catalog.flight_stats import LocationStats, render_metrics
-from contract.wire import FlightCommand
 from flight_server.runner import start_flight_server
+from services.contract.wire import FlightCommand
 from services.settings import Settings
 from tests.catalog.api_support import assert_error, write_small_dataset
 from tests.fixtures.servers import free_ports, run_catalog_server

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 
-from contract.auth import flight_headers
-from contract.errors import ErrorType
-from contract.wire import FlightCommand
-from contract.wire import error_from_flight as wire_error
 from flight_server.runner import start_flight_server
+from services.contract.auth import flight_headers
+from services.contract.errors import ErrorType
+from services.contract.wire import FlightCommand
+from services.contract.wire import error_from_flight as wire_error
 from services.settings import Settings
 from tests.fixtures.servers import free_port, run_catalog_server
 from tests.flight_server.helpers import start_server

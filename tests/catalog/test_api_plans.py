@@ -19,9 +19,9 @@ import pytest
 from sqlalchemy.orm import Session
 
 from catalog.repository import Repository, encode_page_token
-from contract.configs import LoaderConfig
-from planning.artifact import PlanArtifact
+from services.contract.configs import LoaderConfig
 from services.database import create_engine
+from services.planning.artifact import PlanArtifact
 from services.synth import SynthResult
 from tests.catalog.api_support import (
     assert_error,

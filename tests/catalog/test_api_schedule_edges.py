@@ -18,7 +18,7 @@ import httpx
 import numpy as np
 import pytest
 
-from contract.configs import LoaderConfig
+from services.contract.configs import LoaderConfig
 from tests.catalog.api_support import served_schedule
 from tests.fixtures.data import write_manifest, write_parquet_segment
 from tests.reference.schedule_ref import RefBatch, RefStream, reference_rank

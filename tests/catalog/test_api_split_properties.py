@@ -21,7 +21,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from contract.identity import unit_interval
+from services.contract.identity import unit_interval
 from tests.catalog.api_support import assert_error, table_counts
 from tests.fixtures.data import write_manifest, write_parquet_segment
 

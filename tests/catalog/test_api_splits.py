@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from catalog.splits import assign_splits, split_counts
-from contract.configs import ValidationConfig
+from services.contract.configs import ValidationConfig
 from services.synth import SynthResult
 from tests.catalog.api_support import (
     assert_error,

@@ -15,8 +15,8 @@ import pytest
 from catalog.index import build_index
 from catalog.manifest import load_manifest
 from catalog.registration import prepare_version
+from services.storage.store import Storage
 from services.synth import SynthResult
-from storage.store import Storage
 from tests.catalog.api_support import assert_error, get_all, table_counts, write_small_dataset
 from tests.fixtures.data import write_manifest
 

@@ -12,10 +12,10 @@ import pytest
 from catalog.index import build_index, index_to_arrow_ipc
 from catalog.manifest import load_manifest, manifest_from_rows
 from catalog.registration import prepare_version
-from contract.errors import ErrorType
-from contract.identity import manifest_row_id
 from sdk import InvalidRequest, MlDatasetIndex
-from storage.store import Storage
+from services.contract.errors import ErrorType
+from services.contract.identity import manifest_row_id
+from services.storage.store import Storage
 from tests.fixtures.data import write_parquet_segment
 
 

@@ -1,6 +1,6 @@
 """A plan of a million windows is stored and served in practical time (both databases).
 
-The plan is stored as one compressed artifact (``planning.artifact``), not a row per
+The plan is stored as one compressed artifact (``services.planning.artifact``), not a row per
 unit; ``bench/planning.py`` times it against the row-per-unit storage of before.
 """
 

@@ -13,11 +13,11 @@ import pytest
 
 from catalog.manifest import load_manifest, manifest_from_rows
 from catalog.registration import prepare_version
-from contract.errors import ErrorType, WindpipeError
-from contract.identity import manifest_row_id
+from services.contract.errors import ErrorType, WindpipeError
+from services.contract.identity import manifest_row_id
+from services.storage.segments import read_chunk
+from services.storage.store import Storage
 from services.synth import write_synthetic_dataset
-from storage.segments import read_chunk
-from storage.store import Storage
 from tests.fixtures.data import write_manifest, write_parquet_segment, write_zarr_segment
 
 

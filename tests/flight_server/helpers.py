@@ -2,7 +2,7 @@
 
 Datasets are written as real parquet / zarr v3 segments; the reference values are
 read back straight from the files with pyarrow / zarr (never through
-``storage.segments``), and batches are computed by ``tests.reference.schedule_ref``.
+``services.storage.segments``), and batches are computed by ``tests.reference.schedule_ref``.
 """
 
 from __future__ import annotations
@@ -20,17 +20,17 @@ import pyarrow.parquet as pq
 import zarr
 from pydantic import SecretStr
 
-from contract.configs import LoaderConfig
-from contract.errors import ErrorType, WindpipeError
-from contract.identity import manifest_row_id
-from contract.wire import ACTION_CACHE_STATS, BatchMetadata, FlightCommand, batch_arrays
 from flight_server.runner import RunningFlightServer, start_flight_server
-from materialize.plan import PlanContext
-from planning.artifact import PieceLayout, PieceRecord, PlanArtifact, make_artifact
-from planning.streams import Streams
+from services.contract.configs import LoaderConfig
+from services.contract.errors import ErrorType, WindpipeError
+from services.contract.identity import manifest_row_id
+from services.contract.wire import ACTION_CACHE_STATS, BatchMetadata, FlightCommand, batch_arrays
+from services.materialize.plan import PlanContext
+from services.planning.artifact import PieceLayout, PieceRecord, PlanArtifact, make_artifact
+from services.planning.streams import Streams
 from services.settings import Settings
-from storage.segments import inspect_segment
-from storage.store import Storage
+from services.storage.segments import inspect_segment
+from services.storage.store import Storage
 from tests.fixtures.data import write_parquet_segment, write_zarr_segment
 from tests.reference.schedule_ref import (
     ref_streams,

@@ -14,12 +14,12 @@ import pytest
 from pydantic import SecretStr
 from structlog.testing import capture_logs
 
-from contract.configs import LoaderConfig, WindowConfig
-from contract.errors import ErrorType
-from contract.wire import ACTION_CACHE_STATS, ACTION_HEALTH, ACTION_WARM, FlightCommand
-from contract.wire import error_from_flight as wire_error
 from flight_server.runner import RunningFlightServer, start_flight_server
-from materialize.plan import PlanContext
+from services.contract.configs import LoaderConfig, WindowConfig
+from services.contract.errors import ErrorType
+from services.contract.wire import ACTION_CACHE_STATS, ACTION_HEALTH, ACTION_WARM, FlightCommand
+from services.contract.wire import error_from_flight as wire_error
+from services.materialize.plan import PlanContext
 from services.settings import Settings
 from tests.flight_server.helpers import (
     COLUMNS,

@@ -8,9 +8,9 @@ from typing import Any
 import httpx
 import pytest
 
-from contract.configs import LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
-from contract.wire import FlightCommand
 from flight_server.runner import start_flight_server
+from services.contract.configs import LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
+from services.contract.wire import FlightCommand
 from services.database import create_engine
 from services.settings import Settings
 from tests.flight_server.helpers import (

@@ -18,12 +18,12 @@ import pyarrow.flight as fl
 import pytest
 from pydantic import SecretStr
 
-from contract.auth import flight_headers
-from contract.errors import ErrorType, WindpipeError
-from contract.wire import ACTION_CACHE_STATS, ACTION_HEALTH, ACTION_WARM, FlightCommand
-from contract.wire import error_from_flight as wire_error
 from flight_server.runner import start_flight_server
 from flight_server.tickets import TicketPayload, sign_ticket
+from services.contract.auth import flight_headers
+from services.contract.errors import ErrorType, WindpipeError
+from services.contract.wire import ACTION_CACHE_STATS, ACTION_HEALTH, ACTION_WARM, FlightCommand
+from services.contract.wire import error_from_flight as wire_error
 from services.settings import Settings
 from tests.catalog.api_support import write_small_dataset
 from tests.fixtures.servers import run_catalog_server

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from contract.configs import LoaderConfig, WindowConfig
 from flight_server.locality import batch_homes, endpoint_ranges, rendezvous
-from planning.ranks import rank_batches
+from services.contract.configs import LoaderConfig, WindowConfig
+from services.planning.ranks import rank_batches
 from tests.flight_server.helpers import COLUMNS, Dataset, StreamSpec, write_dataset
 
 SPECS = [StreamSpec("cycling", f"c{c}", k, (60, 45)) for c in range(4) for k in range(2)]

@@ -10,10 +10,10 @@ import numpy as np
 import pyarrow.flight as fl
 import pytest
 
-from contract.configs import LoaderConfig, ScalingSpec, WindowConfig
-from contract.wire import FlightCommand
-from materialize.builder import BatchBuilder
-from materialize.cache import ChunkCache
+from services.contract.configs import LoaderConfig, ScalingSpec, WindowConfig
+from services.contract.wire import FlightCommand
+from services.materialize.builder import BatchBuilder
+from services.materialize.cache import ChunkCache
 from tests.flight_server.helpers import (
     Dataset,
     StreamSpec,

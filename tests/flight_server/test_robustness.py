@@ -18,10 +18,10 @@ import pyarrow.flight as fl
 import pyarrow.parquet as pq
 import pytest
 
-from contract.configs import LoaderConfig, WindowConfig
-from contract.errors import ErrorType
-from contract.wire import ACTION_HEALTH, FlightCommand, error_from_flight
 from flight_server.tickets import TicketPayload, sign_ticket
+from services.contract.configs import LoaderConfig, WindowConfig
+from services.contract.errors import ErrorType
+from services.contract.wire import ACTION_HEALTH, FlightCommand, error_from_flight
 from tests.fixtures.memory import peak_rss_growth
 from tests.flight_server.helpers import (
     COLUMNS,

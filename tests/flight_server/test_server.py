@@ -16,9 +16,10 @@ import numpy as np
 import pyarrow.flight as fl
 import pytest
 
-from contract.configs import LoaderConfig, WindowConfig
-from contract.errors import ErrorType
-from contract.wire import (
+from flight_server.tickets import TICKET_PREFIX, TicketPayload, sign_ticket, verify_ticket
+from services.contract.configs import LoaderConfig, WindowConfig
+from services.contract.errors import ErrorType
+from services.contract.wire import (
     ACTION_HEALTH,
     ACTION_WARM,
     META_PLAN_ID,
@@ -27,8 +28,7 @@ from contract.wire import (
     batch_schema,
     error_from_flight,
 )
-from flight_server.tickets import TICKET_PREFIX, TicketPayload, sign_ticket, verify_ticket
-from materialize.blocks import block_layouts
+from services.materialize.blocks import block_layouts
 from tests.fixtures.servers import free_ports
 from tests.flight_server.helpers import (
     COLUMNS,

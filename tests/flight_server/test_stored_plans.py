@@ -21,13 +21,13 @@ import pytest
 import sqlalchemy as sa
 
 import catalog.plans
-import planning.streams
-from contract.configs import LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
-from contract.wire import FlightCommand
+import services.planning.streams
 from flight_server.runner import start_flight_server
-from planning.artifact import PlanArtifact
-from planning.strategies import STRATEGIES
+from services.contract.configs import LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
+from services.contract.wire import FlightCommand
 from services.database import create_engine
+from services.planning.artifact import PlanArtifact
+from services.planning.strategies import STRATEGIES
 from services.settings import Settings
 from services.synth import SynthResult
 from tests.flight_server.helpers import (
@@ -91,8 +91,8 @@ def test_flight_streams_stored_plans_without_their_index(
             for table in ("split_assignments", "segments", "manifest_rows"):
                 conn.execute(sa.text(f"DELETE FROM {table}"))
         calls: Counter[str] = Counter()
-        monkeypatch.setattr(planning.streams, "build_streams", _counting(
-            calls, "build_streams", planning.streams.build_streams))
+        monkeypatch.setattr(services.planning.streams, "build_streams", _counting(
+            calls, "build_streams", services.planning.streams.build_streams))
         monkeypatch.setattr(catalog.plans, "build_streams", _counting(
             calls, "build_streams", catalog.plans.build_streams))
         for name, strategy in list(STRATEGIES.items()):

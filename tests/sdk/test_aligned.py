@@ -21,9 +21,9 @@ import pytest
 import torch
 
 import sdk
-from contract.configs import LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
-from planning.aligned import aligned_rank_batches, aligned_schedule
-from planning.streams import build_streams
+from services.contract.configs import LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
+from services.planning.aligned import aligned_rank_batches, aligned_schedule
+from services.planning.streams import build_streams
 from services.synth import write_synthetic_dataset
 from tests.reference.aligned_batches_ref import (
     RefAlignedBatch,
@@ -198,7 +198,7 @@ def test_reference_schedule_matches_the_planning_core(dep: Any, name: str,
                                                       world_size: int) -> None:
     """The streams read from the files equal the planning core's streams of the catalog's
     split index, and the reference's keys, lanes, offsets and steps equal
-    ``planning.aligned`` (validates the reference, independent of the new API)."""
+    ``services.planning.aligned`` (validates the reference, independent of the new API)."""
     config = CONFIGS[name]
     frame = dep.extra["frame"]
     segments = (frame.select("manifest_row_id", "segment_paths", "segment_rows")

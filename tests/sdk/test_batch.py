@@ -1,4 +1,4 @@
-"""Batch rebuilt from a hand-built wire record batch (contract/wire.py), without copies."""
+"""Batch rebuilt from a hand-built wire record batch (services/contract/wire.py), without copies."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from contract.configs import DatasetProtocolId
-from contract.wire import batch_arrays
 from sdk import Batch, BatchSegmentRef, batch_from_arrow
+from services.contract.configs import DatasetProtocolId
+from services.contract.wire import batch_arrays
 from tests.sdk.wire_toys import make_record
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import sdk
-from contract.errors import ErrorType
+from services.contract.errors import ErrorType
 
 
 def test_a_scaling_typo_is_invalid_config_with_a_suggestion():

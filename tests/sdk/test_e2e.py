@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import sdk
-from contract.wire import FlightCommand
 from flight_server.runner import start_flight_server
 from sdk import (
     Catalog,
@@ -20,6 +19,7 @@ from sdk import (
     ValidationConfig,
     WindowConfig,
 )
+from services.contract.wire import FlightCommand
 from tests.fixtures.servers import free_ports
 from tests.sdk.deployment import deployment
 

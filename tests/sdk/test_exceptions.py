@@ -8,8 +8,8 @@ import pyarrow.flight as fl
 import pytest
 
 import sdk
-from contract.errors import ERROR_TABLE, ErrorType, WindpipeError, error_envelope
 from sdk._exceptions import error_class, error_from_envelope, error_from_flight
+from services.contract.errors import ERROR_TABLE, ErrorType, WindpipeError, error_envelope
 
 EXPECTED = {
     ErrorType.INVALID_REQUEST: sdk.InvalidRequest,

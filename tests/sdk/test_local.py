@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 import torch
 
-from contract.wire import ACTION_HEALTH
 from sdk import (
     Batch,
     Catalog,
@@ -23,6 +22,7 @@ from sdk import (
     ValidationConfig,
     WindowConfig,
 )
+from services.contract.wire import ACTION_HEALTH
 from tests.flight_server.helpers import cache_stats, flight_actions
 from tests.sdk.deployment import deployment
 

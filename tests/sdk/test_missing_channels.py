@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 import torch
 
-from contract.identity import manifest_row_id
 from sdk import (
     Catalog,
     InvalidConfig,
@@ -21,6 +20,7 @@ from sdk import (
     ValidationConfig,
     WindowConfig,
 )
+from services.contract.identity import manifest_row_id
 from services.synth import write_synthetic_dataset
 from tests.sdk.deployment import deployment
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from contract.configs import LoaderConfig, WindowConfig
-from contract.wire import FlightCommand
 from sdk._stream import FlightStream
+from services.contract.configs import LoaderConfig, WindowConfig
+from services.contract.wire import FlightCommand
 from tests.fixtures.servers import free_port
 from tests.flight_server.helpers import COLUMNS, StreamSpec, start_server, write_dataset
 
@@ -35,7 +35,7 @@ import sys, time
 from pathlib import Path
 from pydantic import SecretStr
 from flight_server.runner import start_flight_server
-from planning.artifact import PlanArtifact
+from services.planning.artifact import PlanArtifact
 from services.settings import Settings
 artifact = PlanArtifact.from_ipc(Path(sys.argv[1]).read_bytes())
 settings = Settings(flight_host="127.0.0.1", ticket_secret=SecretStr("test-secret"),

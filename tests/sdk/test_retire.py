@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from contract.errors import ErrorType
-from contract.errors import WindpipeError as ContractError
 from flight_server.plan_sources import RestPlanSource
 from sdk import Catalog, Conflict, LoaderConfig, ValidationConfig, WindowConfig
+from services.contract.errors import ErrorType
+from services.contract.errors import WindpipeError as ContractError
 from tests.sdk.deployment import deployment
 
 CONFIG = LoaderConfig(inputs={"cycling": ("current_a", "voltage_v")},

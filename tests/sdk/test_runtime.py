@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import sdk
-from contract.wire import ACTION_HEALTH
 from sdk import Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
 from sdk._torch import dataloader_options
+from services.contract.wire import ACTION_HEALTH
 from tests.flight_server.helpers import cache_stats
 from tests.sdk.deployment import deployment
 

@@ -8,12 +8,12 @@ import threading
 import pyarrow.flight as fl
 import pytest
 
-from contract.wire import AlignedPart, FlightCommand
 from flight_server.runner import start_flight_server
 from sdk import InternalError, InvalidTicket, NotFound, Unavailable, batch_from_arrow
 from sdk._aligned import group_parts
 from sdk._exceptions import error_from_flight
 from sdk._stream import FlightStream
+from services.contract.wire import AlignedPart, FlightCommand
 from services.settings import Settings
 from tests.fixtures.servers import free_port
 from tests.sdk.wire_toys import ToyFlightServer, toy_record

@@ -1,4 +1,4 @@
-"""Hand-built wire record batches and a tiny Flight server speaking ``contract/wire.py``.
+"""Hand-built wire record batches and a tiny Flight server speaking ``services/contract/wire.py``.
 
 Used by the SDK unit tests until (and besides) the real Flight server: the toy
 server is a real ``pyarrow.flight`` server on port 0 that serves deterministic
@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from contract.errors import ErrorType, WindpipeError
-from contract.wire import AlignedPart, BatchMetadata, FlightCommand, batch_schema
+from services.contract.errors import ErrorType, WindpipeError
+from services.contract.wire import AlignedPart, BatchMetadata, FlightCommand, batch_schema
 
 
 def _lists(flat: np.ndarray, lanes: int, per_lane: int, typ: pa.DataType) -> pa.Array:

@@ -12,9 +12,9 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+from services.storage.segments import inspect_segment, read_rows
+from services.storage.store import Storage
 from services.synth import PROTOCOL_COLUMNS, write_synthetic_dataset
-from storage.segments import inspect_segment, read_rows
-from storage.store import Storage
 
 
 def _files(root: Path) -> dict[str, bytes]:

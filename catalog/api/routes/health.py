@@ -13,7 +13,7 @@ from catalog.api.auth import CurrentPrincipal, require
 from catalog.api.deps import AppSettings
 from catalog.api.schemas import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ConfigOut, HealthOut
 from catalog.principals import LOCAL, Role
-from contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, WindpipeError
 
 __all__ = ["READY_TIMEOUT_S", "router", "v1"]
 

@@ -12,9 +12,9 @@ from catalog.api.deps import Context, PageSize, PageToken
 from catalog.api.schemas import DEFAULT_PAGE_SIZE, PageOut, PlanOut, ScheduleBatchOut
 from catalog.principals import Role
 from catalog.repository import decode_page_token, encode_page_token
-from contract.configs import PlanSpec
-from contract.limits import INT64_MAX
-from planning.artifact import ARTIFACT_MEDIA_TYPE
+from services.contract.configs import PlanSpec
+from services.contract.limits import INT64_MAX
+from services.planning.artifact import ARTIFACT_MEDIA_TYPE
 
 __all__ = ["v1"]
 

@@ -10,7 +10,7 @@ from catalog.api.deps import Context, PageSize, PageToken
 from catalog.api.routes._index import ARROW_STREAM, IndexFormat, index_response
 from catalog.api.schemas import DEFAULT_PAGE_SIZE, SplitOut
 from catalog.principals import Role
-from contract.configs import ValidationConfig
+from services.contract.configs import ValidationConfig
 
 __all__ = ["v1"]
 

@@ -1,0 +1,33 @@
+"""The windpipe contract: public value types, error vocabulary, wire format."""
+
+from services.contract.configs import (
+    DEFAULT_ALIGNMENT_KEY,
+    DEFAULT_GROUP_BY,
+    DEFAULT_GROUP_KEY,
+    IDENTITY_COLUMNS,
+    DatasetProtocolId,
+    LoaderConfig,
+    LoaderOptions,
+    PlanSpec,
+    ScalingSpec,
+    ValidationConfig,
+    WindowConfig,
+)
+from services.contract.errors import ERROR_TABLE, ErrorType, WindpipeError
+
+__all__ = [
+    "DEFAULT_ALIGNMENT_KEY",
+    "DEFAULT_GROUP_BY",
+    "DEFAULT_GROUP_KEY",
+    "ERROR_TABLE",
+    "IDENTITY_COLUMNS",
+    "DatasetProtocolId",
+    "ErrorType",
+    "LoaderConfig",
+    "LoaderOptions",
+    "PlanSpec",
+    "ScalingSpec",
+    "ValidationConfig",
+    "WindowConfig",
+    "WindpipeError",
+]

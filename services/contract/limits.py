@@ -1,0 +1,67 @@
+"""The bounds every request is held to, and the one error that names a broken bound.
+
+A request that would cost more than a bound allows is refused before any work is
+done, with ``invalid_request`` (a query parameter or a body) or ``invalid_config``
+(a plan spec), 422, naming the limit, its value and the ``WINDPIPE_*`` setting that
+raises it (``details.limit``, ``details.max``, ``details.setting``). The defaults
+are documented in ``docs/operations.md``; ``services.settings.Settings`` reads the
+environment and :meth:`Limits` is built from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from services.contract.errors import ErrorType, WindpipeError
+
+__all__ = ["INT64_MAX", "Limits", "check_limit", "limit_error"]
+
+INT64_MAX = (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The configurable bounds (``WINDPIPE_MAX_*``; defaults as in ``Settings``)."""
+
+    max_batch_size: int = 65_536
+    max_seq_len: int = 1 << 20
+    max_world_size: int = 65_536
+    max_plan_windows: int = 20_000_000
+    max_batch_bytes: int = 1 << 30
+    max_body_bytes: int = 64 << 20
+    max_description_chars: int = 4096
+    max_manifest_rows: int = 1_000_000
+    max_manifest_bytes: int = 256 << 20
+    cache_bytes: int = 1 << 30
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Limits:
+        """The limits of a ``services.settings.Settings`` (its ``max_*`` fields)."""
+        return cls(**{name: int(getattr(settings, name)) for name in cls.__slots__})
+
+    def as_dict(self) -> dict[str, int]:
+        """``{name: value}`` (``GET /v1/config`` lists them)."""
+        return {name: int(getattr(self, name)) for name in self.__slots__}
+
+
+def limit_error(
+    limit: str, value: int, maximum: int, *, what: str,
+    kind: ErrorType = ErrorType.INVALID_REQUEST, **details: Any,
+) -> WindpipeError:
+    """The 422 for ``what`` (= ``value``) above ``limit`` (= ``maximum``)."""
+    setting = f"WINDPIPE_{limit.upper()}"
+    return WindpipeError(
+        kind,
+        f"{what} is {value}, above the limit {limit} = {maximum} (setting {setting})",
+        details={"limit": limit, "value": value, "max": maximum, "setting": setting, **details},
+    )
+
+
+def check_limit(
+    limit: str, value: int, maximum: int, *, what: str,
+    kind: ErrorType = ErrorType.INVALID_REQUEST, **details: Any,
+) -> None:
+    """Raise :func:`limit_error` when ``value > maximum``."""
+    if value > maximum:
+        raise limit_error(limit, value, maximum, what=what, kind=kind, **details)

@@ -1,0 +1,402 @@
+"""The Arrow Flight wire format of windpipe batches (specified in ``docs/wire.md``).
+
+Clients (the SDK, or a client in any language) depend on this module, never on
+``flight_server``. It defines:
+
+* the request: :class:`FlightCommand`, the JSON command of a ``FlightDescriptor``
+  (plan, epoch, rank, world size, start batch);
+* the stream schema: one Arrow record batch per training batch, ONE ROW PER LANE.
+  A plan may mix protocols whose ``T``, ``C_in``, ``C_out`` and ``B`` differ, and a
+  stream has one schema, so fixed-size lists (or the fixed-shape tensor extension
+  type) cannot describe every batch of a plan. Each lane therefore carries
+  variable-length lists: ``inputs`` ``T*C_in`` float32 values (row-major
+  ``(T, C_in)``), ``targets`` ``T*C_out`` float32, ``mask`` ``T`` uint8 (0/1, so it
+  can be viewed as bool without a copy), ``has_channel`` ``C`` uint8 (one per channel
+  of ``BatchMetadata.channels``: 0 where the lane's stream lacks that column). The
+  shape of each batch is in its ``app_metadata`` (:class:`BatchMetadata`);
+  :func:`batch_arrays` reshapes the columns into ``(B, T, C)`` numpy views without copying;
+* per-lane provenance columns and the per-batch ``app_metadata`` JSON;
+* the Flight action names and the error envelope decoding of Flight errors.
+
+Tickets are opaque to clients: pass the ``Ticket`` of each endpoint to ``DoGet``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as fl
+
+from services.contract.errors import ERROR_TABLE, ErrorType, WindpipeError
+from services.contract.limits import INT64_MAX
+from services.contract.ranks import check_rank
+
+__all__ = [
+    "ACTION_CACHE_STATS",
+    "ACTION_HEALTH",
+    "ACTION_WARM",
+    "COLUMNS",
+    "COMMAND_KIND",
+    "INPUT_PAD",
+    "META_PLAN_ID",
+    "META_VERSION_ID",
+    "META_WIRE_VERSION",
+    "WIRE_VERSION",
+    "AlignedPart",
+    "BatchArrays",
+    "BatchMetadata",
+    "FlightCommand",
+    "batch_arrays",
+    "batch_schema",
+    "error_from_flight",
+    "to_flight_error",
+]
+
+WIRE_VERSION = 1
+COMMAND_KIND = "windpipe.batches"
+INPUT_PAD = -2.0
+
+ACTION_CACHE_STATS = "cache-stats"
+ACTION_HEALTH = "health"
+ACTION_WARM = "warm"
+
+META_WIRE_VERSION = b"windpipe.wire_version"
+META_PLAN_ID = b"windpipe.plan_id"
+META_VERSION_ID = b"windpipe.version_id"
+
+_STR_LIST = pa.list_(pa.string())
+_I64_LIST = pa.list_(pa.int64())
+
+_FIELDS: tuple[pa.Field, ...] = (
+    pa.field("inputs", pa.list_(pa.float32()), nullable=False),
+    pa.field("targets", pa.list_(pa.float32()), nullable=False),
+    pa.field("mask", pa.list_(pa.uint8()), nullable=False),
+    pa.field("has_channel", pa.list_(pa.uint8()), nullable=False),
+    pa.field("protocol", pa.string(), nullable=False),
+    pa.field("manifest_row_id", pa.int64(), nullable=False),
+    pa.field("manifest_path", pa.string(), nullable=False),
+    pa.field("window_offset", pa.int64(), nullable=False),
+    pa.field("group_key", pa.string(), nullable=False),
+    pa.field("alignment_key", pa.string(), nullable=False),
+    pa.field("seg_path", _STR_LIST, nullable=False),
+    pa.field("seg_row_start", _I64_LIST, nullable=False),
+    pa.field("seg_row_count", _I64_LIST, nullable=False),
+    pa.field("seg_window_row_start", _I64_LIST, nullable=False),
+    pa.field("seg_window_row_count", _I64_LIST, nullable=False),
+)
+
+COLUMNS: tuple[str, ...] = tuple(f.name for f in _FIELDS)
+
+
+def batch_schema(*, plan_id: str | None = None, version_id: str | None = None) -> pa.Schema:
+    """The schema of every record batch of a windpipe stream.
+
+    Schema metadata carries the wire version and, when given, the plan and dataset
+    version ids (a client can check it reads the plan it asked for).
+    """
+    meta = {META_WIRE_VERSION: str(WIRE_VERSION).encode()}
+    if plan_id is not None:
+        meta[META_PLAN_ID] = plan_id.encode()
+    if version_id is not None:
+        meta[META_VERSION_ID] = version_id.encode()
+    return pa.schema(list(_FIELDS), metadata=meta)
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
+_MAX_ID_CHARS = 200
+
+
+def _bad(message: str, **details: Any) -> WindpipeError:
+    return WindpipeError(ErrorType.INVALID_REQUEST, message, details=details)
+
+
+def _int_field(body: dict[str, Any], name: str, *, default: int | None, minimum: int) -> int:
+    value = body.get(name, default)
+    if value is None:
+        raise _bad(f"flight command: '{name}' is required", field=name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(f"flight command: '{name}' must be an integer, got {value!r}", field=name)
+    if value < minimum:
+        raise _bad(f"flight command: '{name}' must be >= {minimum}, got {value}", field=name)
+    if value > INT64_MAX:
+        raise _bad(f"flight command: '{name}' must fit a 64-bit integer, got {value}",
+                   field=name)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class FlightCommand:
+    """What a client asks ``GetFlightInfo`` for: one rank's pass over one epoch of a plan.
+
+    ``start_batch`` resumes a pass: the stream then yields exactly the batches a full
+    pass yields from index ``start_batch`` on (SEMANTICS section 7).
+    """
+
+    plan_id: str
+    epoch: int = 0
+    rank: int = 0
+    world_size: int = 1
+    start_batch: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.plan_id, str) or not self.plan_id:
+            raise _bad("flight command: 'plan_id' must be a non-empty string")
+        check_rank(self.rank, self.world_size)
+        if self.epoch < 0 or self.start_batch < 0:
+            raise _bad("flight command: epoch and start_batch must be >= 0")
+
+    def encode(self) -> bytes:
+        """Compact JSON bytes (the descriptor's ``cmd``)."""
+        body = {"kind": COMMAND_KIND, "v": WIRE_VERSION, **asdict(self)}
+        return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> FlightCommand:
+        """Parse and validate a descriptor command; raises ``invalid_request``."""
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise _bad(f"flight command is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise _bad("flight command must be a JSON object")
+        if body.get("kind", COMMAND_KIND) != COMMAND_KIND:
+            raise _bad(f"flight command kind must be {COMMAND_KIND!r}, got {body.get('kind')!r}")
+        if body.get("v", WIRE_VERSION) != WIRE_VERSION:
+            raise _bad(f"unsupported wire version {body.get('v')!r} (server speaks {WIRE_VERSION})")
+        unknown = sorted(set(body) - {"kind", "v", "plan_id", "epoch", "rank", "world_size",
+                                      "start_batch"})
+        if unknown:
+            raise _bad(f"flight command has unknown fields {unknown}", fields=unknown)
+        plan_id = body.get("plan_id")
+        if not isinstance(plan_id, str) or not plan_id or len(plan_id) > _MAX_ID_CHARS:
+            raise _bad(f"flight command: 'plan_id' must be a string of 1 to {_MAX_ID_CHARS} "
+                       "characters")
+        return cls(
+            plan_id=plan_id,
+            epoch=_int_field(body, "epoch", default=0, minimum=0),
+            rank=_int_field(body, "rank", default=0, minimum=0),
+            world_size=_int_field(body, "world_size", default=1, minimum=1),
+            start_batch=_int_field(body, "start_batch", default=0, minimum=0),
+        )
+
+    def descriptor(self) -> fl.FlightDescriptor:
+        """A ``pyarrow.flight.FlightDescriptor`` for this command."""
+        return fl.FlightDescriptor.for_command(self.encode())
+
+
+@dataclass(frozen=True, slots=True)
+class AlignedPart:
+    """Which part of an aligned batch a record batch is (SEMANTICS 9, ``docs/wire.md``).
+
+    An aligned batch is ``parts`` consecutive record batches sharing one ``batch_idx``,
+    one per protocol in the plan's protocol order; ``has_data`` (one 0/1 per lane) is
+    0 where the lane's key has no data of ``protocol`` (its rows are padding).
+    """
+
+    protocol: str
+    part: int
+    parts: int
+    has_data: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``aligned`` object of ``app_metadata``."""
+        return {"protocol": self.protocol, "part": self.part, "parts": self.parts,
+                "has_data": [int(x) for x in self.has_data]}
+
+    @classmethod
+    def from_json(cls, body: Any) -> AlignedPart:
+        """Parse the ``aligned`` object; ``invalid_request`` when malformed."""
+        try:
+            part = cls(protocol=str(body["protocol"]), part=int(body["part"]),
+                       parts=int(body["parts"]),
+                       has_data=tuple(int(x) for x in body["has_data"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _bad(f"malformed 'aligned' batch metadata: {exc}") from None
+        if not 0 <= part.part < part.parts:
+            raise _bad(f"aligned part {part.part} of {part.parts} is out of range")
+        return part
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """The per-batch ``app_metadata`` (compact JSON): batch-level ``BatchState`` fields.
+
+    ``batch_idx`` is the position in the consumer's pass (resume with
+    ``start_batch = batch_idx + 1``); ``global_batch`` the position in the epoch's
+    global order. ``skipped_lanes`` lists lanes turned into padding because their
+    segment could not be read (``on_bad_segment="skip"``): ``{"lane", "path",
+    "error"}`` each. ``aligned`` is set on the parts of an aligned batch (SEMANTICS 9).
+    """
+
+    batch_idx: int
+    global_batch: int
+    split: str
+    seq_len: int
+    c_in: int
+    c_out: int
+    input_columns: tuple[str, ...]
+    target_columns: tuple[str, ...]
+    channels: tuple[str, ...] = ()  # has_channel's columns: inputs, then other targets
+    stateful_group_idx: int | None = None
+    stateful_step_idx: int | None = None
+    stateful_steps: int | None = None
+    skipped_lanes: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    aligned: AlignedPart | None = None
+
+    def __post_init__(self) -> None:
+        if not self.channels:
+            object.__setattr__(self, "channels", tuple(dict.fromkeys(
+                (*self.input_columns, *self.target_columns))))
+
+    def encode(self) -> bytes:
+        """Compact JSON bytes with ``v`` = the wire version."""
+        body = {  # the fields in declaration order, without asdict's deep copies
+            "v": WIRE_VERSION, "batch_idx": self.batch_idx, "global_batch": self.global_batch,
+            "split": self.split, "seq_len": self.seq_len, "c_in": self.c_in,
+            "c_out": self.c_out, "input_columns": list(self.input_columns),
+            "target_columns": list(self.target_columns),
+            "channels": list(self.channels),
+            "stateful_group_idx": self.stateful_group_idx,
+            "stateful_step_idx": self.stateful_step_idx, "stateful_steps": self.stateful_steps,
+            "skipped_lanes": [dict(d) for d in self.skipped_lanes],
+        }
+        if self.aligned is not None:
+            body["aligned"] = self.aligned.to_json()
+        return _ENCODER.encode(body).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes | memoryview | Any) -> BatchMetadata:
+        """Parse ``app_metadata`` (bytes or a ``pyarrow.Buffer``)."""
+        data = raw.to_pybytes() if hasattr(raw, "to_pybytes") else bytes(raw)
+        body = json.loads(data)
+        if body.get("v") != WIRE_VERSION:
+            raise _bad(f"unsupported batch metadata version {body.get('v')!r}")
+        return cls(
+            batch_idx=int(body["batch_idx"]),
+            global_batch=int(body["global_batch"]),
+            split=str(body["split"]),
+            seq_len=int(body["seq_len"]),
+            c_in=int(body["c_in"]),
+            c_out=int(body["c_out"]),
+            input_columns=tuple(body["input_columns"]),
+            target_columns=tuple(body["target_columns"]),
+            channels=tuple(body.get("channels") or ()),
+            stateful_group_idx=body.get("stateful_group_idx"),
+            stateful_step_idx=body.get("stateful_step_idx"),
+            stateful_steps=body.get("stateful_steps"),
+            skipped_lanes=tuple(body.get("skipped_lanes") or ()),
+            aligned=AlignedPart.from_json(body["aligned"]) if body.get("aligned") else None,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class BatchArrays:
+    """The tensor columns of one record batch as numpy views (no copies).
+
+    ``inputs`` ``(B, T, C_in)`` float32, ``targets`` ``(B, T, C_out)`` float32,
+    ``mask`` ``(B, T)`` bool, ``has_channel`` ``(B, C)`` bool over ``meta.channels``.
+    The arrays are read-only views on the Arrow buffers: keep the record batch alive
+    while using them, copy to keep them longer.
+    """
+
+    inputs: np.ndarray
+    targets: np.ndarray
+    mask: np.ndarray
+    has_channel: np.ndarray
+
+
+def _flat_values(column: pa.Array, dtype: np.dtype[Any]) -> np.ndarray:
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offsets = arr.offsets
+    start = offsets[0].as_py() if len(offsets) else 0
+    stop = offsets[-1].as_py() if len(offsets) else 0
+    values = arr.values.slice(start, stop - start)
+    buf = values.buffers()[1]
+    if buf is None:
+        return np.empty(0, dtype=dtype)
+    return np.frombuffer(buf, dtype=dtype, count=len(values),
+                         offset=values.offset * dtype.itemsize)
+
+
+def batch_arrays(batch: pa.RecordBatch, meta: BatchMetadata) -> BatchArrays:
+    """Reshape a record batch's list columns into ``(B, T, C)`` views using ``meta``."""
+    lanes, t = batch.num_rows, meta.seq_len
+    inputs = _flat_values(batch.column("inputs"), np.dtype(np.float32))
+    targets = _flat_values(batch.column("targets"), np.dtype(np.float32))
+    mask = _flat_values(batch.column("mask"), np.dtype(np.uint8))
+    has = _flat_values(batch.column("has_channel"), np.dtype(np.uint8))
+    c = len(meta.channels)
+    expected = (lanes * t * meta.c_in, lanes * t * meta.c_out, lanes * t, lanes * c)
+    if (inputs.size, targets.size, mask.size, has.size) != expected:
+        raise _bad(
+            "record batch does not match its metadata",
+            sizes=[inputs.size, targets.size, mask.size, has.size], expected=list(expected),
+        )
+    return BatchArrays(
+        inputs=inputs.reshape(lanes, t, meta.c_in),
+        targets=targets.reshape(lanes, t, meta.c_out),
+        mask=mask.view(np.bool_).reshape(lanes, t),
+        has_channel=has.view(np.bool_).reshape(lanes, c),
+    )
+
+
+def to_flight_error(exc: BaseException) -> fl.FlightError:
+    """The Flight error of a ``WindpipeError`` (its type's class, the envelope in
+    ``extra_info``); anything else becomes ``internal``. What servers raise."""
+    if not isinstance(exc, WindpipeError):  # its text may hold paths or URLs: not sent
+        exc = WindpipeError(ErrorType.INTERNAL, f"internal server error ({type(exc).__name__})")
+    cls = getattr(fl, ERROR_TABLE[exc.type].flight_error)
+    err: fl.FlightError = cls(exc.message, extra_info=exc.to_json())
+    return err
+
+
+def _envelope(exc: BaseException) -> dict[str, Any] | None:
+    extra = getattr(exc, "extra_info", None)
+    if not extra:
+        return None
+    try:
+        envelope = json.loads(bytes(extra))
+    except (ValueError, TypeError, UnicodeDecodeError):
+        return None
+    if isinstance(envelope, dict) and isinstance(envelope.get("error"), dict):
+        return envelope
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    # gRPC appends a long debug context; the first line says what happened.
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first.split(". Detail:")[0]
+
+
+def error_from_flight(exc: BaseException, *, where: str = "") -> WindpipeError:
+    """The windpipe error of a ``pyarrow.flight`` error (or a socket error): what clients call.
+
+    The envelope a windpipe server put in ``extra_info`` wins; without one the Flight
+    error class decides (unauthenticated, unauthorized = ``invalid_ticket``,
+    unavailable / timed out / cancelled / socket errors = ``unavailable``, else
+    ``internal``), with ``where`` and the error's first line as the message.
+    """
+    if isinstance(exc, WindpipeError):
+        return exc
+    envelope = _envelope(exc)
+    if envelope is not None:
+        return WindpipeError.from_envelope(envelope)
+    text = f"{where}: {_first_line(exc)}" if where else _first_line(exc)
+    if isinstance(exc, fl.FlightUnauthenticatedError):
+        kind = ErrorType.UNAUTHENTICATED
+    elif isinstance(exc, fl.FlightUnauthorizedError):
+        kind = ErrorType.INVALID_TICKET
+    elif isinstance(exc, fl.FlightUnavailableError | fl.FlightTimedOutError
+                    | fl.FlightCancelledError | OSError):
+        kind = ErrorType.UNAVAILABLE
+    else:
+        kind = ErrorType.INTERNAL
+    return WindpipeError(kind, text)

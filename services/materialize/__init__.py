@@ -1,0 +1,24 @@
+"""The materializer: turns a stored plan's batch range into arrays (and Arrow record batches).
+
+One importable library, used by the Flight server and usable by any in-process
+reader: the byte-budgeted chunk cache (:mod:`.cache`), decoded and scaled chunks
+(:mod:`.chunks`), a plan made ready to read (:mod:`.plan`), lane plans and the gather
+(:mod:`.lanes`, :mod:`.builder`), provenance (:mod:`.provenance`) and the ordered
+pipeline with read-ahead (:mod:`.pipeline`). No HTTP, no SQL, no gRPC server.
+"""
+
+from services.materialize.builder import BadSegmentPolicy, BatchBuilder, BuiltBatch
+from services.materialize.cache import CacheStats, ChunkCache, ChunkRequest
+from services.materialize.pipeline import BatchPipeline
+from services.materialize.plan import PlanContext
+
+__all__ = [
+    "BadSegmentPolicy",
+    "BatchBuilder",
+    "BatchPipeline",
+    "BuiltBatch",
+    "CacheStats",
+    "ChunkCache",
+    "ChunkRequest",
+    "PlanContext",
+]

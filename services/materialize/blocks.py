@@ -1,0 +1,210 @@
+"""Blocks: every row a plan reads of one protocol, decoded and scaled, as one contiguous pair
+of float32 matrices, so a shuffled batch is one gather of B slices.
+
+A block covers the streams of one protocol code of a plan, laid end to end in stream
+order (stream ``s`` starts at block row ``row0[s]``): ``inputs (R, C_in)`` with the
+``-2.0`` fill and ``targets (R, C_out)`` with NaN, exactly the values of the chunk
+matrices of :mod:`services.materialize.chunks`, which the block is filled from. Its key
+digests the storage root, the channel spec (columns and scaling) and every piece's
+path and fingerprint, so two plans over the same rows and channels share one block,
+and a block is never stale: changed segments have another fingerprint.
+
+The batch builder takes the block path when the blocks of a batch's lanes are in
+its cache (``data_access="full_in_mem"`` warms them; a local reader always does):
+full lanes are one fancy-index copy per matrix from a strided view of the block;
+the few lanes that end early or are padding are written lane by lane.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.contract.errors import ErrorType, WindpipeError
+from services.contract.wire import INPUT_PAD
+from services.materialize.cache import ChunkRequest
+from services.materialize.chunks import load_chunk
+from services.materialize.plan import PlanContext
+from services.materialize.tier import Block, Tier
+from services.storage.store import Storage
+
+__all__ = [
+    "BlockLayout", "block_key", "block_layouts", "block_request", "fill_block", "gather_lanes",
+]
+
+_I64 = np.int64
+
+Progress = Callable[[int, int], None]  # (chunks done in this block, bytes decoded)
+
+
+@dataclass(frozen=True, eq=False)
+class BlockLayout:
+    """Where the rows of one protocol's streams sit in its block, and how to fill it."""
+
+    protocol: int  # protocol code (index into ``Streams.protocols``)
+    key: str  # content digest: tier file name and cache key
+    row0: np.ndarray  # int64 [S]: block row of each stream's first row (-1: other protocol)
+    rows: int
+    c_in: int
+    c_out: int
+    chunks: np.ndarray  # int64: indices into the plan's chunk table, in block order
+    chunk_row: np.ndarray  # int64: block row of each of those chunks' first row
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the loaded block."""
+        return self.rows * (self.c_in + self.c_out) * 4
+
+
+_LAYOUTS: weakref.WeakKeyDictionary[PlanContext, tuple[BlockLayout, ...]] = (
+    weakref.WeakKeyDictionary())
+
+
+def block_layouts(plan: PlanContext) -> tuple[BlockLayout, ...]:
+    """One layout per protocol code of the plan, in code order (computed once per plan)."""
+    layouts = _LAYOUTS.get(plan)
+    if layouts is None:
+        layouts = _LAYOUTS[plan] = _layouts(plan)
+    return layouts
+
+
+def block_key(layout: BlockLayout) -> tuple[str, str]:
+    """The chunk cache key of a block."""
+    return ("block", layout.key)
+
+
+def block_request(plan: PlanContext, layout: BlockLayout, *, storage: Storage | None,
+                  tier: Tier | None, progress: Progress | None = None) -> ChunkRequest:
+    """The cache request of one block: mapped from the tier when some process already
+    built it, else decoded from ``storage`` (into the tier when there is one).
+
+    Without ``storage`` (an in-process reader that leaves decoding to its server) a
+    block the tier does not hold is ``unavailable``.
+    """
+
+    def fill(inputs: np.ndarray, targets: np.ndarray) -> int:
+        if storage is None:
+            raise WindpipeError(
+                ErrorType.UNAVAILABLE,
+                f"block {layout.key} of plan {plan.plan_id} is not in the tier (evicted?); "
+                "ask the Flight server to warm the plan again",
+                details={"plan_id": plan.plan_id, "block": layout.key},
+            )
+        return fill_block(plan, storage, layout, inputs, targets, progress=progress)
+
+    def load() -> tuple[Block, int]:
+        if tier is not None:
+            return tier.get_or_build(layout.key, rows=layout.rows, c_in=layout.c_in,
+                                     c_out=layout.c_out, fill=fill)
+        inputs = np.empty((layout.rows, layout.c_in), dtype=np.float32)
+        targets = np.empty((layout.rows, layout.c_out), dtype=np.float32)
+        read = fill(inputs, targets)
+        return Block(inputs=inputs, targets=targets), read
+
+    return ChunkRequest(key=block_key(layout), nbytes=layout.nbytes, load=load)
+
+
+def _layouts(plan: PlanContext) -> tuple[BlockLayout, ...]:
+    streams = plan.streams
+    piece_stream = streams.piece_stream
+    chunk_stream = piece_stream[plan.chunk_piece]
+    out: list[BlockLayout] = []
+    for code, spec in enumerate(plan.specs):
+        mine = streams.protocol == code
+        rows = np.where(mine, streams.n_rows, 0)
+        row0 = np.where(mine, np.cumsum(rows) - rows, -1).astype(_I64)
+        chunks = np.flatnonzero(mine[chunk_stream]).astype(_I64)
+        s = chunk_stream[chunks]
+        chunk_row = plan.chunk_gstart[chunks] - streams.stream_base[s] + row0[s]
+        digest = hashlib.blake2b(digest_size=16)
+        digest.update(f"wpblock1\0{plan.root_uri}\0{spec.digest}\0".encode())
+        for p in np.flatnonzero(mine[piece_stream]).tolist():
+            piece = plan.piece_info(p)
+            digest.update(f"{piece.path}\0{piece.fingerprint}\0{streams.piece_rows[p]}\0"
+                          .encode())
+            variant = int(plan.stream_variant[piece_stream[p]])
+            if variant != code:  # a stream lacking columns: its chunks read fewer
+                digest.update(f"{plan.variants[variant].digest}\0".encode())
+        out.append(BlockLayout(
+            protocol=code, key=digest.hexdigest(), row0=row0, rows=int(rows.sum()),
+            c_in=len(spec.input_columns), c_out=len(spec.target_columns),
+            chunks=chunks, chunk_row=chunk_row.astype(_I64),
+        ))
+    return tuple(out)
+
+
+def fill_block(plan: PlanContext, storage: Storage, layout: BlockLayout, inputs: np.ndarray,
+               targets: np.ndarray, *, progress: Progress | None = None) -> int:
+    """Decode and scale every chunk of the block into ``inputs`` / ``targets`` (shaped
+    ``(R, C_in)``, ``(R, C_out)``); returns the bytes read from storage."""
+    read = 0
+    for k, (c, row) in enumerate(zip(layout.chunks.tolist(), layout.chunk_row.tolist(),
+                                     strict=True)):
+        info = plan.piece_info(int(plan.chunk_piece[c]))
+        spec = plan.variants[int(plan.chunk_spec[c])]
+        matrices, n = load_chunk(storage, info, int(plan.chunk_index[c]), spec)
+        rows = matrices.inputs.shape[0]
+        inputs[row : row + rows] = matrices.inputs
+        targets[row : row + rows] = matrices.targets
+        read += n
+        if progress is not None:
+            progress(k + 1, (row + rows) * (layout.c_in + layout.c_out) * 4)
+    return read
+
+
+def gather_lanes(
+    blocks: dict[int, tuple[Block, BlockLayout]], *, lane_stream: np.ndarray,
+    lane_offset: np.ndarray, lane_protocol: np.ndarray, n_rows: np.ndarray, seq_len: int,
+    take: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's lanes from blocks: ``inputs (B, T, C_in)``, ``targets``, ``mask``.
+
+    ``blocks`` maps each protocol code of the lanes to its loaded block. When every
+    lane is a full window of one protocol (``T`` inputs and the target row inside its
+    stream: the common case) the batch is one fancy-index copy per matrix into new
+    arrays. Otherwise the lanes are written into the arrays ``take()`` returns: full
+    lanes one copy per matrix and protocol, padding lanes (offset -1) and lanes that end
+    early lane by lane with the padding of SEMANTICS 5.
+    """
+    t = seq_len
+    rows = lane_offset.copy()
+    avail = np.zeros(rows.shape[0], dtype=_I64)
+    for code, (_, layout) in blocks.items():
+        mine = (lane_offset >= 0) & (lane_protocol == code)
+        rows[mine] += layout.row0[lane_stream[mine]]
+        avail[mine] = n_rows[lane_stream[mine]] - lane_offset[mine]
+    full = avail >= t + 1
+    if len(blocks) == 1 and bool(full.all()):
+        block, _ = next(iter(blocks.values()))
+        vin, vtg = block.views(t)
+        return vin[rows], vtg[rows], np.ones((rows.shape[0], t), dtype=np.uint8)
+    inputs, targets, mask = take()
+    mask.fill(1)
+    for code, (block, _) in blocks.items():
+        idx = np.flatnonzero(full & (lane_protocol == code))
+        if idx.shape[0]:
+            vin, vtg = block.views(t)
+            inputs[idx] = vin[rows[idx]]
+            targets[idx] = vtg[rows[idx]]
+    short = np.flatnonzero(~full)
+    empty = short[avail[short] <= 0]  # padding lanes (aligned keys without data): at once
+    if empty.shape[0]:
+        inputs[empty] = INPUT_PAD
+        targets[empty] = np.nan
+        mask[empty] = 0
+    for b in short[avail[short] > 0].tolist():
+        k = int(avail[b])  # rows of the lane's stream from its first input on
+        n_in, n_tg = min(k, t), max(min(k - 1, t), 0)
+        if k > 0:
+            block, _ = blocks[int(lane_protocol[b])]
+            r = int(rows[b])
+            inputs[b, :n_in] = block.inputs[r : r + n_in]
+            targets[b, :n_tg] = block.targets[r + 1 : r + 1 + n_tg]
+        inputs[b, n_in:] = INPUT_PAD
+        targets[b, n_tg:] = np.nan
+        mask[b, n_tg:] = 0
+    return inputs, targets, mask

@@ -1,0 +1,216 @@
+"""Decoded, scaled segment chunks: what the chunk cache holds.
+
+A chunk (a parquet row group or a zarr chunk along axis 0) is read once with
+``services.storage.segments.read_chunk`` and turned into two float32 matrices laid out like
+the rows of a batch, so materializing a lane is a plain slice copy:
+
+* ``inputs`` ``(rows, C_in)``: scaled; null, NaN and +-inf values and channels
+  the segment's protocol does not have as inputs are ``-2.0``;
+* ``targets`` ``(rows, C_out)``: scaled; null, NaN and +-inf -> NaN (mask false);
+  absent channels NaN.
+
++-inf becomes NaN before scaling, so no scaling (not even ``clip``) can turn it into
+a valid-looking number (SEMANTICS section 5).
+
+Scaling runs here, once per chunk load (SEMANTICS 5 and 6). The cache key names
+the storage root, segment path, chunk index and a digest of the channel spec, so
+plans that read the same channels with the same scaling share cached chunks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
+
+import numpy as np
+
+from services.contract.configs import PlanSpec, ScalingSpec
+from services.contract.errors import ErrorType, WindpipeError
+from services.contract.wire import INPUT_PAD
+from services.logging import get_logger
+from services.planning.sizes import chunk_row_bytes
+from services.storage.segments import SegmentChanged, SegmentInfo, SegmentProblem, read_chunk
+from services.storage.store import Storage
+
+__all__ = ["ChannelSpec", "ChunkKey", "ChunkMatrices", "load_chunk"]
+
+_log = get_logger("windpipe.materialize")
+
+
+@dataclass(frozen=True)
+class ChannelSpec:
+    """The channels of one protocol's lanes in a plan and how each is scaled.
+
+    ``*_present[c]`` is False for a channel of the batch (the chained union) that
+    this protocol does not configure, or that the stream lacks (:meth:`without`):
+    such a channel is padding.
+    """
+
+    input_columns: tuple[str, ...]
+    input_present: tuple[bool, ...]
+    target_columns: tuple[str, ...]
+    target_present: tuple[bool, ...]
+    scaling: tuple[ScalingSpec, ...]
+
+    @classmethod
+    def for_protocol(cls, spec: PlanSpec, protocol: str) -> ChannelSpec:
+        """The channels of lanes of ``protocol`` in a plan with ``spec``."""
+        ins = spec.input_columns(protocol)
+        outs = spec.target_columns(protocol)
+        used = {*ins, *outs}
+        return cls(
+            input_columns=ins,
+            input_present=tuple(c in spec.inputs[protocol] for c in ins),
+            target_columns=outs,
+            target_present=tuple(c in spec.targets[protocol] for c in outs),
+            scaling=tuple(s for s in spec.scaling if s.column in used),
+        )
+
+    def without(self, columns: frozenset[str]) -> ChannelSpec:
+        """This spec for a stream that lacks ``columns``: they are padding, never read."""
+        if not columns:
+            return self
+        ins = tuple(p and c not in columns for c, p in zip(self.input_columns,
+                                                           self.input_present, strict=True))
+        outs = tuple(p and c not in columns for c, p in zip(self.target_columns,
+                                                            self.target_present, strict=True))
+        keep = {c for c, p in zip(self.input_columns, ins, strict=True) if p}
+        keep |= {c for c, p in zip(self.target_columns, outs, strict=True) if p}
+        return ChannelSpec(
+            input_columns=self.input_columns, input_present=ins,
+            target_columns=self.target_columns, target_present=outs,
+            scaling=tuple(s for s in self.scaling if s.column in keep),
+        )
+
+    @property
+    def channels(self) -> tuple[str, ...]:
+        """The batch's channels, each once: the inputs, then targets that are not inputs
+        (the columns of ``has_channel``)."""
+        return tuple(dict.fromkeys((*self.input_columns, *self.target_columns)))
+
+    @cached_property
+    def has_channel(self) -> np.ndarray:
+        """uint8 per channel of :attr:`channels`: 1 where this spec reads it."""
+        present = {c for c, p in zip(self.input_columns, self.input_present, strict=True) if p}
+        present |= {c for c, p in zip(self.target_columns, self.target_present, strict=True)
+                    if p}
+        return np.asarray([c in present for c in self.channels], dtype=np.uint8)
+
+    @cached_property
+    def digest(self) -> str:
+        """A short stable digest (part of the cache key)."""
+        body = {
+            "in": [c if p else None for c, p in zip(self.input_columns, self.input_present,
+                                                    strict=True)],
+            "out": [c if p else None for c, p in zip(self.target_columns, self.target_present,
+                                                     strict=True)],
+            "scaling": sorted((s.model_dump(mode="json") for s in self.scaling),
+                              key=lambda d: d["column"]),
+        }
+        raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.blake2b(raw, digest_size=12).hexdigest()
+
+    @property
+    def read_columns(self) -> tuple[str, ...]:
+        """The source columns a chunk load reads (each once)."""
+        cols = [c for c, p in zip(self.input_columns, self.input_present, strict=True) if p]
+        cols += [c for c, p in zip(self.target_columns, self.target_present, strict=True) if p]
+        return tuple(dict.fromkeys(cols))
+
+    def nbytes(self, rows: int) -> int:
+        """Size of a cached chunk of ``rows`` rows."""
+        return int(rows) * chunk_row_bytes(len(self.input_columns), len(self.target_columns))
+
+    def scaling_for(self, column: str) -> ScalingSpec | None:
+        """The scaling of ``column``, if any."""
+        return next((s for s in self.scaling if s.column == column), None)
+
+
+class ChunkKey(NamedTuple):
+    """Identity of a cached chunk (a named tuple: hashing is on the hot path)."""
+
+    root: str
+    path: str
+    chunk: int
+    spec: str
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class ChunkMatrices:
+    """A loaded chunk: ``inputs`` ``(rows, C_in)`` and ``targets`` ``(rows, C_out)`` float32."""
+
+    inputs: np.ndarray
+    targets: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held."""
+        return int(self.inputs.nbytes + self.targets.nbytes)
+
+
+def load_chunk(
+    storage: Storage, info: SegmentInfo, chunk_idx: int, spec: ChannelSpec
+) -> tuple[ChunkMatrices, int]:
+    """Read, scale and lay out one chunk; returns it and the decoded bytes read.
+
+    Any failure becomes ``segment_error`` naming the segment (``details.path``), except
+    an object store that does not answer: that stays ``unavailable`` (retryable: the
+    data is fine, the store is not; the SDK resumes the pass at this batch, and the
+    ``skip`` policy never drops data for it).
+    """
+    rows = int(info.chunk_rows[chunk_idx])
+    try:
+        data = read_chunk(storage, info, chunk_idx, list(spec.read_columns))
+    except (SegmentProblem, SegmentChanged):
+        raise
+    except WindpipeError as exc:
+        kind = ErrorType.UNAVAILABLE if exc.type == ErrorType.UNAVAILABLE else \
+            ErrorType.SEGMENT_ERROR
+        raise WindpipeError(
+            kind, f"segment {info.path!r}: {exc.message}",
+            details={**exc.details, "path": info.path, "chunk": chunk_idx},
+        ) from exc
+    except Exception as exc:
+        _log.warning("segment.chunk_unreadable", path=info.path, chunk=chunk_idx,
+                     error=f"{type(exc).__name__}: {exc}")
+        raise WindpipeError(
+            ErrorType.SEGMENT_ERROR,
+            f"reading chunk {chunk_idx} of segment {info.path!r} failed "
+            f"({type(exc).__name__}; the server log has the details)",
+            details={"path": info.path, "chunk": chunk_idx},
+        ) from exc
+    read = sum(int(a.nbytes) for a in data.values())
+    for name, arr in data.items():
+        if arr.shape != (rows,):
+            raise WindpipeError(
+                ErrorType.SEGMENT_ERROR,
+                f"segment {info.path!r} chunk {chunk_idx}: column {name!r} has "
+                f"{arr.shape[0]} rows, expected {rows} (changed since registration?)",
+                details={"path": info.path, "chunk": chunk_idx},
+            )
+    scaled: dict[str, np.ndarray] = {}
+
+    def column(name: str) -> np.ndarray:
+        if name not in scaled:
+            raw = data[name]
+            if not np.isfinite(raw).all():  # +-inf is null: before scaling, so clip keeps NaN
+                raw = np.where(np.isinf(raw), np.nan, raw)
+            scaling = spec.scaling_for(name)
+            scaled[name] = raw if scaling is None else scaling.forward(raw)
+        return scaled[name]
+
+    inputs = np.full((rows, len(spec.input_columns)), INPUT_PAD, dtype=np.float32)
+    for c, (name, present) in enumerate(zip(spec.input_columns, spec.input_present,
+                                            strict=True)):
+        if present:
+            y = column(name)
+            inputs[:, c] = np.where(np.isfinite(y), y, INPUT_PAD)
+    targets = np.full((rows, len(spec.target_columns)), np.nan, dtype=np.float32)
+    for c, (name, present) in enumerate(zip(spec.target_columns, spec.target_present,
+                                            strict=True)):
+        if present:
+            targets[:, c] = column(name)
+    return ChunkMatrices(inputs=inputs, targets=targets), read

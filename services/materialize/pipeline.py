@@ -1,0 +1,144 @@
+"""Build the batches ``start..end`` of one stream in order, with chunk read-ahead.
+
+The Flight server's ``DoGet`` and the SDK's same-host reader iterate a
+:class:`BatchPipeline`; it owns the order (blocks of lane plans and provenance
+aligned on the pass, so a resumed stream sends the same bytes), the read-ahead of
+upcoming chunks into the shared cache and, optionally, a builder thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from services.materialize.builder import BLOCK_BATCHES, BatchBuilder, BuiltBatch
+from services.materialize.cache import ChunkRequest
+from services.materialize.lanes import LanePlan
+from services.planning.schedule import Schedule
+
+__all__ = ["BatchPipeline"]
+
+Item = tuple[int, BuiltBatch]
+_DONE = object()
+_JOIN_S = 30.0
+
+
+class _Failure:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def _batch_bytes(item: Item) -> int:
+    return item[1].nbytes
+
+
+class BatchPipeline:
+    """Builds the batches ``start..end`` of a pass in order, with chunk read-ahead.
+
+    Yields ``(i, built)`` (:class:`~services.materialize.builder.BuiltBatch`). After each batch,
+    background loads of the chunks of the next ``readahead_batches`` batches start
+    (``ChunkCache.prefetch``).
+    With ``build_ahead_bytes > 0`` a second thread builds batches ahead, up to that
+    many bytes of built batches (at least one), so building the next batch overlaps
+    sending this one (numpy and Arrow release the GIL). A build error is raised at
+    that batch, after every earlier batch. A built batch holds no pins (a build
+    releases them before returning), so a consumer that stops early leaves nothing
+    pinned, and closing the iterator stops the builder thread.
+    """
+
+    def __init__(self, builder: BatchBuilder, schedule: Schedule, batches: np.ndarray, *,
+                 start: int, end: int, readahead_batches: int = 2,
+                 build_ahead_bytes: int = 0) -> None:
+        self._builder = builder
+        self._schedule = schedule
+        self._batches = batches
+        self._range = (start, end)
+        self._readahead = readahead_batches
+        self._ahead_bytes = build_ahead_bytes
+
+    def __iter__(self) -> Iterator[Item]:
+        return self._items() if self._ahead_bytes <= 0 else self._built_ahead()
+
+    def _built_ahead(self) -> Iterator[Item]:
+        """The items, built by a helper thread at most ``build_ahead_bytes`` ahead."""
+        items: queue.Queue[Any] = queue.Queue()
+        room = threading.Condition()
+        queued = [0]
+        stop = threading.Event()
+
+        def run() -> None:
+            try:
+                for item in self._items():
+                    size = _batch_bytes(item)
+                    with room:
+                        while (queued[0] and queued[0] + size > self._ahead_bytes
+                               and not stop.is_set()):
+                            room.wait(0.1)
+                        if stop.is_set():
+                            return
+                        queued[0] += size
+                    items.put((item, size))
+            except BaseException as exc:
+                items.put(_Failure(exc))
+                return
+            items.put(_DONE)
+
+        thread = threading.Thread(target=run, name="windpipe-build-ahead", daemon=True)
+        thread.start()
+        try:
+            while True:
+                got = items.get()
+                if got is _DONE:
+                    return
+                if isinstance(got, _Failure):
+                    raise got.exc
+                item, size = got
+                with room:
+                    queued[0] -= size
+                    room.notify_all()
+                yield item
+        finally:
+            stop.set()
+            with room:
+                room.notify_all()
+            thread.join(_JOIN_S)
+
+    def _items(self) -> Iterator[Item]:
+        builder, schedule, batches = self._builder, self._schedule, self._batches
+        start, end = self._range
+        plans: dict[int, LanePlan] = {}
+        for i in range(start, end):
+            g = int(batches[i])
+            if i == start or i % BLOCK_BATCHES == 0:
+                # blocks aligned on the pass (not on ``start``): a batch is the same slice of
+                # the same block in every stream, so a resumed pass is byte-for-byte the tail
+                k0 = i - i % BLOCK_BATCHES
+                builder.prepare(schedule, batches[k0 : k0 + BLOCK_BATCHES])
+            self._plan_ahead(i, end, plans)
+            lp = plans.pop(i)
+            built = builder.build_arrays(schedule, g, batch_idx=i, lp=lp)
+            self._read_ahead(i, end, plans)
+            yield i, built
+
+    def _plan_ahead(self, i: int, end: int, plans: dict[int, LanePlan]) -> None:
+        """Make sure ``plans`` holds batch ``i``'s lane plan (computed a block at a time)."""
+        if i in plans:
+            return
+        stop = min(end, i + BLOCK_BATCHES)
+        for j, lp in enumerate(self._builder.lane_plans(self._schedule, self._batches[i:stop])):
+            plans[i + j] = lp
+
+    def _read_ahead(self, i: int, end: int, plans: dict[int, LanePlan]) -> None:
+        if self._readahead <= 0:
+            return
+        builder = self._builder
+        requests: list[ChunkRequest] = []
+        for j in range(i + 1, min(end, i + 1 + self._readahead)):
+            self._plan_ahead(j, end, plans)
+            requests.extend(builder.read_ahead_requests(plans[j]))
+        if requests:
+            builder.cache.prefetch(requests)

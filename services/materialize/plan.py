@@ -1,0 +1,193 @@
+"""A stored plan made ready to materialize: its chunk table, channels and per-epoch schedules.
+
+:meth:`PlanContext.from_artifact` takes a :class:`services.planning.artifact.PlanArtifact`
+(loaded from the catalog database, from ``GET /v1/plans/{id}/artifact``, or made in
+memory) and lays out every chunk of every piece as one global chunk table, so
+finding the chunks a lane reads is a ``searchsorted``. Nothing here reads the index
+or rebuilds streams: the artifact is the plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from services.contract.configs import PlanSpec
+from services.contract.identity import canonical_json
+from services.materialize.chunks import ChannelSpec, ChunkKey
+from services.memo import Memo
+from services.planning.aligned import aligned_keys
+from services.planning.artifact import PlanArtifact
+from services.planning.schedule import Schedule
+from services.planning.streams import Streams
+from services.storage.segments import ColumnInfo, SegmentInfo
+
+__all__ = ["PlanContext"]
+
+_EPOCHS_KEPT = 4
+
+
+@dataclass(frozen=True, eq=False)
+class PlanContext:
+    """One plan, ready to stream. Build with :meth:`from_artifact`.
+
+    Chunk table (length NC, chunks of all pieces in stream order): ``chunk_gstart``
+    (global row of each chunk's first row; streams are laid end to end as in
+    ``Streams.stream_base``), ``chunk_piece``, ``chunk_index`` (index inside its
+    segment), ``chunk_len`` (rows; empty chunks are left out), ``chunk_keys`` (cache
+    keys) and ``chunk_spec`` (an index into ``variants``: the channel spec the chunk is
+    read with).
+
+    ``specs`` has one channel spec per protocol code (the batch's columns);
+    ``variants`` starts with them and adds one per (protocol, columns a stream lacks)
+    that occurs (``stream_variant``: each stream's). ``channel_rows[code]`` is uint8
+    ``[V, C]``: the ``has_channel`` row of each variant in batches of protocol ``code``;
+    ``target_missing[s]``: stream ``s`` lacks a target column its protocol names (its
+    lanes' mask is False). ``key_json``: an aligned plan's keys (SEMANTICS 9).
+    """
+
+    artifact: PlanArtifact
+    segments: dict[str, SegmentInfo]
+    specs: tuple[ChannelSpec, ...]  # per protocol code
+    chunk_gstart: np.ndarray
+    chunk_piece: np.ndarray
+    chunk_index: np.ndarray
+    chunk_len: np.ndarray
+    chunk_keys: tuple[ChunkKey, ...]
+    chunk_spec: np.ndarray  # int16 [NC]
+    variants: tuple[ChannelSpec, ...]
+    stream_variant: np.ndarray  # int64 [S]
+    channel_rows: tuple[np.ndarray, ...]  # per protocol code: uint8 [V, C]
+    target_missing: np.ndarray  # bool [S]
+    group_key_json: tuple[str, ...]
+    alignment_key_json: tuple[str, ...]
+    key_json: tuple[str, ...] = ()  # aligned plans: each key (``Schedule.lane_key``)
+    _schedules: Memo[int, Schedule] = field(
+        default_factory=lambda: Memo(_EPOCHS_KEPT), repr=False)
+
+    @property
+    def plan_id(self) -> str:
+        """The plan's id."""
+        return self.artifact.plan_id
+
+    @property
+    def version_id(self) -> str:
+        """The dataset version the plan reads."""
+        return self.artifact.version_id
+
+    @property
+    def root_uri(self) -> str:
+        """The storage root of the plan's segments."""
+        return self.artifact.root_uri
+
+    @property
+    def spec(self) -> PlanSpec:
+        """The planning fields."""
+        return self.artifact.spec
+
+    @property
+    def streams(self) -> Streams:
+        """The plan's streams."""
+        return self.artifact.streams
+
+    def schedule(self, epoch: int) -> Schedule:
+        """The global schedule of ``epoch`` (the last few epochs are kept; concurrent
+        streams of one epoch compute it once)."""
+        return self._schedules.get(epoch, lambda: self.artifact.epoch_schedule(epoch))
+
+    def piece_info(self, piece: int) -> SegmentInfo:
+        """The segment of piece ``piece``."""
+        return self.segments[self.streams.piece_path[piece]]
+
+    @classmethod
+    def from_artifact(cls, artifact: PlanArtifact) -> PlanContext:
+        """Lay out the chunk table and channel specs of a stored plan."""
+        streams, layout, spec = artifact.streams, artifact.pieces, artifact.spec
+        columns = tuple(ColumnInfo(name=n, dtype="double", numeric=True)
+                        for n in spec.columns())
+        segments: dict[str, SegmentInfo] = {}
+        for p, path in enumerate(streams.piece_path):
+            segments.setdefault(path, SegmentInfo(
+                path=path, format=layout.format[p],  # type: ignore[arg-type]
+                row_count=int(streams.piece_rows[p]), columns=columns,
+                chunk_rows=tuple(int(r) for r in layout.chunks_of(p)),
+                fingerprint=layout.fingerprint[p],
+            ))
+        n_chunks = np.diff(layout.chunk_ptr)
+        owner = np.repeat(np.arange(n_chunks.shape[0], dtype=np.int64), n_chunks)
+        index = np.arange(owner.shape[0], dtype=np.int64) - layout.chunk_ptr[owner]
+        excl = np.cumsum(layout.chunk_rows) - layout.chunk_rows
+        piece_base = np.concatenate([[0], np.cumsum(layout.chunk_rows)])[layout.chunk_ptr[:-1]]
+        within = excl - piece_base[owner]
+        keep = layout.chunk_rows > 0
+        chunk_piece = owner[keep]
+        chunk_index = index[keep]
+        gstart = (streams.stream_base[streams.piece_stream[chunk_piece]]
+                  + streams.piece_start[chunk_piece] + within[keep]).astype(np.int64)
+        specs = tuple(ChannelSpec.for_protocol(spec, p) for p in streams.protocols)
+        variants, variant_code, stream_variant = _variants(
+            specs, streams.protocol, artifact.channels, spec.columns())
+        chunk_spec = stream_variant[streams.piece_stream[chunk_piece]].astype(np.int16)
+        digests = [s.digest for s in variants]
+        paths = streams.piece_path
+        chunk_keys = tuple(
+            ChunkKey(artifact.root_uri, paths[p], i, digests[k])
+            for p, i, k in zip(chunk_piece.tolist(), chunk_index.tolist(), chunk_spec.tolist(),
+                               strict=True)
+        )
+        return cls(
+            artifact=artifact, segments=segments, specs=specs, chunk_gstart=gstart,
+            chunk_piece=chunk_piece, chunk_index=chunk_index,
+            chunk_len=layout.chunk_rows[keep].astype(np.int64), chunk_keys=chunk_keys,
+            chunk_spec=chunk_spec, variants=variants, stream_variant=stream_variant,
+            channel_rows=tuple(
+                np.stack([v.has_channel if v.channels == base.channels
+                          else np.zeros(len(base.channels), np.uint8) for v in variants])
+                for base in specs),
+            target_missing=np.asarray(
+                [v.target_present != specs[c].target_present
+                 for v, c in zip(variants, variant_code, strict=True)],
+                dtype=np.bool_)[stream_variant],
+            group_key_json=_key_json(streams.group_keys),
+            alignment_key_json=_key_json(streams.alignment_keys),
+            key_json=_key_json(aligned_keys(streams)[0]) if spec.align_by is not None else (),
+        )
+
+
+def _variants(
+    specs: tuple[ChannelSpec, ...], protocol: np.ndarray, channels: np.ndarray | None,
+    columns: tuple[str, ...],
+) -> tuple[tuple[ChannelSpec, ...], list[int], np.ndarray]:
+    """The distinct channel specs of the plan's streams, the protocol code of each, and each
+    stream's spec (vectorized over streams: one spec per distinct (protocol, missing
+    columns) row)."""
+    code = protocol.astype(np.int64)
+    if channels is None:
+        return specs, list(range(len(specs))), code
+    rows = np.concatenate([code[:, None], channels.astype(np.int64)], axis=1)
+    distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
+    variants = list(specs)
+    variant_code = list(range(len(specs)))
+    index: dict[tuple[int, ...], int] = {}
+    of_distinct = np.empty(distinct.shape[0], dtype=np.int64)
+    for d, row in enumerate(distinct.tolist()):
+        lacks = frozenset(c for c, h in zip(columns, row[1:], strict=True) if not h)
+        if not lacks:
+            of_distinct[d] = row[0]
+            continue
+        key = tuple(row)
+        if key not in index:
+            variant = specs[row[0]].without(lacks)
+            if variant.digest == specs[row[0]].digest:  # lacks only columns it does not use
+                index[key] = row[0]
+            else:
+                index[key] = len(variants)
+                variants.append(variant)
+                variant_code.append(row[0])
+        of_distinct[d] = index[key]
+    return tuple(variants), variant_code, of_distinct[inverse.reshape(-1)]
+
+
+def _key_json(keys: tuple[tuple[object, ...], ...]) -> tuple[str, ...]:
+    return tuple(canonical_json(list(k)).decode() for k in keys)

@@ -1,0 +1,82 @@
+"""Per-plan lookup tables of the hot path, built once per plan and shared by every stream."""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from services.materialize.plan import PlanContext
+
+__all__ = ["PlanTables", "plan_tables"]
+
+_I64 = np.int64
+_REPEATS = 4096
+
+
+@dataclass(frozen=True, eq=False)
+class PlanTables:
+    """Per-plan lookup tables of the hot path (built once per plan by :func:`plan_tables`)."""
+
+    stream_base: np.ndarray  # int64 [S+1]
+    n_rows: np.ndarray  # int64 [S]
+    piece_ptr: np.ndarray
+    piece_mrid: np.ndarray
+    piece_path: pa.Array  # string [P + 1], the last entry ""
+    protocol: pa.Array  # string per protocol code
+    group_key: pa.Array  # string per stream, then "" (a lane without a stream)
+    alignment_key: pa.Array  # string per stream
+    key: pa.Array | None  # aligned plans: the alignment key per key (Schedule.lane_key)
+    list_offsets: dict[tuple[int, int], pa.Array] = field(default_factory=dict)
+    repeats: dict[tuple[str, int, int], pa.Array] = field(default_factory=dict)
+
+    def take(self, name: str, idx: np.ndarray) -> pa.Array:
+        """``getattr(self, name).take(idx)``; runs of one value come from a bounded cache
+        (a batch's lanes usually share one stream and one piece)."""
+        values: pa.Array = getattr(self, name)
+        n = int(idx.shape[0])
+        if n == 0 or idx[0] != idx[-1] or not (idx == idx[0]).all():
+            return values.take(idx)
+        key = (name, int(idx[0]), n)
+        arr = self.repeats.get(key)
+        if arr is None:
+            if len(self.repeats) >= _REPEATS:
+                self.repeats.clear()
+            arr = pa.repeat(values[int(idx[0])], n)
+            self.repeats[key] = arr
+        return arr
+
+    def offsets(self, n_lanes: int, per_lane: int) -> pa.Array:
+        """int32 list offsets ``0, per_lane, 2*per_lane, ...`` (cached)."""
+        key = (n_lanes, per_lane)
+        arr = self.list_offsets.get(key)
+        if arr is None:
+            arr = pa.array(np.arange(n_lanes + 1, dtype=np.int32) * np.int32(per_lane))
+            self.list_offsets[key] = arr
+        return arr
+
+
+_TABLES: weakref.WeakKeyDictionary[PlanContext, PlanTables] = weakref.WeakKeyDictionary()
+
+
+def plan_tables(plan: PlanContext) -> PlanTables:
+    """The lookup tables of ``plan`` (computed on first use, then shared by every stream)."""
+    tables = _TABLES.get(plan)
+    if tables is None:
+        streams = plan.streams
+        base = streams.stream_base
+        protocols = streams.protocols
+        tables = PlanTables(
+            stream_base=base, n_rows=streams.n_rows.astype(_I64),
+            piece_ptr=streams.piece_ptr,
+            piece_mrid=np.asarray(streams.piece_manifest_row_id, dtype=_I64),
+            piece_path=pa.array([*streams.piece_path, ""], type=pa.string()),
+            protocol=pa.array(list(protocols), type=pa.string()),
+            group_key=pa.array([*plan.group_key_json, ""], type=pa.string()),
+            alignment_key=pa.array(list(plan.alignment_key_json), type=pa.string()),
+            key=pa.array(list(plan.key_json), type=pa.string()) if plan.key_json else None,
+        )
+        _TABLES[plan] = tables
+    return tables

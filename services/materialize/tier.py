@@ -1,0 +1,317 @@
+"""The host's shared tier of decoded blocks: immutable files that any process maps read-only.
+
+A directory on local disk or ``/dev/shm`` (``--tier-dir``), under a byte budget
+(``--tier-bytes``)::
+
+    tier.json              {"format": 1, "id": <uuid>, "host": <hostname>}
+    <key>.wpb              one block (materialize.blocks): 64-byte header, then
+                           inputs (R, C_in) and targets (R, C_out), float32, row-major
+    <key>.lock             builders of <key> on this host queue here (flock)
+    <key>.wpb.tmp-<pid>-…  a block being written
+
+Rules a reader can rely on:
+
+* a block file is written once, under a temporary name, and renamed into place: a
+  reader never sees a partial file, and nothing ever truncates or rewrites one, so a
+  mapped block cannot turn into a SIGBUS;
+* builders of one key take its lock: the second waits for the first and maps that
+  file, so the host decodes each block once, however many processes ask;
+* after a write the least recently used block files (their mtime, touched at every
+  open) are unlinked until the directory fits the budget; a process that has one
+  mapped keeps its pages until it unmaps it (POSIX), so eviction never breaks a reader.
+
+The Flight server advertises its tier (path, id, host) in the ``health`` action; an
+in-process reader that finds the same ``tier.json`` id at that path shares it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from services.contract.errors import ErrorType, WindpipeError
+
+__all__ = ["TIER_FORMAT", "Block", "Tier", "TierInfo"]
+
+TIER_FORMAT = 1
+_MAGIC = b"WPBLOCK1"
+_HEADER = 64
+_SUFFIX = ".wpb"
+_STALE_S = 3600.0
+
+Fill = Callable[[np.ndarray, np.ndarray], int]  # (inputs, targets) -> bytes read from storage
+
+
+@dataclass(frozen=True, eq=False)
+class Block:
+    """A loaded block (``services.materialize.blocks``): ``inputs (R, C_in)`` and
+    ``targets (R, C_out)`` float32, in memory or mapped read-only from a tier file."""
+
+    inputs: np.ndarray
+    targets: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held."""
+        return int(self.inputs.nbytes + self.targets.nbytes)
+
+    def views(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """Overlapping views ``(R-T, T, C)`` of every window of ``T`` input rows and of its
+        ``T`` target rows (one row later), for the lanes that end inside the block; no copy."""
+        ins, tgs = self.inputs, self.targets
+        n = ins.shape[0] - t
+        if n <= 0:
+            return (np.empty((0, t, ins.shape[1]), ins.dtype),
+                    np.empty((0, t, tgs.shape[1]), tgs.dtype))
+        vin = np.ndarray((n, t, ins.shape[1]), dtype=ins.dtype, buffer=ins,
+                         strides=(ins.strides[0], ins.strides[0], ins.strides[1]))
+        vtg = np.ndarray((n, t, tgs.shape[1]), dtype=tgs.dtype, buffer=tgs,
+                         offset=tgs.strides[0],
+                         strides=(tgs.strides[0], tgs.strides[0], tgs.strides[1]))
+        return vin, vtg
+
+
+
+@dataclass(frozen=True)
+class TierInfo:
+    """What a server advertises: where its tier is, its id, and the host it is on."""
+
+    path: str
+    id: str
+    host: str
+    budget_bytes: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"path": self.path, "id": self.id, "host": self.host,
+                "budget_bytes": self.budget_bytes}
+
+    @classmethod
+    def from_dict(cls, body: Any) -> TierInfo | None:
+        """From :meth:`as_dict` (None for anything else)."""
+        if not isinstance(body, dict):
+            return None
+        try:
+            return cls(path=str(body["path"]), id=str(body["id"]), host=str(body["host"]),
+                       budget_bytes=int(body["budget_bytes"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def _block_bytes(rows: int, c_in: int, c_out: int) -> int:
+    return _HEADER + rows * (c_in + c_out) * 4
+
+
+class Tier:
+    """One tier directory (created with its ``tier.json`` when first used, not before)."""
+
+    def __init__(self, directory: Path, *, budget_bytes: int) -> None:
+        if budget_bytes < 1:
+            msg = f"tier budget must be positive, got {budget_bytes}"
+            raise ValueError(msg)
+        self.directory = Path(directory)
+        self.budget_bytes = int(budget_bytes)
+        self._lock = threading.Lock()
+        self._id: str | None = None
+        self.builds = self.hits = self.evictions = self.bytes_written = 0
+
+    @property
+    def id(self) -> str:
+        """The tier's id (``tier.json``; the directory is set up on first use)."""
+        with self._lock:
+            if self._id is None:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                self._id = self._identity()
+                self._remove_stale_temporaries()
+            return self._id
+
+    @classmethod
+    def attach(cls, info: TierInfo) -> Tier | None:
+        """The tier a server advertised, when it is reachable here (same ``tier.json`` id
+        at the same path: the same host, or a filesystem shared with it); else None."""
+        try:
+            found = json.loads((Path(info.path) / "tier.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(found, dict) or found.get("id") != info.id:
+            return None
+        return cls(Path(info.path), budget_bytes=info.budget_bytes)
+
+    def info(self) -> TierInfo:
+        """What a server advertises."""
+        return TierInfo(path=str(self.directory.resolve()), id=self.id,
+                        host=socket.gethostname(), budget_bytes=self.budget_bytes)
+
+    def stats(self) -> dict[str, int]:
+        """Counters of this process and the bytes of the directory's blocks."""
+        return {"tier_builds": self.builds, "tier_hits": self.hits,
+                "tier_evictions": self.evictions, "tier_bytes_written": self.bytes_written,
+                "tier_used_bytes": self.used_bytes(), "tier_budget_bytes": self.budget_bytes}
+
+    def fits(self, nbytes: int, blocks: int = 1) -> bool:
+        """Whether ``blocks`` blocks of ``nbytes`` bytes in all fit the budget together."""
+        return nbytes + blocks * _HEADER <= self.budget_bytes
+
+    def used_bytes(self) -> int:
+        """Bytes of every block file in the directory."""
+        return sum(size for _, size, _ in self._blocks())
+
+    # -- blocks -----------------------------------------------------------------------
+
+    def open(self, key: str) -> Block | None:
+        """The block ``key`` mapped read-only, or None when the tier does not hold it."""
+        path = self._path(key)
+        try:
+            raw = np.memmap(path, dtype=np.uint8, mode="r")
+        except (FileNotFoundError, ValueError):
+            return None
+        header = bytes(raw[:_HEADER])
+        if len(header) < _HEADER or header[:8] != _MAGIC:
+            return None
+        rows, c_in, c_out = (int(v) for v in np.frombuffer(header[8:32], dtype="<i8"))
+        if raw.shape[0] != _block_bytes(rows, c_in, c_out):
+            return None
+        split = _HEADER + rows * c_in * 4
+        inputs = raw[_HEADER:split].view(np.float32).reshape(rows, c_in)
+        targets = raw[split:].view(np.float32).reshape(rows, c_out)
+        with contextlib.suppress(OSError):
+            os.utime(path)  # least recently used goes first
+        with self._lock:
+            self.hits += 1
+        return Block(inputs=inputs, targets=targets)
+
+    def get_or_build(self, key: str, *, rows: int, c_in: int, c_out: int,
+                     fill: Fill) -> tuple[Block, int]:
+        """The block ``key``, built with ``fill`` unless some process already did.
+
+        Returns the block and the bytes this call read from storage (0 when it was
+        there). A block larger than the whole budget is ``resource_exhausted``.
+        """
+        found = self.open(key)
+        if found is not None:
+            return found, 0
+        nbytes = _block_bytes(rows, c_in, c_out)
+        if nbytes > self.budget_bytes:
+            raise WindpipeError(
+                ErrorType.RESOURCE_EXHAUSTED,
+                f"a block of {nbytes} bytes does not fit the tier budget of "
+                f"{self.budget_bytes} bytes: raise --tier-bytes",
+                details={"block_bytes": nbytes, "tier_budget_bytes": self.budget_bytes},
+            )
+        self.id  # noqa: B018 - sets up the directory
+        with self._exclusive(key):
+            found = self.open(key)
+            if found is not None:
+                return found, 0
+            self._make_room(nbytes, keep=key)
+            read = self._write(key, rows=rows, c_in=c_in, c_out=c_out, fill=fill)
+        block = self.open(key)
+        if block is None:  # evicted by another process in between: keep this one's pages
+            raise WindpipeError(ErrorType.RESOURCE_EXHAUSTED,
+                                f"tier block {key} was evicted as soon as it was written: "
+                                "raise --tier-bytes", details={"key": key})
+        return block, read
+
+    # -- internals --------------------------------------------------------------------
+
+    def _path(self, key: str) -> Path:
+        if not key or not all(c in "0123456789abcdef" for c in key):
+            msg = f"tier keys are hex digests, got {key!r}"
+            raise ValueError(msg)
+        return self.directory / f"{key}{_SUFFIX}"
+
+    def _identity(self) -> str:
+        marker = self.directory / "tier.json"
+        try:
+            return str(json.loads(marker.read_text())["id"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        body = {"format": TIER_FORMAT, "id": uuid.uuid4().hex, "host": socket.gethostname()}
+        tmp = self.directory / f"tier.json.tmp-{os.getpid()}-{uuid.uuid4().hex}"
+        tmp.write_text(json.dumps(body))
+        try:
+            os.link(tmp, marker)  # the first creator wins; everyone reads its id
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+        return str(json.loads(marker.read_text())["id"])
+
+    @contextlib.contextmanager
+    def _exclusive(self, key: str) -> Iterator[None]:
+        with open(self.directory / f"{key}.lock", "a+b") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def _write(self, key: str, *, rows: int, c_in: int, c_out: int, fill: Fill) -> int:
+        nbytes = _block_bytes(rows, c_in, c_out)
+        tmp = self.directory / f"{key}{_SUFFIX}.tmp-{os.getpid()}-{uuid.uuid4().hex}"
+        try:
+            raw = np.memmap(tmp, dtype=np.uint8, mode="w+", shape=(nbytes,))
+            header = _MAGIC + np.asarray([rows, c_in, c_out], dtype="<i8").tobytes()
+            raw[: len(header)] = np.frombuffer(header, dtype=np.uint8)
+            split = _HEADER + rows * c_in * 4
+            read = fill(raw[_HEADER:split].view(np.float32).reshape(rows, c_in),
+                        raw[split:].view(np.float32).reshape(rows, c_out))
+            raw.flush()
+            del raw
+            os.rename(tmp, self._path(key))
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        with self._lock:
+            self.builds += 1
+            self.bytes_written += nbytes
+        return read
+
+    def _blocks(self) -> list[tuple[Path, int, float]]:
+        out = []
+        for path in self.directory.glob(f"*{_SUFFIX}"):
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                continue
+            out.append((path, stat.st_size, stat.st_mtime))
+        return out
+
+    def _make_room(self, nbytes: int, *, keep: str) -> None:
+        blocks = sorted(self._blocks(), key=lambda b: b[2])
+        used = sum(size for _, size, _ in blocks)
+        for path, size, _ in blocks:
+            if used + nbytes <= self.budget_bytes:
+                return
+            if path.name == f"{keep}{_SUFFIX}":
+                continue
+            path.unlink(missing_ok=True)
+            used -= size
+            with self._lock:
+                self.evictions += 1
+
+    def _remove_stale_temporaries(self) -> None:
+        """Temporaries of writers that died (their pid is gone and the file is an hour old:
+        a pid of another PID namespace may look gone while its writer lives)."""
+        for tmp in self.directory.glob(f"*{_SUFFIX}.tmp-*"):
+            try:
+                old = time.time() - tmp.stat().st_mtime > _STALE_S
+                pid = int(tmp.name.rsplit(".tmp-", 1)[1].split("-", 1)[0])
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                if old:
+                    tmp.unlink(missing_ok=True)
+            except (ValueError, OSError):
+                continue

@@ -1,0 +1,27 @@
+"""Where segments live and how they are read: storage roots, segment formats, zarr chunk files.
+
+Shared by the catalog (registration inspects every segment) and the materializer
+(chunk loads). No HTTP, no SQL.
+"""
+
+from services.storage.segments import (
+    ColumnInfo,
+    SegmentInfo,
+    SegmentProblem,
+    inspect_segment,
+    read_chunk,
+)
+from services.storage.store import PathEscapeError, Storage, StorageOptions, StorageRoots, open_root
+
+__all__ = [
+    "ColumnInfo",
+    "PathEscapeError",
+    "SegmentInfo",
+    "SegmentProblem",
+    "Storage",
+    "StorageOptions",
+    "StorageRoots",
+    "inspect_segment",
+    "open_root",
+    "read_chunk",
+]

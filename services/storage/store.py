@@ -1,0 +1,458 @@
+"""A dataset's storage root: local directories (``file://``) and S3 (``s3://bucket/prefix``).
+
+Every path the catalog and the Flight server handle is *relative to the root* and
+passes :meth:`Storage.validate_relative_path` first, so a manifest can never make
+the services read outside the root (absolute paths, ``..``, URL schemes, and for
+local roots symlinks that resolve outside it raise :class:`PathEscapeError`).
+
+All I/O goes through obstore, whose stores are safe to share between threads, so
+one :class:`Storage` serves any number of concurrent readers. S3 credentials come
+from configuration only: ``StorageOptions`` (``WINDPIPE_S3_ACCESS_KEY_ID`` / ``_SECRET_
+ACCESS_KEY``) or the ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` variables the
+operator set. Without either, requests go unsigned rather than to the cloud's instance
+metadata endpoint, unless ``s3_instance_credentials`` opts in. :func:`open_root`
+checks the operator's :class:`services.storage.roots.AllowedRoots` before opening anything.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import obstore
+import pyarrow as pa
+import pyarrow.parquet as pq
+import zarr
+import zarr.storage
+from obstore.exceptions import GenericError, NotFoundError
+from obstore.store import LocalStore, S3Store
+
+from services.contract.errors import ErrorType, WindpipeError
+from services.settings import Settings
+from services.storage.roots import AllowedRoots
+
+__all__ = [
+    "ObjectMeta", "PathEscapeError", "Storage", "StorageOptions", "StorageRoots", "open_root",
+]
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
+
+
+class PathEscapeError(ValueError):
+    """A path that is not a plain relative path inside the storage root."""
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    """How to reach S3-compatible storage (``Settings.s3_*``) and which roots a service
+    may open (``allowed``: None means any, as for a library caller; services pass the
+    operator's list)."""
+
+    s3_endpoint: str | None = None
+    s3_region: str = "us-east-1"
+    s3_allow_http: bool = False
+    s3_access_key_id: str | None = field(default=None, repr=False)
+    s3_secret_access_key: str | None = field(default=None, repr=False)
+    s3_instance_credentials: bool = False
+    allowed: AllowedRoots | None = None
+    connect_timeout_s: float = 5.0
+    timeout_s: float = 30.0
+    max_retries: int = 2
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> StorageOptions:
+        """The storage options of a service's settings (``WINDPIPE_S3_*``, allowed roots,
+        object-store timeouts)."""
+        secret = settings.s3_secret_access_key
+        return cls(
+            s3_endpoint=settings.s3_endpoint, s3_region=settings.s3_region,
+            s3_allow_http=settings.s3_allow_http, s3_access_key_id=settings.s3_access_key_id,
+            s3_secret_access_key=secret.get_secret_value() if secret else None,
+            s3_instance_credentials=settings.s3_instance_credentials,
+            allowed=AllowedRoots.parse(settings.resolved_allowed_roots()),
+            connect_timeout_s=settings.s3_connect_timeout_s,
+            timeout_s=settings.s3_timeout_s, max_retries=settings.s3_max_retries,
+        )
+
+    def s3_credentials(self) -> dict[str, Any]:
+        """S3Store options for credentials: configured keys, the operator's ``AWS_*`` keys
+        (obstore reads them), or unsigned requests (never instance metadata unless
+        ``s3_instance_credentials``)."""
+        if self.s3_access_key_id and self.s3_secret_access_key:
+            return {"access_key_id": self.s3_access_key_id,
+                    "secret_access_key": self.s3_secret_access_key}
+        if (os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")) \
+                or self.s3_instance_credentials:
+            return {}
+        return {"skip_signature": True}
+
+    def client_options(self) -> dict[str, Any]:
+        """obstore ``ClientConfig``: connect and whole-request timeouts, plain HTTP."""
+        opts: dict[str, Any] = {
+            "connect_timeout": timedelta(seconds=self.connect_timeout_s),
+            "timeout": timedelta(seconds=self.timeout_s),
+        }
+        if self.s3_allow_http:
+            opts["allow_http"] = True
+        return opts
+
+    def retry_config(self) -> dict[str, Any]:
+        """obstore ``RetryConfig``: a few retries, all of them within one request timeout."""
+        return {
+            "max_retries": self.max_retries,
+            "retry_timeout": timedelta(seconds=self.timeout_s),
+            "backoff": {"init_backoff": timedelta(milliseconds=100),
+                        "max_backoff": timedelta(seconds=2), "base": 2},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectMeta:
+    """Size in bytes and entity tag (``None`` where the store has none) of one object."""
+
+    size: int
+    e_tag: str | None
+
+
+class _RangedReader(io.RawIOBase):
+    """A seekable read-only file over one object, one ranged GET per read.
+
+    ``tail`` (the last bytes of the object, already fetched) answers the footer
+    reads of a parquet reader without another request.
+    """
+
+    def __init__(self, store: Any, path: str, size: int, tail: bytes = b"") -> None:
+        super().__init__()
+        self._store = store
+        self._path = path
+        self._size = size
+        self._pos = 0
+        self._tail = tail
+        self._tail_start = size - len(tail)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def size(self) -> int:
+        return self._size
+
+    def read(self, size: int = -1) -> bytes:
+        start = self._pos
+        stop = self._size if size is None or size < 0 else min(self._size, start + size)
+        if stop <= start:
+            return b""
+        if self._tail and start >= self._tail_start:
+            data = self._tail[start - self._tail_start : stop - self._tail_start]
+        else:
+            data = bytes(obstore.get_range(self._store, self._path, start=start, end=stop))
+        self._pos = stop
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+
+class Storage:
+    """One storage root. Build it with :meth:`from_uri`."""
+
+    def __init__(
+        self,
+        *,
+        uri: str,
+        store: Any,
+        local_root: Path | None = None,
+        s3_bucket: str | None = None,
+        s3_prefix: str = "",
+        s3_options: dict[str, Any] | None = None,
+    ) -> None:
+        self._uri = uri
+        self._store = store
+        self._local_root = local_root
+        self._s3_bucket = s3_bucket
+        self._s3_prefix = s3_prefix
+        self._s3_options = dict(s3_options or {})
+
+    @classmethod
+    def from_uri(cls, uri: str, options: StorageOptions | None = None) -> Storage:
+        """Open ``file:///abs/dir`` (or a bare absolute directory) or ``s3://bucket/prefix``.
+
+        A local root must be an existing directory. S3 credentials come from
+        ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (/ ``AWS_SESSION_TOKEN``);
+        ``options.s3_endpoint`` points at S3-compatible servers (MinIO, moto), which
+        usually need ``s3_allow_http=True``. A bad URI raises ``ValueError``.
+        """
+        options = options or StorageOptions()
+        parsed = urlparse(uri)
+        if parsed.scheme in ("", "file"):
+            if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
+                raise ValueError(f"file URIs must be absolute (file:///...), got {uri!r}")
+            raw = unquote(parsed.path) if parsed.scheme == "file" else uri
+            root = Path(raw)
+            if not root.is_absolute():
+                raise ValueError(f"a local storage root must be an absolute path, got {uri!r}")
+            root = root.resolve()
+            if not root.is_dir():
+                raise ValueError(f"local storage root {str(root)!r} is not a directory")
+            return cls(uri=root.as_uri(), store=LocalStore(root), local_root=root)
+        if parsed.scheme in ("s3", "s3a"):
+            bucket = parsed.netloc
+            if not bucket:
+                raise ValueError(f"s3 URI without a bucket: {uri!r}")
+            prefix = parsed.path.strip("/")
+            s3: dict[str, Any] = {"region": options.s3_region, **options.s3_credentials()}
+            if options.s3_endpoint:
+                s3["endpoint"] = options.s3_endpoint
+            s3["client_options"] = options.client_options()
+            s3["retry_config"] = options.retry_config()
+            store = S3Store(bucket, prefix=prefix or None, **s3)
+            norm = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+            return cls(
+                uri=norm, store=store, s3_bucket=bucket, s3_prefix=prefix, s3_options=s3
+            )
+        raise ValueError(f"unsupported storage URI {uri!r} (use file:// or s3://)")
+
+    @property
+    def uri(self) -> str:
+        """The normalized root URI (``file:///...`` resolved, or ``s3://bucket[/prefix]``)."""
+        return self._uri
+
+    @property
+    def is_local(self) -> bool:
+        """True for a local directory root."""
+        return self._local_root is not None
+
+    @property
+    def local_root(self) -> Path | None:
+        """The resolved root directory of a local root, else ``None``."""
+        return self._local_root
+
+    @property
+    def store(self) -> Any:
+        """The underlying obstore store (for callers batching their own requests)."""
+        return self._store
+
+    def __repr__(self) -> str:
+        return f"Storage({self._uri!r})"
+
+    def uri_for(self, path: str) -> str:
+        """The absolute URI of a relative path."""
+        return f"{self._uri.rstrip('/')}/{self.validate_relative_path(path)}"
+
+    def _unavailable(self, rel: str, exc: Exception) -> Exception:
+        """An object store that timed out or could not be reached: ``unavailable`` (retry
+        later; connect and request timeouts: ``StorageOptions``). On a local root the same
+        error class means the path cannot be read as asked (a file where a directory was
+        expected): no such object. The store's own text stays out of the answer."""
+        if self._local_root is not None:
+            return FileNotFoundError(f"no object at {rel!r} under {self._uri}")
+        return WindpipeError(
+            ErrorType.UNAVAILABLE,
+            f"the object store of {self._uri} did not answer for {rel!r} "
+            f"({type(exc).__name__})",
+            details={"root": self._uri, "path": rel, "retryable": True},
+        )
+
+    def validate_relative_path(self, path: str) -> str:
+        """Check ``path`` and return its normalized form (``./`` and doubled ``/`` removed).
+
+        Raises :class:`PathEscapeError` for non-strings, empty paths, absolute paths,
+        backslashes, URL schemes, ``..`` components, control characters and (local
+        roots) symlinks resolving outside the root.
+        """
+        norm = self._normalized(path)
+        if self._local_root is not None:
+            resolved = (self._local_root / norm).resolve()
+            if not resolved.is_relative_to(self._local_root):
+                raise PathEscapeError(
+                    f"path {path!r} resolves outside the storage root (a symlink)"
+                )
+        return norm
+
+    @staticmethod
+    def _normalized(path: str) -> str:
+        """The syntactic checks of :meth:`validate_relative_path` (no file system access)."""
+        if not isinstance(path, str):
+            raise PathEscapeError(f"path {path!r} is not a string")
+        reason = None
+        if not path.strip():
+            reason = "is empty"
+        elif path.startswith("/"):
+            reason = "is absolute"
+        elif "\\" in path:
+            reason = "contains a backslash"
+        elif _SCHEME.match(path):
+            reason = "is a URL, not a path relative to the storage root"
+        elif any(ord(c) < 32 for c in path):
+            reason = "contains a control character"
+        parts = [p for p in path.split("/") if p not in ("", ".")]
+        if reason is None and ".." in parts:
+            reason = "contains '..'"
+        if reason is None and not parts:
+            reason = "names the root itself"
+        if reason is not None:
+            raise PathEscapeError(f"path {path!r} {reason}")
+        return "/".join(parts)
+
+    def exists(self, path: str) -> bool:
+        """Whether an object (a file, not a directory) exists at ``path``."""
+        try:
+            self.head(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def head(self, path: str) -> ObjectMeta:
+        """Size and e-tag of an object; ``FileNotFoundError`` if there is none."""
+        rel = self.validate_relative_path(path)
+        try:
+            meta = obstore.head(self._store, rel)
+        except (NotFoundError, FileNotFoundError, IsADirectoryError) as exc:
+            raise FileNotFoundError(f"no object at {rel!r} under {self._uri}") from exc
+        except GenericError as exc:
+            raise self._unavailable(rel, exc) from exc
+        return ObjectMeta(size=int(meta["size"]), e_tag=meta.get("e_tag"))
+
+    def version_token(self, path: str) -> tuple[int, str | None]:
+        """Size and a token that changes when the object is rewritten: a local file's
+        inode and modification time (one ``stat``), an object's e-tag (one ``head``)."""
+        if self._local_root is not None:
+            rel = self._normalized(path)  # only a stat: reads check symlinks themselves
+            try:
+                st = os.stat(self._local_root / rel)
+            except (FileNotFoundError, NotADirectoryError) as exc:
+                raise FileNotFoundError(f"no object at {rel!r} under {self._uri}") from exc
+            return int(st.st_size), f"{st.st_ino:x}-{st.st_mtime_ns:x}"
+        meta = self.head(path)
+        return meta.size, meta.e_tag
+
+    def get(self, path: str) -> bytes:
+        """The whole object; ``FileNotFoundError`` if there is none."""
+        rel = self.validate_relative_path(path)
+        try:
+            return bytes(obstore.get(self._store, rel).bytes())
+        except (NotFoundError, FileNotFoundError, IsADirectoryError) as exc:
+            raise FileNotFoundError(f"no object at {rel!r} under {self._uri}") from exc
+        except GenericError as exc:
+            raise self._unavailable(rel, exc) from exc
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of an object."""
+        rel = self.validate_relative_path(path)
+        if end <= start:
+            return b""
+        try:
+            return bytes(obstore.get_range(self._store, rel, start=start, end=end))
+        except (NotFoundError, FileNotFoundError, IsADirectoryError) as exc:
+            raise FileNotFoundError(f"no object at {rel!r} under {self._uri}") from exc
+        except GenericError as exc:
+            raise self._unavailable(rel, exc) from exc
+
+    def list_prefix(self, prefix: str) -> list[tuple[str, int]]:
+        """Every object under ``prefix`` (a directory-like prefix) as sorted (path, size)."""
+        rel = self.validate_relative_path(prefix)
+        out: list[tuple[str, int]] = []
+        try:
+            for chunk in obstore.list(self._store, prefix=rel):
+                out.extend((str(m["path"]), int(m["size"])) for m in chunk)
+        except (NotFoundError, FileNotFoundError):
+            return []
+        except GenericError as exc:
+            raise self._unavailable(rel, exc) from exc
+        return sorted(out)
+
+    def put(self, path: str, data: bytes) -> None:
+        """Write an object (parents are created)."""
+        rel = self.validate_relative_path(path)
+        if self._local_root is not None:
+            (self._local_root / rel).parent.mkdir(parents=True, exist_ok=True)
+        obstore.put(self._store, rel, data)
+
+    def open_parquet(self, path: str, *, metadata: pq.FileMetaData | None = None,
+                     tail: bytes = b"") -> pq.ParquetFile:
+        """A ``ParquetFile`` reading through this storage (plain reads, never mmap: a user
+        file truncated under a read must fail that read, not SIGBUS the process).
+
+        ``metadata`` (an earlier read footer) spares the footer read; ``tail`` (the
+        object's last bytes, already fetched) answers the footer reads on S3.
+        The caller closes it (``with storage.open_parquet(p) as f``).
+        """
+        rel = self.validate_relative_path(path)
+        if self._local_root is not None:
+            full = self._local_root / rel
+            if not full.is_file():
+                raise FileNotFoundError(f"no object at {rel!r} under {self._uri}")
+            return pq.ParquetFile(str(full), memory_map=False, metadata=metadata)
+        size = self.head(rel).size
+        raw = _RangedReader(self._store, rel, size, tail)
+        return pq.ParquetFile(pa.PythonFile(raw, mode="r"), metadata=metadata)
+
+    def zarr_store(self, path: str) -> zarr.storage.StoreLike:
+        """A read-only zarr v3 store rooted at the group ``path``."""
+        rel = self.validate_relative_path(path)
+        if self._local_root is not None:
+            return zarr.storage.LocalStore(self._local_root / rel, read_only=True)
+        prefix = f"{self._s3_prefix}/{rel}" if self._s3_prefix else rel
+        sub = S3Store(self._s3_bucket, prefix=prefix, **self._s3_options)
+        return zarr.storage.ObjectStore(sub, read_only=True)
+
+    def open_zarr(self, path: str) -> zarr.Group:
+        """The zarr v3 group at ``path``, opened read-only."""
+        return zarr.open_group(self.zarr_store(path), mode="r", zarr_format=3)
+
+
+def open_root(uri: str, options: StorageOptions | None = None) -> Storage:
+    """The one way the services open a dataset root: a root outside ``options.allowed`` is
+    ``forbidden`` (checked before anything is read), a bad URI ``invalid_request``."""
+    if options is not None and options.allowed is not None:
+        options.allowed.check(uri)
+    try:
+        return Storage.from_uri(uri, options)
+    except ValueError as exc:
+        raise WindpipeError(
+            ErrorType.INVALID_REQUEST, f"root {uri!r}: {exc}", details={"root": uri}
+        ) from exc
+
+
+class StorageRoots:
+    """Opened storage roots by URI, shared by a process's readers (one per root)."""
+
+    def __init__(self, options: StorageOptions | None = None) -> None:
+        self.options = options or StorageOptions()
+        self._roots: dict[str, Storage] = {}
+        self._lock = threading.Lock()
+
+    def open(self, uri: str) -> Storage:
+        """The storage of root ``uri`` (opened on first use)."""
+        with self._lock:
+            storage = self._roots.get(uri)
+        if storage is not None:
+            return storage
+        storage = open_root(uri, self.options)
+        with self._lock:
+            return self._roots.setdefault(uri, storage)
+
+    __call__ = open

@@ -1,0 +1,39 @@
+"""Stable hashing and the error vocabulary."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from services.contract.errors import ERROR_TABLE, ErrorType, WindpipeError
+from services.contract.identity import canonical_json, hash64, manifest_row_id, unit_interval
+
+
+def test_manifest_row_id_is_stable_across_processes_and_types():
+    here = manifest_row_id("s1", "A", 3, "cycling")
+    code = ("from services.contract.identity import manifest_row_id as m; "
+            "print(m('s1', 'A', 3, 'cycling'))")
+    there = int(subprocess.check_output([sys.executable, "-c", code], text=True))
+    assert here == there
+    assert 0 <= here < 2**63
+    assert manifest_row_id("s1", "A", 3.0, "cycling") == here  # type: ignore[arg-type]
+    assert manifest_row_id("s1", "A", 4, "cycling") != here
+
+
+def test_canonical_json_and_unit_interval():
+    assert canonical_json({"b": 1, "a": [2.0, "x"]}) == b'{"a":[2,"x"],"b":1}'
+    u = unit_interval(69, ["s1", "A", 3])
+    assert 0.0 <= u < 1.0
+    assert hash64(1, 2) != hash64(2, 1)
+
+
+def test_every_error_type_has_a_status_and_flight_error():
+    assert set(ERROR_TABLE) == set(ErrorType)
+    err = WindpipeError(ErrorType.NOT_FOUND, "no version v-1", {"id": "v-1"})
+    assert err.http_status == 404
+    env = err.envelope()
+    assert env == {"error": {"type": "not_found", "message": "no version v-1",
+                             "details": {"id": "v-1"}}}
+    back = WindpipeError.from_envelope(env)
+    assert (back.type, back.message, back.details) == (err.type, err.message, err.details)
+    assert WindpipeError.from_envelope({"error": {"type": "??"}}).type is ErrorType.INTERNAL
