@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from services.contract.configs import LoaderConfig, WindowConfig
+from services.contract.configs import DataAccess, LoaderConfig, WindowConfig
 from services.contract.identity import manifest_row_id
 from services.planning.sizes import token_bytes
 from services.planning.strategies import epoch_schedule
@@ -36,7 +36,7 @@ Strategy = Literal["shuffled", "sequential"]
 
 
 def plan_config(batch_size: int, seq_len: int, *, strategy: Strategy = "shuffled",
-                data_access: Literal["windowed", "full_in_mem"] = "windowed") -> LoaderConfig:
+                data_access: DataAccess = "windowed") -> LoaderConfig:
     """The ``LoaderConfig`` of the workload's schedule (what windpipe plans)."""
     return LoaderConfig(
         split="train",
@@ -76,7 +76,7 @@ class Workload:
         """Bytes of one batch: float32 inputs and targets, bool mask."""
         return self.batch_size * self.seq_len * token_bytes(len(INPUTS), len(TARGETS))
 
-    def config(self, *, data_access: Literal["windowed", "full_in_mem"] = "windowed",
+    def config(self, *, data_access: DataAccess = "windowed",
                strategy: Strategy | None = None) -> LoaderConfig:
         """The plan windpipe makes of this workload (``strategy``: another schedule)."""
         chosen = strategy or ("sequential" if self.strategy == "sequential" else "shuffled")

@@ -3,7 +3,9 @@
 :func:`fetch_cache_stats` asks every configured Flight location for its chunk-cache
 counters (the ``cache-stats`` action of ``docs/wire.md``), all at once and each
 within a short timeout, so one dead server neither hides the others nor stalls the
-caller. A location that fails is reported with a typed error instead of counters.
+caller. The counters are validated as the wire contract's
+:class:`~services.contract.reports.CacheCounters`; a location that fails, or answers
+without them, is reported with a typed error instead of counters.
 
 :func:`render_metrics` writes the Prometheus text exposition format (0.0.4): the
 catalog's object counts, HTTP requests by route and status, and one gauge or
@@ -21,11 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.flight as fl
+from pydantic import ValidationError
 
 from catalog.repository import Repository
 from catalog.service import CatalogContext
 from services.contract.auth import flight_headers
 from services.contract.errors import ErrorType
+from services.contract.reports import CacheCounters
 from services.contract.wire import ACTION_CACHE_STATS, error_from_flight
 from services.database import session_scope
 
@@ -101,8 +105,14 @@ def _one(location: str, *, timeout_s: float, token: str | None) -> LocationStats
     if not isinstance(body, dict):
         return _error(location, ErrorType.INTERNAL,
                       f"{location} answered cache-stats with something other than a JSON object")
-    return LocationStats(location=location, stats={str(k): int(v) for k, v in body.items()
-                                                   if isinstance(v, (int, float))})
+    try:
+        counters = CacheCounters.model_validate(
+            {str(k): int(v) for k, v in body.items() if isinstance(v, (int, float))})
+    except ValidationError as exc:
+        missing = sorted({str(e["loc"][0]) for e in exc.errors() if e["loc"]})
+        return _error(location, ErrorType.INTERNAL,
+                      f"{location} answered cache-stats without the counters {missing}")
+    return LocationStats(location=location, stats=counters.model_dump())
 
 
 def fetch_cache_stats(

@@ -18,10 +18,8 @@ computed when read.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import numpy as np
 import polars as pl
 from sqlalchemy.exc import IntegrityError
 
@@ -43,6 +41,7 @@ from catalog.splits import SPLITS
 from services.contract.configs import PlanSpec
 from services.contract.errors import ErrorType, WindpipeError
 from services.contract.ranks import check_rank
+from services.contract.reports import PlanReport, ScheduleBatch, ScheduleLane
 from services.database import session_scope
 from services.planning.artifact import (
     ARTIFACT_VERSION,
@@ -169,15 +168,15 @@ def create_plan(ctx: CatalogContext, split_id: str, spec: PlanSpec) -> Created[P
     )
     schedule = artifact.epoch_schedule(0)
     check_plan_windows(int(schedule.lane_offset.shape[0]), ctx.limits)
-    report = _json_ready(artifact.report(schedule=schedule))
-    check_cache_fit(int(report["cache_working_set_bytes"]), ctx.limits)
+    report = artifact.report(schedule=schedule)
+    check_cache_fit(report.cache_working_set_bytes, ctx.limits)
     data = artifact.to_ipc()
     try:
         with session_scope(ctx.sessions) as session:
             repo = Repository(session)
             plan = Plan(
                 id=plan_id, split_id=split_id, config=spec.planning_dict(),
-                report=report,
+                report=report.model_dump(mode="json"),
                 n_streams=streams.count, n_units=schedule.n_units,
                 n_batches=schedule.n_consumer_batches,
             )
@@ -204,39 +203,27 @@ def load_artifact(ctx: CatalogContext, plan_id: str) -> PlanArtifact:
     )
 
 
-def _json_ready(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=_plain))
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return str(value)
-
-
 def plan_schedule(ctx: CatalogContext, plan_id: str, epoch: int) -> Schedule:
     """The global schedule of ``epoch`` (cached; a pure function of the plan and epoch)."""
     artifact = load_artifact(ctx, plan_id)
     return ctx.cache.get(("schedule", plan_id, epoch), lambda: artifact.epoch_schedule(epoch))
 
 
-def plan_report_for(ctx: CatalogContext, plan_id: str, *, world_size: int) -> dict[str, Any]:
-    """The plan's report for ``world_size`` ranks (the stored one for 1)."""
+def plan_report_for(ctx: CatalogContext, plan_id: str, *, world_size: int) -> PlanReport:
+    """The plan's report for ``world_size`` ranks (the stored one for 1, validated from
+    its JSON row)."""
     check_rank(0, world_size)
     check_world_size(world_size, ctx.limits)
     if world_size == 1:
-        return get_plan(ctx, plan_id).report
+        return PlanReport.model_validate(get_plan(ctx, plan_id).report)
     artifact = load_artifact(ctx, plan_id)
-    return _json_ready(artifact.report(world_size=world_size,
-                                       schedule=plan_schedule(ctx, plan_id, 0)))
+    return artifact.report(world_size=world_size, schedule=plan_schedule(ctx, plan_id, 0))
 
 
 def rank_schedule_page(
     ctx: CatalogContext, plan_id: str, *, epoch: int, rank: int, world_size: int,
     start: int, page_size: int,
-) -> tuple[list[dict[str, Any]], int]:
+) -> tuple[list[ScheduleBatch], int]:
     """Batches ``start .. start+page_size`` of one rank's pass, and the pass's length.
 
     An aligned plan's pass is listed by part (one per protocol, ``part`` set): its
@@ -250,28 +237,28 @@ def rank_schedule_page(
         drop_incomplete_distributed=artifact.spec.drop_incomplete_distributed,
     )
     names = artifact.streams.protocols
-    items: list[dict[str, Any]] = []
+    items: list[ScheduleBatch] = []
     for pos in range(start, min(start + page_size, int(batches.shape[0]))):
         g = int(batches[pos])
         lo, hi = int(schedule.batch_lane_ptr[g]), int(schedule.batch_lane_ptr[g + 1])
         step = int(schedule.batch_step[g])
-        items.append({
-            "batch_idx": pos // schedule.parts,
-            "part": pos % schedule.parts if schedule.parts > 1 else None,
-            "global_batch_idx": g,
-            "unit_idx": int(schedule.batch_unit[g]),
-            "protocol": names[int(schedule.batch_protocol[g])],
-            "seq_len": int(schedule.batch_seq_len[g]),
-            "lanes": [
-                {
-                    "stream_idx": int(schedule.lane_stream[i]),
-                    "offset": int(schedule.lane_offset[i]),
-                    "protocol": names[int(schedule.lane_protocol[i])],
-                }
+        items.append(ScheduleBatch(
+            batch_idx=pos // schedule.parts,
+            part=pos % schedule.parts if schedule.parts > 1 else None,
+            global_batch_idx=g,
+            unit_idx=int(schedule.batch_unit[g]),
+            protocol=names[int(schedule.batch_protocol[g])],
+            seq_len=int(schedule.batch_seq_len[g]),
+            lanes=[
+                ScheduleLane(
+                    stream_idx=int(schedule.lane_stream[i]),
+                    offset=int(schedule.lane_offset[i]),
+                    protocol=names[int(schedule.lane_protocol[i])],
+                )
                 for i in range(lo, hi)
             ],
-            "stateful_group_idx": int(schedule.batch_group[g]) if step >= 0 else None,
-            "stateful_step_idx": step if step >= 0 else None,
-            "stateful_steps": int(schedule.batch_steps[g]) if step >= 0 else None,
-        })
+            stateful_group_idx=int(schedule.batch_group[g]) if step >= 0 else None,
+            stateful_step_idx=step if step >= 0 else None,
+            stateful_steps=int(schedule.batch_steps[g]) if step >= 0 else None,
+        ))
     return items, int(batches.shape[0])

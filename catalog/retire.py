@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from catalog.models import Plan, Split, Version, utcnow
 from catalog.repository import Repository
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, WindpipeError, retired_error
 from services.database import session_scope
 
 SessionFactory = sessionmaker[Session]
@@ -31,17 +31,8 @@ __all__ = [
     "retire_plan",
     "retire_split",
     "retire_version",
-    "retired_error",
     "split_retired_at",
 ]
-
-
-def retired_error(kind: str, key: str, when: datetime) -> WindpipeError:
-    """The ``conflict`` error of work asked of a retired resource."""
-    return WindpipeError(
-        ErrorType.CONFLICT, f"{kind} {key!r} is retired (since {when.isoformat()})",
-        details={kind: key, "retired_at": when.isoformat()},
-    )
 
 
 def _missing(kind: str, key: str) -> WindpipeError:

@@ -24,10 +24,10 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
 from catalog.plans import plan_artifact_bytes
-from catalog.retire import check_plan_live, retired_error
+from catalog.retire import check_plan_live
 from catalog.service import CatalogContext
 from services.contract.auth import http_headers
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, WindpipeError, retired_error
 from services.logging import get_logger
 from services.materialize.plan import PlanContext
 from services.memo import Memo, deep_nbytes

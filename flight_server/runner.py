@@ -3,9 +3,11 @@
 ``start_flight_server(settings)`` binds ``settings.resolved_flight_host()`` on
 ``settings.flight_port`` (``port=0`` picks a free port), serves in background
 threads and returns a :class:`RunningFlightServer`. Every knob (cache budget and wait,
-read-ahead, endpoint size, bad-segment policy, ticket lifetime) comes from the
-settings, so ``WINDPIPE_*`` variables and CLI flags set them alike, and so does the
-host's shared tier of decoded blocks (``tier_dir``, ``tier_bytes``; ``services.materialize.tier``).
+read-ahead, endpoint size, bad-segment policy, ticket lifetime, the host's shared tier
+of decoded blocks) reaches the server as one
+:class:`flight_server.config.FlightServerConfig` made from the settings, so
+``WINDPIPE_*`` variables and CLI flags set them alike; here the settings only choose
+where plans come from and who may read them.
 """
 
 from __future__ import annotations
@@ -25,15 +27,13 @@ from flight_server.access import (
     RestAccess,
     StaticAccess,
 )
+from flight_server.config import FlightServerConfig
 from flight_server.plan_sources import DatabasePlanSource, PlanCache, PlanSource, RestPlanSource
 from flight_server.server import WindpipeFlightServer
 from services.database import create_engine
 from services.exposure import check_exposure
-from services.materialize.cache import ChunkCache
-from services.materialize.tier import Tier
 from services.planning.artifact import PlanArtifact
 from services.settings import Settings, is_loopback
-from services.storage.store import StorageOptions, StorageRoots
 
 __all__ = ["RunningFlightServer", "start_flight_server"]
 
@@ -78,9 +78,10 @@ def start_flight_server(
     ``cache_bytes`` overrides ``settings.cache_bytes`` (tests use budgets below the
     settings' 1 MiB floor).
     """
+    config = FlightServerConfig.from_settings(settings, port=port, cache_bytes=cache_bytes)
     owned = None
     token = settings.token.get_secret_value() if settings.token else None
-    host = settings.resolved_flight_host()
+    host = config.host
     access: FlightAccess | None = StaticAccess(token) if token else None
     if plan_source is None:
         if engine is None and not settings.catalog_url:
@@ -108,32 +109,7 @@ def start_flight_server(
             owned.dispose()
         raise
     if access is not None:
-        access = CachedAccess(access, ttl_s=settings.auth_cache_s)
-    bind_port = settings.flight_port if port is None else port
-    cache = ChunkCache(
-        settings.cache_bytes if cache_bytes is None else cache_bytes,
-        wait_timeout_s=settings.cache_wait_s,
-    )
-    roots = StorageRoots(StorageOptions.from_settings(settings))
-    tier_dir = settings.resolved_tier_dir()
-    tier = Tier(tier_dir, budget_bytes=settings.tier_bytes) if tier_dir is not None else None
-    server = WindpipeFlightServer(
-        f"grpc://{host}:{bind_port}",
-        plans=PlanCache(plan_source),
-        cache=cache,
-        secret=settings.ticket_secret.get_secret_value().encode(),
-        storage_for=roots.open,
-        locations=tuple(settings.flight_locations),
-        on_bad_segment=settings.on_bad_segment,
-        endpoint_batches=settings.endpoint_batches,
-        readahead_batches=settings.readahead_batches,
-        ticket_ttl_s=settings.ticket_ttl_s,
-        tier=tier,
-        build_ahead_bytes=settings.build_ahead_bytes,
-        auto_blocks=settings.auto_blocks,
-        access=access,
-        limits=settings.limits(),
-    )
-    reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    location = settings.flight_public_location or f"grpc://{reachable}:{server.port}"
+        access = CachedAccess(access, ttl_s=config.auth_cache_s)
+    server = WindpipeFlightServer(config, plans=PlanCache(plan_source), access=access)
+    location = config.advertised_location(server.port)
     return RunningFlightServer(server=server, location=location, _owned_engine=owned)

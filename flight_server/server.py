@@ -37,25 +37,27 @@ import pyarrow.flight as fl
 
 from catalog.limits import check_world_size
 from catalog.principals import Principal
-from flight_server.access import FlightAccess, StaticAccess
+from flight_server.access import FlightAccess
 from flight_server.auth import AUTH_MIDDLEWARE, PrincipalAuthFactory, caller, caller_token
+from flight_server.config import FlightServerConfig
 from flight_server.locality import endpoint_ranges
 from flight_server.plan_sources import PlanCache
 from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
 from flight_server.warm import warm_results
 from services.contract.errors import ErrorType, WindpipeError
-from services.contract.limits import Limits
+from services.contract.reports import CacheCounters, FlightHealth, TierStatus, WarmProgress
 from services.contract.wire import (
     ACTION_CACHE_STATS,
     ACTION_HEALTH,
     ACTION_WARM,
+    ACTIONS,
     WIRE_VERSION,
     FlightCommand,
     batch_schema,
     to_flight_error,
 )
 from services.logging import get_logger
-from services.materialize.builder import BadSegmentPolicy, BatchBuilder
+from services.materialize.builder import BatchBuilder
 from services.materialize.cache import ChunkCache
 from services.materialize.pipeline import BatchPipeline
 from services.materialize.plan import PlanContext
@@ -63,7 +65,7 @@ from services.materialize.tier import Tier
 from services.planning.ranks import rank_batches
 from services.planning.schedule import Schedule
 from services.planning.sizes import channel_counts, token_bytes
-from services.storage.store import Storage
+from services.storage.store import Storage, StorageRoots
 
 __all__ = ["WindpipeFlightServer"]
 
@@ -95,49 +97,31 @@ def _guard(fn: Callable[[], Any]) -> Any:
 
 
 class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
-    """Streams plan batches; plans come from ``plans``, chunks through ``cache``."""
+    """Streams plan batches; plans come from ``plans``, chunks through ``cache``.
+
+    Every knob is in ``config`` (:class:`flight_server.config.FlightServerConfig`); the
+    server makes its chunk cache, the host's tier and its storage roots from it.
+    """
 
     def __init__(
         self,
-        location: str,
+        config: FlightServerConfig,
         *,
         plans: PlanCache,
-        cache: ChunkCache,
-        secret: bytes,
-        storage_for: Callable[[str], Storage],
-        locations: tuple[str, ...] = (),
-        on_bad_segment: BadSegmentPolicy = "raise",
-        readahead_batches: int = 2,
-        endpoint_batches: int = 64,
-        ticket_ttl_s: float | None = None,
-        tier: Tier | None = None,
-        build_ahead_bytes: int = 0,
-        auto_blocks: bool = True,
-        token: str | None = None,
         access: FlightAccess | None = None,
-        limits: Limits | None = None,
         **kwargs: Any,
     ) -> None:
-        if access is None and token:
-            access = StaticAccess(token)
         if access is not None:
             kwargs["middleware"] = {**kwargs.get("middleware", {}),
                                     AUTH_MIDDLEWARE: PrincipalAuthFactory(access)}
-        super().__init__(location, **kwargs)
+        super().__init__(config.bind_location, **kwargs)
+        self.config = config
         self._access = access
         self.plans = plans
-        self.cache = cache
-        self._secret = secret
-        self._storage_for = storage_for
-        self.locations = tuple(locations)
-        self.on_bad_segment = on_bad_segment
-        self.readahead_batches = readahead_batches
-        self.endpoint_batches = max(1, endpoint_batches)
-        self.ticket_ttl_s = ticket_ttl_s
-        self.tier = tier
-        self.build_ahead_bytes = build_ahead_bytes
-        self.auto_blocks = auto_blocks
-        self.limits = limits or Limits()
+        self.cache = ChunkCache(config.cache_bytes, wait_timeout_s=config.cache_wait_s)
+        self.tier = (Tier(config.tier_dir, budget_bytes=config.tier_bytes)
+                     if config.tier_dir is not None else None)
+        self._storage_for: Callable[[str], Storage] = StorageRoots(config.storage).open
         self._stopping = threading.Event()
         self._active = 0
         self._streams = 0  # streams started since the server started
@@ -150,7 +134,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def _rank_pass(self, plan: PlanContext, epoch: int, rank: int,
                    world_size: int) -> tuple[Schedule, np.ndarray]:
-        check_world_size(world_size, self.limits)
+        check_world_size(world_size, self.config.limits)
         schedule = plan.schedule(epoch)
         batches = rank_batches(
             schedule, rank=rank, world_size=world_size,
@@ -166,12 +150,12 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         return principal
 
     def _ticket(self, cmd: FlightCommand, start: int, end: int, sub: str) -> fl.Ticket:
-        exp = None if self.ticket_ttl_s is None else time.time() + self.ticket_ttl_s
+        exp = time.time() + self.config.ticket_ttl_s
         payload = TicketPayload(
             plan_id=cmd.plan_id, epoch=cmd.epoch, rank=cmd.rank, world_size=cmd.world_size,
             start_batch=start, end_batch=end, exp=exp, sub=sub,
         )
-        return fl.Ticket(sign_ticket(payload, self._secret))
+        return fl.Ticket(sign_ticket(payload, self.config.ticket_secret))
 
     # -- Flight methods ---------------------------------------------------------------
 
@@ -181,7 +165,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def _flight_info(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
         cmd = _command(descriptor)
-        check_world_size(cmd.world_size, self.limits)
+        check_world_size(cmd.world_size, self.config.limits)
         principal = self._authorize(context, cmd.plan_id)
         plan = self.plans.live(cmd.plan_id)
         schedule, batches = self._rank_pass(plan, cmd.epoch, cmd.rank, cmd.world_size)
@@ -196,15 +180,16 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         )
         per_batch = per_token[schedule.batch_protocol[rest]] * lanes * seq
         endpoints = []
+        locations = self.config.locations
         for a, b, home in endpoint_ranges(plan, schedule, batches, start=start,
-                                          locations=self.locations,
-                                          min_batches=self.endpoint_batches):
+                                          locations=locations,
+                                          min_batches=self.config.endpoint_batches):
             locs: tuple[str, ...] = ()
-            if len(self.locations) > 1:
-                primary = self.locations[home]
-                locs = (primary, *[loc for loc in self.locations if loc != primary])
-            elif self.locations:
-                locs = self.locations
+            if len(locations) > 1:
+                primary = locations[home]
+                locs = (primary, *[loc for loc in locations if loc != primary])
+            elif locations:
+                locs = locations
             endpoints.append(fl.FlightEndpoint(self._ticket(cmd, a, b, principal.name),
                                                list(locs)))
         return fl.FlightInfo(
@@ -240,14 +225,14 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
     def do_get(self, context: Any, ticket: fl.Ticket) -> fl.GeneratorStream:
         """Stream the batches a ticket grants, one record batch each."""
         def setup() -> fl.GeneratorStream:
-            payload = verify_ticket(ticket.ticket, self._secret)
+            payload = verify_ticket(ticket.ticket, self.config.ticket_secret)
             principal = caller(context)
             if self._access is not None and payload.sub != principal.name:
                 raise WindpipeError(ErrorType.INVALID_TICKET,
                                     "this ticket was issued to another principal; ask "
                                     "GetFlightInfo for your own")
             self._authorize(context, payload.plan_id)
-            check_world_size(payload.world_size, self.limits)
+            check_world_size(payload.world_size, self.config.limits)
             plan = self.plans.live(payload.plan_id)  # a retired plan's tickets are refused
             schedule, batches = self._rank_pass(
                 plan, payload.epoch, payload.rank, payload.world_size
@@ -257,8 +242,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             schema = self._schema(plan)
             builder = BatchBuilder(
                 plan, self._storage_for(plan.root_uri), self.cache, schema,
-                on_bad_segment=self.on_bad_segment, tier=self.tier,
-                blocks="auto" if self.auto_blocks else "cached",
+                on_bad_segment=self.config.on_bad_segment, tier=self.tier,
+                blocks="auto" if self.config.auto_blocks else "cached",
             )
             fields = {"plan": payload.plan_id, "epoch": payload.epoch, "rank": payload.rank,
                       "world_size": payload.world_size, "start_batch": start,
@@ -280,8 +265,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         sent = nbytes = 0
         outcome, error_type = "completed", None
         pipeline = BatchPipeline(builder, schedule, batches, start=start, end=end,
-                                 readahead_batches=self.readahead_batches,
-                                 build_ahead_bytes=self.build_ahead_bytes)
+                                 readahead_batches=self.config.readahead_batches,
+                                 build_ahead_bytes=self.config.build_ahead_bytes)
         try:
             for i, built in pipeline:
                 if context.is_cancelled():
@@ -352,17 +337,19 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             except Exception as exc:
                 raise _internal(exc) from None
         if kind == ACTION_HEALTH:
-            tier = self.tier.info().as_dict() if self.tier is not None else None
-            return iter([json.dumps({"status": "ok", "version": WIRE_VERSION,
-                                     "active_streams": self._active, "streams": self._streams,
-                                     "tier": tier}).encode()])
+            tier = (TierStatus.model_validate(self.tier.info().as_dict())
+                    if self.tier is not None else None)
+            health = FlightHealth(version=WIRE_VERSION, active_streams=self._active,
+                                  streams=self._streams, tier=tier)
+            return iter([json.dumps(health.model_dump(mode="json")).encode()])
         if kind == ACTION_CACHE_STATS:
-            return iter([json.dumps(self.cache.stats().as_dict()).encode()])
+            counters = CacheCounters.model_validate(self.cache.stats().as_dict())
+            return iter([json.dumps(counters.model_dump(mode="json")).encode()])
         if kind == ACTION_WARM:
             return self._warm(context, body)
         raise to_flight_error(WindpipeError(
             ErrorType.INVALID_REQUEST, f"unknown action {kind!r}",
-            details={"actions": [ACTION_HEALTH, ACTION_CACHE_STATS, ACTION_WARM]},
+            details={"actions": list(ACTIONS)},
         ))
 
     def _warm(self, context: Any, body: bytes) -> Iterator[bytes]:
@@ -376,15 +363,15 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             raise _internal(exc) from None
         return self._warm_steps(results)
 
-    def _warm_steps(self, results: Iterator[dict[str, Any]]) -> Iterator[bytes]:
-        last: dict[str, Any] = {}
+    def _warm_steps(self, results: Iterator[WarmProgress]) -> Iterator[bytes]:
+        last: WarmProgress | None = None
         try:
             for last in results:
-                yield json.dumps(last).encode()
+                yield json.dumps(last.model_dump(mode="json", exclude_unset=True)).encode()
         except Exception as exc:
             raise _internal(exc) from None
-        _log.info("flight.warm", chunks=last.get("loaded"), bytes=last.get("bytes"),
-                  seconds=last.get("seconds"))
+        _log.info("flight.warm", chunks=last.loaded if last else None,
+                  bytes=last.bytes if last else None, seconds=last.seconds if last else None)
 
     # -- lifecycle --------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ blocks (``services.materialize.blocks``: all rows of each protocol, decoded and 
 end) are loaded one by one in a helper thread, through the tier when the server has
 one, so each block is decoded once per host; batches of a warmed plan then take the
 block path (one gather per batch). Progress results are sent about every 1/20 of the
-chunks, as they load; the last result also names the tier that holds the blocks.
+chunks, as they load (:class:`~services.contract.reports.WarmProgress`); the last result
+also names the blocks and the tier that holds them.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from services.contract.errors import ErrorType, WindpipeError
+from services.contract.reports import TierStatus, WarmProgress
 from services.materialize.blocks import block_layouts, block_request
 from services.materialize.cache import ChunkCache
 from services.materialize.plan import PlanContext
@@ -29,7 +30,7 @@ _STEPS = 20
 
 
 def warm_results(plan: PlanContext, storage: Storage, cache: ChunkCache,
-                 tier: Tier | None) -> Iterator[dict[str, Any]]:
+                 tier: Tier | None) -> Iterator[WarmProgress]:
     """Load every block of ``plan``; yields progress results (see the module docstring).
 
     A plan larger than the cache budget is refused at once, before anything loads.
@@ -46,7 +47,7 @@ def warm_results(plan: PlanContext, storage: Storage, cache: ChunkCache,
 
 
 def _progress(plan: PlanContext, storage: Storage, cache: ChunkCache,
-              tier: Tier | None) -> Iterator[dict[str, Any]]:
+              tier: Tier | None) -> Iterator[WarmProgress]:
     layouts = block_layouts(plan)
     total_bytes = sum(layout.nbytes for layout in layouts)
     total = sum(int(layout.chunks.shape[0]) for layout in layouts)
@@ -72,9 +73,9 @@ def _progress(plan: PlanContext, storage: Storage, cache: ChunkCache,
 
     t0 = time.perf_counter()
 
-    def result(loaded: int, nbytes: int) -> dict[str, Any]:
-        return {"loaded": loaded, "total": total, "bytes": nbytes, "total_bytes": total_bytes,
-                "seconds": round(time.perf_counter() - t0, 6), "time": time.time()}
+    def result(loaded: int, nbytes: int) -> WarmProgress:
+        return WarmProgress(loaded=loaded, total=total, bytes=nbytes, total_bytes=total_bytes,
+                            seconds=round(time.perf_counter() - t0, 6), time=time.time())
 
     threading.Thread(target=run, name="windpipe-warm", daemon=True).start()
     step = max(1, total // _STEPS)
@@ -90,5 +91,7 @@ def _progress(plan: PlanContext, storage: Storage, cache: ChunkCache,
         if loaded - sent >= step and loaded < total:
             sent = loaded
             yield result(loaded, nbytes)
-    yield {**result(total, total_bytes), "blocks": [layout.key for layout in layouts],
-           "tier": tier.info().as_dict() if tier is not None else None}
+    yield result(total, total_bytes).model_copy(update={
+        "blocks": [layout.key for layout in layouts],
+        "tier": TierStatus.model_validate(tier.info().as_dict()) if tier is not None else None,
+    })

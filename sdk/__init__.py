@@ -11,8 +11,14 @@ for batch in plan.loader(device="auto"):
     ...
 ```
 
-See ``docs/sdk.md``. Errors are the tree in ``sdk._exceptions``.
+See ``docs/sdk.md``. Errors are the tree in ``sdk._exceptions``. ``import sdk`` needs
+no torch: registering, splitting, planning and reports work without it, and what needs
+it (batches, ``plan.loader``, ``WindpipeIterableDataset``) imports it on first use
+(``sdk._torch_import``; without torch it raises a ``ModuleNotFoundError`` saying what to
+install).
 """
+
+from typing import TYPE_CHECKING, Any
 
 from sdk._aligned import AlignedBatch
 from sdk._batch import Batch, BatchSegmentRef, BatchState, batch_from_arrow
@@ -38,7 +44,7 @@ from sdk._handles import DatasetVersion, Plan, Split
 from sdk._loader import DeviceLoader, resolve_device
 from sdk._models import DatasetInfo, MlDatasetIndex, PlanReport
 from sdk._stats import LoaderStats
-from sdk._torch import WindpipeIterableDataset
+from sdk._torch_import import torch_support
 from services.contract.configs import (
     DatasetProtocolId,
     LoaderConfig,
@@ -48,6 +54,9 @@ from services.contract.configs import (
     ValidationConfig,
     WindowConfig,
 )
+
+if TYPE_CHECKING:
+    from sdk._torch import WindpipeIterableDataset
 
 __all__ = [
     "AlignedBatch",
@@ -89,3 +98,11 @@ __all__ = [
     "batch_from_arrow",
     "resolve_device",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "WindpipeIterableDataset":  # subclasses torch's IterableDataset
+        value = torch_support().WindpipeIterableDataset
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'sdk' has no attribute {name!r}")

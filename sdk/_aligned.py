@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from sdk._batch import Batch, BatchState
 from sdk._exceptions import InternalError
 from sdk._html import html_table, human_bytes
+from sdk._torch_import import torch
 from services.contract.wire import BatchMetadata
 
 __all__ = ["AlignedBatch", "group_parts"]

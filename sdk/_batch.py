@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import torch
 
 from sdk._html import html_table, human_bytes
 from sdk._plots import plot_batch
+from sdk._torch_import import torch
 from services.contract.configs import DatasetProtocolId
 from services.contract.wire import BatchMetadata
 

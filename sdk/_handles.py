@@ -2,7 +2,10 @@
 
 A version gives its index and makes splits; a split gives its index (with a
 ``split`` column) and makes plans; a plan reports and streams. Each is a frozen
-dataclass over the server's JSON answer (``raw``) plus the catalog it came from.
+dataclass over the server's JSON answer (``raw``) plus the :class:`~sdk._state.ClientState`
+of the catalog it came from, whose public methods it calls (REST, and the plan's
+:class:`~sdk._sources.BatchSource`). torch is imported when a plan's batches are first
+asked for (``sdk._torch_import``).
 """
 
 from __future__ import annotations
@@ -11,30 +14,23 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from torch.utils.data import DataLoader
-
-from sdk._exceptions import InvalidConfig
 from sdk._html import html_table, human_count, text_table
+from sdk._loader import DeviceLoader
 from sdk._models import MlDatasetIndex, PlanReport
 from sdk._plots import plot_plan, plot_split
-from sdk._torch import (
-    WindpipeDataLoader,
-    WindpipeIterableDataset,
-    check_spawn,
-    dataloader_options,
-)
-from sdk._warm import warm_plan
+from sdk._torch_import import require_torch, torch_support
 from services.contract.configs import LoaderConfig, PlanSpec, ValidationConfig
 from services.planning.artifact import PlanArtifact
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from torch.utils.data import DataLoader
 
     from sdk._aligned import AlignedBatch
     from sdk._batch import Batch
-    from sdk._catalog import Catalog
-    from sdk._loader import DeviceLoader
-    from sdk._local import LocalReader
+    from sdk._sources import BatchSource
+    from sdk._state import ClientState
+    from sdk._torch import WindpipeIterableDataset
 
 __all__ = ["DatasetVersion", "Plan", "Split"]
 
@@ -48,16 +44,16 @@ class DatasetVersion:
     root: str
     created: bool
     raw: dict[str, Any] = field(repr=False)
-    _catalog: Catalog = field(repr=False)
+    _state: ClientState = field(repr=False)
 
     @classmethod
     def from_json(
-        cls, catalog: Catalog, body: dict[str, Any], *, created: bool = False,
+        cls, state: ClientState, body: dict[str, Any], *, created: bool = False,
     ) -> DatasetVersion:
         """From a ``register_version`` / ``get_version`` answer (``VersionOut``)."""
         return cls(
             id=str(body["id"]), dataset=str(body["dataset"]), root=str(body["root_uri"]),
-            created=created, raw=body, _catalog=catalog,
+            created=created, raw=body, _state=state,
         )
 
     @property
@@ -69,24 +65,24 @@ class DatasetVersion:
 
     def index(self) -> MlDatasetIndex:
         """The ML index (SEMANTICS section 1) as a polars frame."""
-        return MlDatasetIndex(self._catalog._arrow_frame(f"/v1/versions/{self.id}/index"))
+        return MlDatasetIndex(self._state.arrow_frame(f"/v1/versions/{self.id}/index"))
 
     def segments(self) -> list[dict[str, Any]]:
         """Every normalized segment of the version (path, format, rows, ...)."""
-        return list(self._catalog._rest.pages(f"/v1/versions/{self.id}/segments"))
+        return list(self._state.pages(f"/v1/versions/{self.id}/segments"))
 
     def split(self, config: ValidationConfig) -> Split:
         """Split into ``train`` / ``val`` (idempotent: the same config returns the same split)."""
-        body, status = self._catalog._rest.post_json(
+        body, status = self._state.post_json(
             f"/v1/versions/{self.id}/splits", config.model_dump(mode="json")
         )
-        return Split.from_json(self._catalog, body, created=status == 201)
+        return Split.from_json(self._state, body, created=status == 201)
 
     def retire(self) -> DatasetVersion:
         """Retire this version (soft; ``DELETE /v1/versions/{id}``): listings hide it, new
         splits and plans on it raise :class:`Conflict`, running streams finish."""
-        body = self._catalog._rest.request("DELETE", f"/v1/versions/{self.id}").json()
-        return DatasetVersion.from_json(self._catalog, body)
+        body = self._state.delete_json(f"/v1/versions/{self.id}")
+        return DatasetVersion.from_json(self._state, body)
 
     @property
     def retired_at(self) -> str | None:
@@ -118,22 +114,22 @@ class Split:
     counts: dict[str, Any]
     created: bool
     raw: dict[str, Any] = field(repr=False)
-    _catalog: Catalog = field(repr=False)
+    _state: ClientState = field(repr=False)
 
     @classmethod
     def from_json(
-        cls, catalog: Catalog, body: dict[str, Any], *, created: bool = False,
+        cls, state: ClientState, body: dict[str, Any], *, created: bool = False,
     ) -> Split:
         """From a ``create_split`` / ``get_split`` answer (``SplitOut``)."""
         return cls(
             id=str(body["id"]), version_id=str(body["version_id"]),
             config=ValidationConfig.model_validate(body["config"]),
-            counts=dict(body["counts"]), created=created, raw=body, _catalog=catalog,
+            counts=dict(body["counts"]), created=created, raw=body, _state=state,
         )
 
     def index(self) -> MlDatasetIndex:
         """The version's ML index with a ``split`` column."""
-        return MlDatasetIndex(self._catalog._arrow_frame(f"/v1/splits/{self.id}/index"))
+        return MlDatasetIndex(self._state.arrow_frame(f"/v1/splits/{self.id}/index"))
 
     def plan(self, config: LoaderConfig | PlanSpec) -> Plan:
         """A window plan of this split (idempotent for the same planning fields).
@@ -142,18 +138,18 @@ class Split:
         stay here and steer :meth:`Plan.loader` (a bare :class:`PlanSpec` gets the
         default options).
         """
-        body, status = self._catalog._rest.post_json(
+        body, status = self._state.post_json(
             f"/v1/splits/{self.id}/plans", config.planning_dict()
         )
         loader = config if isinstance(config, LoaderConfig) else LoaderConfig.model_validate(
             config.planning_dict())
-        return Plan.from_json(self._catalog, body, created=status == 201, config=loader)
+        return Plan.from_json(self._state, body, created=status == 201, config=loader)
 
     def retire(self) -> Split:
         """Retire this split (soft; ``DELETE /v1/splits/{id}``): new plans of it raise
         :class:`Conflict`, and so do its plans' new streams."""
-        body = self._catalog._rest.request("DELETE", f"/v1/splits/{self.id}").json()
-        return Split.from_json(self._catalog, body)
+        body = self._state.delete_json(f"/v1/splits/{self.id}")
+        return Split.from_json(self._state, body)
 
     @property
     def retired_at(self) -> str | None:
@@ -195,11 +191,11 @@ class Plan:
     config: LoaderConfig
     created: bool
     raw: dict[str, Any] = field(repr=False)
-    _catalog: Catalog = field(repr=False)
+    _state: ClientState = field(repr=False)
 
     @classmethod
     def from_json(
-        cls, catalog: Catalog, body: dict[str, Any], *, created: bool = False,
+        cls, state: ClientState, body: dict[str, Any], *, created: bool = False,
         config: LoaderConfig | None = None,
     ) -> Plan:
         """From a ``create_plan`` / ``get_plan`` answer (``PlanOut``).
@@ -209,7 +205,7 @@ class Plan:
         return cls(
             id=str(body["id"]), split_id=str(body["split_id"]),
             config=config or LoaderConfig.model_validate(body["config"]),
-            created=created, raw=body, _catalog=catalog,
+            created=created, raw=body, _state=state,
         )
 
     @property
@@ -220,8 +216,8 @@ class Plan:
     def retire(self) -> Plan:
         """Retire this plan (soft; ``DELETE /v1/plans/{id}``): streams already running
         finish, new ones (Flight tickets or same-host passes) raise :class:`Conflict`."""
-        body = self._catalog._rest.request("DELETE", f"/v1/plans/{self.id}").json()
-        return Plan.from_json(self._catalog, body, config=self.config)
+        body = self._state.delete_json(f"/v1/plans/{self.id}")
+        return Plan.from_json(self._state, body, config=self.config)
 
     @property
     def retired_at(self) -> str | None:
@@ -231,9 +227,7 @@ class Plan:
 
     def report(self, world_size: int = 1) -> PlanReport:
         """Batches, tokens and bytes per epoch and per rank, and everything dropped."""
-        body = self._catalog._rest.get_json(
-            f"/v1/plans/{self.id}/report", world_size=world_size
-        )
+        body = self._state.get_json(f"/v1/plans/{self.id}/report", world_size=world_size)
         return PlanReport(plan_id=self.id, world_size=world_size, raw=dict(body))
 
     def warm(self, *, epoch: int = 0, progress: bool | None = None) -> dict[str, dict[str, Any]]:
@@ -243,32 +237,25 @@ class Plan:
         than a server's cache budget raises :class:`ResourceExhausted` naming both sizes.
         ``progress``: a tqdm bar in bytes (None: when the output is interactive).
         """
-        results = warm_plan(self._catalog.flight(), self.id, epoch=epoch, progress=progress)
+        results = self._state.warm(self.id, epoch=epoch, progress=progress)
         return {loc: r.as_dict() for loc, r in results.items()}
 
-    def _prepare(self, data_access: str | None, *, epoch: int, progress: bool | None,
-                 transport: str | None) -> LocalReader | None:
-        """The same-host reader when ``transport`` (argument, else the config) takes that
-        path (``sdk._local``; it warms its server into the host's tier), else None after
-        warming every Flight location when the data access is ``full_in_mem``."""
-        mode = self.config.data_access if data_access is None else data_access
-        if mode not in ("windowed", "full_in_mem"):
-            msg = f"data_access must be 'windowed' or 'full_in_mem', got {mode!r}"
-            raise InvalidConfig(msg)
-        reader = self._catalog._local.reader(
+    def _source(self, *, transport: str | None, data_access: str | None = None,
+                epoch: int = 0, progress: bool | None = None) -> BatchSource:
+        """Where this plan's batches come from, with ``transport`` and ``data_access``
+        (arguments, else the config): the host's tier (warmed by its server) or Flight
+        (every server warmed first for ``full_in_mem``); see ``ClientState.source``."""
+        return self._state.source(
             self.id, transport=self.config.transport if transport is None else transport,
-            progress=progress)
-        if reader is None and mode == "full_in_mem":
-            self.warm(epoch=epoch, progress=progress)
-        return reader
+            data_access=self.config.data_access if data_access is None else data_access,
+            epoch=epoch, progress=progress,
+        )
 
     def transport(self, transport: str | None = None) -> str:
         """``"local"`` or ``"flight"``: the path :meth:`batches` takes with ``transport``
         (argument, else the config; see ``sdk._local``)."""
-        reader = self._catalog._local.reader(
-            self.id, transport=self.config.transport if transport is None else transport,
-            progress=False)
-        return "flight" if reader is None else "local"
+        return self._source(transport=transport, data_access="windowed",
+                            progress=False).transport
 
     def batches(
         self, epoch: int = 0, rank: int = 0, world_size: int = 1, start_batch: int = 0,
@@ -283,13 +270,13 @@ class Plan:
         deployment shares one with this host, else streams them; ``"local"`` and
         ``"flight"`` insist (``sdk._local``). Both give the same batches, byte for byte.
         With ``data_access="full_in_mem"`` a streamed plan is first warmed into the
-        servers' caches (:meth:`warm`), before this returns.
+        servers' caches (:meth:`warm`), before this returns. Needs torch.
         """
-        reader = self._prepare(data_access, epoch=epoch, progress=progress, transport=transport)
-        return self._catalog._batches(
-            self.id, epoch=epoch, rank=rank, world_size=world_size, start_batch=start_batch,
-            reader=reader,
-        )
+        require_torch()
+        source = self._source(transport=transport, data_access=data_access, epoch=epoch,
+                              progress=progress)
+        return source.batches(epoch=epoch, rank=rank, world_size=world_size,
+                              start_batch=start_batch)
 
     def loader(
         self,
@@ -311,20 +298,24 @@ class Plan:
         """Batches on ``device`` (default ``config.device``), read ahead in the background.
 
         Options left as None come from the plan's :class:`LoaderConfig`; ``transport``
-        and ``full_in_mem`` as in :meth:`batches`.
+        and ``full_in_mem`` as in :meth:`batches`. Needs torch.
         """
-        reader = self._prepare(data_access, epoch=epoch, progress=progress, transport=transport)
-        return self._catalog._loader(
-            self, device=device or self.config.device, epoch=epoch, rank=rank,
-            world_size=world_size, start_batch=start_batch, reader=reader,
-            prefetch_factor=prefetch_factor or self.config.prefetch_factor,
-            pin_memory=self.config.pin_memory if pin_memory is None else pin_memory,
-            non_blocking=self.config.non_blocking if non_blocking is None else non_blocking,
+        require_torch()
+        source = self._source(transport=transport, data_access=data_access, epoch=epoch,
+                              progress=progress)
+        c = self.config
+        return DeviceLoader(
+            lambda: source.batches(epoch=epoch, rank=rank, world_size=world_size,
+                                   start_batch=start_batch),
+            device=device or c.device,
+            prefetch_factor=prefetch_factor or c.prefetch_factor,
+            pin_memory=c.pin_memory if pin_memory is None else pin_memory,
+            non_blocking=c.non_blocking if non_blocking is None else non_blocking,
             prefetch_to_device=(
-                self.config.prefetch_to_device if prefetch_to_device is None
-                else prefetch_to_device
+                c.prefetch_to_device if prefetch_to_device is None else prefetch_to_device
             ),
-            pinned_bytes_cap=pinned_bytes_cap, progress=progress,
+            pinned_bytes_cap=pinned_bytes_cap, failovers=source.failovers(),
+            progress=progress, desc=f"epoch {epoch}",
         )
 
     def torch_dataset(
@@ -337,14 +328,16 @@ class Plan:
         The plan is warmed once, here, in this process (not in each DataLoader worker):
         into the host's tier when ``transport`` takes the same-host path (each worker
         then maps it), else into the servers' caches for ``full_in_mem``.
-        :meth:`dataloader` applies the config's runtime fields.
+        :meth:`dataloader` applies the config's runtime fields. Needs torch.
         """
-        reader = self._prepare(data_access, epoch=epoch, progress=progress, transport=transport)
-        return WindpipeIterableDataset(
-            self._catalog._worker_source(self.id,
-                                         transport="flight" if reader is None else "local"),
+        support = torch_support()
+        source = self._source(transport=transport, data_access=data_access, epoch=epoch,
+                              progress=progress)
+        dataset: WindpipeIterableDataset = support.WindpipeIterableDataset(
+            self._state.worker_source(self.id, transport=source.transport),
             plan_id=self.id, epoch=epoch, rank=rank, world_size=world_size, transform=transform,
         )
+        return dataset
 
     def dataloader(
         self, epoch: int = 0, *, rank: int | None = None, world_size: int | None = None,
@@ -362,18 +355,20 @@ class Plan:
         keeps its resume cursor also with workers. A transform spawn workers cannot
         import (a lambda, a notebook function) raises :class:`InvalidConfig` here.
         """
-        kwargs = dataloader_options(self.config, **options)
-        check_spawn(transform, kwargs)
+        support = torch_support()
+        kwargs = support.dataloader_options(self.config, **options)
+        support.check_spawn(transform, kwargs)
         dataset = self.torch_dataset(
             epoch, rank=rank, world_size=world_size, transform=transform,
             data_access=data_access, progress=progress, transport=transport,
         )
-        return WindpipeDataLoader(dataset, **kwargs)
+        loader: DataLoader[Any] = support.WindpipeDataLoader(dataset, **kwargs)
+        return loader
 
     def plot(self, *, epoch: int = 0, max_streams: int = 60) -> Figure:
         """Windows over streams (padding in red) and batches per protocol of ``epoch``,
         from the stored plan (needs ``windpipe[plot]``)."""
-        artifact = PlanArtifact.from_ipc(self._catalog._artifact_bytes(self.id))
+        artifact = PlanArtifact.from_ipc(self._state.artifact_bytes(self.id))
         return plot_plan(artifact, epoch=epoch, max_streams=max_streams)
 
     def _rows(self) -> list[tuple[str, Any]]:

@@ -28,13 +28,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from sdk._aligned import AlignedBatch
 from sdk._batch import Batch
 from sdk._exceptions import InvalidConfig, ResourceExhausted
 from sdk._html import progress_bar
 from sdk._stats import LoaderStats
+from sdk._torch_import import torch
 
 __all__ = ["DeviceLoader", "PinnedPool", "resolve_device"]
 
@@ -160,6 +159,7 @@ class DeviceLoader:
 
     ``source`` makes the batch iterator (it runs in the reader thread). After a full
     pass, ``stats`` holds a :class:`LoaderStats` with a one-line verdict.
+    ``pinned_bytes_cap`` (None: 512 MiB) bounds the page-locked buffers.
     ``timeline=True`` records a timing event pair around every host-to-device copy
     (``copy_events``; see ``bench/gpu_check.py``).
     """
@@ -173,7 +173,7 @@ class DeviceLoader:
         pin_memory: bool | None = None,
         non_blocking: bool = True,
         prefetch_to_device: bool | None = None,
-        pinned_bytes_cap: int = _DEFAULT_PINNED_CAP,
+        pinned_bytes_cap: int | None = None,
         failovers: Callable[[], int] | None = None,
         progress: bool | None = None,
         total: int | None = None,
@@ -194,7 +194,8 @@ class DeviceLoader:
         )
         self.non_blocking = non_blocking
         self.prefetch_factor = prefetch_factor
-        self.pinned_bytes_cap = pinned_bytes_cap
+        self.pinned_bytes_cap = (_DEFAULT_PINNED_CAP if pinned_bytes_cap is None
+                                 else pinned_bytes_cap)
         self._source = source
         self._failovers = failovers
         self._progress = progress

@@ -22,21 +22,19 @@ from dataclasses import dataclass
 from sdk._exceptions import InvalidConfig, ResourceExhausted, Unavailable
 from sdk._stream import FlightStream
 from sdk._warm import warm_plan
+from services.contract.configs import TRANSPORTS
 from services.contract.wire import ACTION_HEALTH, BatchMetadata, batch_schema
 from services.materialize.blocks import block_key, block_layouts
 from services.materialize.builder import BatchBuilder, BuiltBatch
 from services.materialize.cache import ChunkCache
 from services.materialize.pipeline import BatchPipeline
 from services.materialize.plan import PlanContext
-from services.materialize.tier import Tier, TierInfo
+from services.materialize.tier import Tier, TierInfo, tier_bytes
 from services.memo import Memo
 from services.planning.artifact import PlanArtifact
 from services.planning.ranks import rank_batches
 
-__all__ = ["TRANSPORTS", "LocalReader", "LocalReaders"]
-
-TRANSPORTS = ("auto", "local", "flight")
-_BLOCK_HEADER = 64
+__all__ = ["LocalReader", "LocalReaders"]
 
 
 @dataclass(eq=False)
@@ -133,8 +131,9 @@ class LocalReaders:
             PlanArtifact.from_ipc(self._artifact(plan_id)), tier, location))
         if reader.holds_its_blocks():  # mapped by an earlier pass: eviction cannot hurt it
             return reader
-        needed = reader.block_bytes + _BLOCK_HEADER * len(block_layouts(reader.plan))
-        if needed > tier.budget_bytes:
+        blocks = len(block_layouts(reader.plan))
+        if not tier.fits(reader.block_bytes, blocks=blocks):
+            needed = tier_bytes(reader.block_bytes, blocks=blocks)
             msg = (f"plan {plan_id} needs {needed} bytes of blocks but the tier holds "
                    f"{tier.budget_bytes}: raise the server's --tier-bytes")
             raise ResourceExhausted(msg, details={"needed_bytes": needed,

@@ -15,6 +15,7 @@ import polars as pl
 
 from sdk._exceptions import InvalidRequest
 from sdk._html import html_table, human_bytes, human_count, text_table
+from services.contract.reports import PlanReport as ReportModel
 
 __all__ = ["DatasetInfo", "MlDatasetIndex", "PlanReport"]
 
@@ -77,42 +78,62 @@ class MlDatasetIndex:
         return f"<div><b>MlDatasetIndex</b> ({self.frame.height} manifest rows){inner}</div>"
 
 
-_REPORT_ORDER = (
-    "world_size", "batches_per_epoch", "batches", "batches_per_rank", "tokens_per_epoch",
-    "tokens", "bytes_per_batch", "dropped", "trimmed", "cache_working_set_bytes",
-)
-
-
 @dataclass(frozen=True, eq=False)
 class PlanReport:
     """What a plan yields per epoch (and per rank for ``world_size``), and what it drops.
 
-    The fields come from ``GET /v1/plans/{id}/report``; read any of them with
-    ``report["name"]`` or ``report.raw``.
+    ``GET /v1/plans/{id}/report``, validated as the wire contract's
+    :class:`services.contract.reports.PlanReport` (``model``). Its fields read as
+    attributes (``report.batches``, ``report.dropped.distributed_trimmed_batches``,
+    ``report.protocols["cycling"].tokens``); ``report["name"]`` and ``raw`` give the
+    JSON the server answered.
     """
 
     plan_id: str
     world_size: int
-    raw: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any]
+    model: ReportModel = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", ReportModel.model_validate(self.raw))
+
+    def __getattr__(self, name: str) -> Any:
+        """A field of the report (``batches``, ``tokens``, ``dropped``, ...)."""
+        if name.startswith("_") or name == "model":  # not set yet: no recursion
+            raise AttributeError(name)
+        try:
+            return getattr(self.model, name)
+        except AttributeError:
+            msg = f"{type(self).__name__!r} object has no attribute {name!r}"
+            raise AttributeError(msg) from None
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *self.fields()})
+
+    def fields(self) -> list[str]:
+        """The report's field names, in display order (the contract's, then any other
+        key the server sent)."""
+        known = [k for k in ReportModel.model_fields if k in self.raw]
+        return known + [k for k in self.raw if k not in known]
 
     def __getitem__(self, key: str) -> Any:
         return self.raw[key]
 
     def get(self, key: str, default: Any = None) -> Any:
-        """A report field, or ``default``."""
+        """A report field as JSON, or ``default``."""
         return self.raw.get(key, default)
 
     def _rows(self) -> list[tuple[str, Any]]:
-        keys = [k for k in _REPORT_ORDER if k in self.raw]
-        keys += [k for k in self.raw if k not in keys and k not in ("plan_id", "world_size")]
         rows: list[tuple[str, Any]] = [("world_size", self.world_size)]
-        for key in keys:
+        for key in self.fields():
             value = self.raw[key]
-            if key == "world_size":
+            if key in ("world_size", "plan_id"):
                 continue
+            if key == "dropped" and isinstance(value, dict):  # what it drops, not the zeros
+                value = {k: v for k, v in value.items() if v} or "nothing"
             if key.endswith("bytes") and isinstance(value, int | float):
                 value = human_bytes(value)
-            elif key.startswith("tokens") and isinstance(value, int | float):
+            elif key.endswith("tokens") and isinstance(value, int | float):
                 value = f"{value} ({human_count(value)})"
             rows.append((key, value))
         return rows

@@ -50,7 +50,9 @@ from services.contract.ranks import check_rank
 __all__ = ["WindpipeDataLoader", "WindpipeIterableDataset", "check_spawn",
            "dataloader_options"]
 
-BatchSource = Callable[..., Iterator[Batch | AlignedBatch]]
+# a rank's pass (``sdk._state.WorkerSource``): epoch=, rank=, world_size=, start_batch=,
+# worker=, num_workers= -> batches
+PassSource = Callable[..., Iterator[Batch | AlignedBatch]]
 
 
 def _dist_rank_world() -> tuple[int, int] | None:
@@ -64,12 +66,13 @@ class WindpipeIterableDataset(IterableDataset[Batch | AlignedBatch]):
     """Batches of one rank's pass over a plan (see the module docstring).
 
     ``source(epoch=, rank=, world_size=, start_batch=, worker=, num_workers=)`` yields
-    the batches; ``Plan.torch_dataset`` wires it to the Flight stream.
+    the batches; ``Plan.torch_dataset`` gives it a picklable
+    :class:`~sdk._state.WorkerSource` (the plan's Flight or same-host source).
     """
 
     def __init__(
         self,
-        source: BatchSource,
+        source: PassSource,
         *,
         plan_id: str,
         epoch: int = 0,

@@ -4,9 +4,10 @@ Every Flight location of the deployment may serve any endpoint (the first locati
 of an endpoint is its cache home, the others are fallbacks), so each one is asked,
 concurrently, to load the plan's whole split through the ``warm`` action
 (``docs/wire.md`` section 6). The servers stream one progress result per step
-(``{"loaded", "total", "bytes", "total_bytes", "seconds"}``); a tqdm bar in bytes is
-fed from them as they arrive. A split larger than a server's cache budget raises
-:class:`ResourceExhausted` naming both sizes, before anything is loaded.
+(:class:`~services.contract.reports.WarmProgress`: ``loaded``, ``total``, ``bytes``,
+``total_bytes``, ``seconds``, ...); a tqdm bar in bytes is fed from them as they
+arrive. A split larger than a server's cache budget raises :class:`ResourceExhausted`
+naming both sizes, before anything is loaded.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from sdk._exceptions import WindpipeError
 from sdk._html import progress_bar
+from services.contract.reports import WarmProgress
+from services.contract.wire import ACTION_WARM
 
 if TYPE_CHECKING:
     from sdk._stream import FlightStream
@@ -55,12 +58,12 @@ def warm_plan(
     """
     tqdm = progress_bar()  # imported only when a bar is drawn
 
-    events: queue.Queue[tuple[str, dict[str, Any] | BaseException | None]] = queue.Queue()
+    events: queue.Queue[tuple[str, WarmProgress | BaseException | None]] = queue.Queue()
 
     def run(location: str) -> None:
         try:
-            for step in stream.action(location, "warm", {"plan_id": plan_id, "epoch": epoch}):
-                events.put((location, step))
+            for step in stream.action(location, ACTION_WARM, {"plan_id": plan_id, "epoch": epoch}):
+                events.put((location, WarmProgress.model_validate(step)))
         except BaseException as exc:
             events.put((location, exc))
         finally:
@@ -70,7 +73,7 @@ def warm_plan(
     started = time.perf_counter()
     threads = [threading.Thread(target=run, args=(loc,), name=f"windpipe-warm-{k}",
                                 daemon=True) for k, loc in enumerate(locations)]
-    last: dict[str, dict[str, Any]] = {}
+    last: dict[str, WarmProgress] = {}
     seconds: dict[str, float] = {}
     errors: list[BaseException] = []
     disable = True if progress is False else None if progress is None else False
@@ -89,19 +92,21 @@ def warm_plan(
             else:
                 before = last.get(location)
                 if before is None:
-                    bar.total = (bar.total or 0) + int(item.get("total_bytes", 0))
+                    bar.total = (bar.total or 0) + item.total_bytes
                     bar.refresh()
-                bar.update(int(item.get("bytes", 0)) - int((before or {}).get("bytes", 0)))
+                bar.update(item.bytes - (before.bytes if before is not None else 0))
                 last[location] = item
     for t in threads:
         t.join()
     if errors:
         first = errors[0]
         raise first if isinstance(first, WindpipeError) else WindpipeError(str(first))
-    return {
-        loc: WarmResult(chunks=int(last.get(loc, {}).get("loaded", 0)),
-                        bytes=int(last.get(loc, {}).get("bytes", 0)),
-                        seconds=round(seconds.get(loc, 0.0), 6),
-                        tier_id=(last.get(loc, {}).get("tier") or {}).get("id"))
-        for loc in locations
-    }
+    return {loc: _result(last.get(loc), seconds.get(loc, 0.0)) for loc in locations}
+
+
+def _result(last: WarmProgress | None, seconds: float) -> WarmResult:
+    """What the last progress result of a location says (nothing loaded without one)."""
+    if last is None:
+        return WarmResult(chunks=0, bytes=0, seconds=round(seconds, 6))
+    return WarmResult(chunks=last.loaded, bytes=last.bytes, seconds=round(seconds, 6),
+                      tier_id=last.tier.id if last.tier is not None else None)

@@ -2,22 +2,40 @@
 
 CLI flags override the environment; the environment overrides the defaults. The
 embedded defaults (SQLite and local storage under ``data_dir``) need no setup.
+
+Each field is the one place a setting is written: its default, its ``description``
+(the CLI's help text and the README's table) and, in ``json_schema_extra``, its CLI
+``flag`` and the ``default_text`` shown where the default is not a plain value.
+:func:`setting_infos` reads them back for ``windpipe/cli.py`` (which builds the server
+flags from them) and for the README table (:func:`settings_table`;
+``tests/services/test_settings.py`` holds the two together).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import types
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import Field, SecretStr, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from services.contract.limits import Limits
 
-__all__ = ["DEV_TICKET_SECRET", "Settings", "is_loopback"]
+__all__ = [
+    "DEV_TICKET_SECRET",
+    "SettingInfo",
+    "Settings",
+    "is_loopback",
+    "setting_infos",
+    "settings_table",
+]
 
 DEV_TICKET_SECRET = "windpipe-dev-secret-change-me"
+_ENV_PREFIX = "WINDPIPE_"
 
 
 def is_loopback(host: str) -> bool:
@@ -33,92 +51,151 @@ def is_loopback(host: str) -> bool:
 class Settings(BaseSettings):
     """Everything a catalog or Flight server process needs to know."""
 
-    model_config = SettingsConfigDict(env_prefix="WINDPIPE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=_ENV_PREFIX, extra="ignore")
 
-    data_dir: Path = Path(".windpipe")
-    database_url: str | None = Field(
-        default=None, description="SQLAlchemy URL; default: SQLite under data_dir"
+    data_dir: Path = Field(
+        default=Path(".windpipe"),
+        description="embedded state: the SQLite catalog, the tier, a storage root",
+        json_schema_extra={"flag": "--data-dir"},
     )
-    host: str = "127.0.0.1"
-    port: int = 8000
-    flight_host: str | None = Field(default=None, description="default: host")
-    flight_port: int = 8815
+    database_url: str | None = Field(
+        default=None, description="any SQLAlchemy URL of the catalog database",
+        json_schema_extra={"flag": "--database-url", "default_text": "SQLite in the data dir"},
+    )
+    host: str = Field(
+        default="127.0.0.1",
+        description="bind address of the catalog (and of the Flight server unless "
+                    "WINDPIPE_FLIGHT_HOST is set)",
+        json_schema_extra={"flag": "--host"},
+    )
+    port: int = Field(
+        default=8000, description="the catalog's REST port (0: any free port)",
+        json_schema_extra={"flag": "--port"},
+    )
+    flight_host: str | None = Field(
+        default=None, description="bind address of the Flight server",
+        json_schema_extra={"default_text": "the host setting"},
+    )
+    flight_port: int = Field(
+        default=8815, description="the Flight server's port (0: any free port)",
+        json_schema_extra={"flag": "--flight-port"},
+    )
     flight_public_location: str | None = Field(
-        default=None, description="grpc://host:port clients reach this Flight server at"
+        default=None,
+        description="grpc://host:port clients reach this Flight server at (what it advertises)",
+        json_schema_extra={"default_text": "grpc://flight-host:flight-port"},
     )
     catalog_url: str | None = Field(
-        default=None, description="REST URL a Flight server reads plans from (else the database)"
+        default=None, description="Flight only: read plans and check tokens over REST here",
+        json_schema_extra={"flag": "--catalog-url",
+                           "default_text": "none: plans come from the database"},
     )
     flight_locations: tuple[str, ...] = Field(
-        default=(), description="grpc://host:port of every Flight server, for endpoint routing"
+        default=(),
+        description="grpc://host:port of every Flight server of the deployment, for "
+                    "endpoint routing",
+        json_schema_extra={"flag": "--flight-location", "default_text": "this server only"},
     )
-    cache_bytes: int = Field(default=1 << 30, ge=1 << 20)
+    cache_bytes: int = Field(
+        default=1 << 30, ge=1 << 20, description="each Flight server's chunk cache budget",
+        json_schema_extra={"flag": "--cache-bytes"},
+    )
     cache_wait_s: float = Field(
         default=30.0, gt=0,
         description="how long a batch waits for cache room pinned by other streams",
+        json_schema_extra={"flag": "--cache-wait-s"},
     )
     readahead_batches: int = Field(
-        default=2, ge=0, description="batches whose chunks a stream loads ahead (0: none)"
+        default=2, ge=0, description="batches whose chunks a stream loads ahead (0: none)",
+        json_schema_extra={"flag": "--readahead-batches"},
     )
     endpoint_batches: int = Field(
-        default=64, ge=1, description="fewest batches per endpoint when several servers serve"
+        default=64, ge=1, description="fewest batches per endpoint when several servers serve",
+        json_schema_extra={"flag": "--endpoint-batches"},
     )
     on_bad_segment: Literal["raise", "skip"] = Field(
         default="raise",
-        description="a segment that cannot be read fails the stream, or its lanes are padding",
+        description="a segment that cannot be read fails the stream (raise), or its lanes "
+                    "become padding (skip)",
+        json_schema_extra={"flag": "--on-bad-segment"},
     )
     tier_dir: Path | None = Field(
         default=None,
-        description="directory of the host's shared tier of decoded blocks (default: "
-                    "data_dir/tier; /dev/shm/... keeps it in memory)",
+        description="directory of the host's shared tier of decoded blocks (/dev/shm/... "
+                    "keeps it in memory)",
+        json_schema_extra={"flag": "--tier-dir", "default_text": "tier/ in the data dir"},
     )
     tier_bytes: int = Field(
         default=4 << 30, ge=0,
-        description="byte budget of the tier (least recently used blocks go); 0: no tier",
+        description="byte budget of the tier (least recently used blocks go; 0: no tier)",
+        json_schema_extra={"flag": "--tier-bytes"},
     )
     auto_blocks: bool = Field(
         default=True,
         description="hold a plan's split whole as blocks (one gather per batch) when it fits "
-                    "in the cache budget with an eighth to spare, without waiting for full_in_mem",
+                    "in the cache budget with an eighth to spare, without waiting for "
+                    "full_in_mem",
+        json_schema_extra={"flag": "--auto-blocks"},
     )
     build_ahead_bytes: int = Field(
         default=0, ge=0,
         description="bytes of batches a stream builds ahead in a second thread (0: none)",
+        json_schema_extra={"flag": "--build-ahead-bytes"},
     )
     ticket_ttl_s: float = Field(
-        default=86400.0, gt=0, description="seconds a Flight ticket stays valid (default a day)"
+        default=86400.0, gt=0, description="how long a Flight ticket stays valid",
+        json_schema_extra={"flag": "--ticket-ttl-s"},
     )
-    ticket_secret: SecretStr = SecretStr(DEV_TICKET_SECRET)
+    ticket_secret: SecretStr = Field(
+        default=SecretStr(DEV_TICKET_SECRET),
+        description="the key Flight tickets are signed with (every Flight server of a "
+                    "deployment shares it)",
+        json_schema_extra={"default_text": "a development secret: set it in production"},
+    )
     token: SecretStr | None = Field(
-        default=None, description="bootstrap admin bearer token (stored tokens: windpipe token)"
+        default=None,
+        description="bootstrap admin bearer token; with it (or a stored token: windpipe "
+                    "token create) every call but the health checks needs a token",
     )
     auth_cache_s: float = Field(
         default=30.0, ge=0,
-        description="seconds a Flight server trusts a token it checked (revocation bound)",
+        description="how long a Flight server trusts a token it checked (the bound on "
+                    "noticing a revocation)",
     )
     insecure: bool = Field(
         default=False,
-        description="serve a non-loopback host without tokens or with the development secret",
+        description="serve a non-loopback host without tokens or with the development "
+                    "ticket secret (a warning at every start; off: such a server refuses "
+                    "to start)",
+        json_schema_extra={"flag": "--insecure"},
     )
     allowed_roots: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
-        description="storage roots datasets may be registered from, besides data_dir "
-                    "(comma-separated in WINDPIPE_ALLOWED_ROOTS: /abs/dir, s3://bucket/prefix)",
+        description="storage roots datasets may be registered from besides the data dir: "
+                    "/abs/dir or s3://bucket/prefix (comma-separated in the variable)",
+        json_schema_extra={"flag": "--allow-root", "default_text": "the data dir only"},
     )
-    s3_endpoint: str | None = None
-    s3_region: str = "us-east-1"
-    s3_allow_http: bool = False
-    s3_access_key_id: str | None = None
-    s3_secret_access_key: SecretStr | None = None
+    s3_endpoint: str | None = Field(
+        default=None, description="S3-compatible endpoint URL (MinIO, ...)",
+        json_schema_extra={"default_text": "AWS"},
+    )
+    s3_region: str = Field(default="us-east-1", description="S3 region")
+    s3_allow_http: bool = Field(
+        default=False, description="allow plain http to the S3 endpoint"
+    )
+    s3_access_key_id: str | None = Field(default=None, description="S3 access key id")
+    s3_secret_access_key: SecretStr | None = Field(
+        default=None, description="S3 secret access key"
+    )
     s3_instance_credentials: bool = Field(
         default=False,
         description="let S3 fall back to ambient credentials (instance metadata, web identity)",
     )
     s3_connect_timeout_s: float = Field(
-        default=5.0, gt=0, description="seconds an object-store connection may take to open"
+        default=5.0, gt=0, description="how long an object-store connection may take to open"
     )
     s3_timeout_s: float = Field(
-        default=30.0, gt=0, description="seconds one object-store request may take in all"
+        default=30.0, gt=0, description="how long one object-store request may take in all"
     )
     s3_max_retries: int = Field(
         default=2, ge=0, description="retries of a failed object-store request (with backoff)"
@@ -148,11 +225,13 @@ class Settings(BaseSettings):
     )
     schedule_cache_bytes: int = Field(
         default=512 << 20, ge=0,
-        description="bytes of decoded plans and epoch schedules the catalog keeps in memory",
+        description="decoded plans and epoch schedules the catalog keeps in memory",
     )
-    log_level: str = "INFO"
-    log_json: bool = False
-    shutdown_grace_s: float = 10.0
+    log_level: str = Field(default="INFO", description="DEBUG, INFO, WARNING or ERROR")
+    log_json: bool = Field(default=False, description="one JSON object per log line")
+    shutdown_grace_s: float = Field(
+        default=10.0, description="how long open streams and requests get at shutdown"
+    )
 
     @field_validator("allowed_roots", mode="before")
     @classmethod
@@ -184,3 +263,94 @@ class Settings(BaseSettings):
     def resolved_flight_host(self) -> str:
         """Where the Flight server binds (``host`` unless set)."""
         return self.flight_host or self.host
+
+
+@dataclass(frozen=True, kw_only=True)
+class SettingInfo:
+    """One field of :class:`Settings` as the CLI and the docs show it.
+
+    ``kind`` is the value type a flag parses (``int``, ``float``, ``str``, ``Path``),
+    ``bool`` for a switch (``--[no-]name`` when on by default) or ``tuple`` for a
+    repeatable flag; ``choices`` are the values of a ``Literal`` field.
+    """
+
+    name: str
+    variable: str
+    flag: str | None
+    description: str
+    default: str
+    kind: type
+    choices: tuple[str, ...] = ()
+    negatable: bool = False
+
+    def flag_text(self) -> str:
+        """The flag as the README writes it (empty when the setting has none)."""
+        if self.flag is None:
+            return ""
+        if self.negatable:
+            return f"`--[no-]{self.flag.removeprefix('--')}`"
+        return f"`{self.flag}`" + (" (repeat)" if self.kind is tuple else "")
+
+    def row(self) -> str:
+        """The setting's row of the README table."""
+        return f"| `{self.variable}` | {self.flag_text()} | {self.default} | {self.description} |"
+
+
+_GIB, _MIB = 1 << 30, 1 << 20
+
+
+def _default_text(name: str, info: FieldInfo) -> str:
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    text = extra.get("default_text")
+    if isinstance(text, str):
+        return text
+    value = info.default
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None or value == ():
+        return "none"
+    if isinstance(value, int) and name.endswith("_bytes"):
+        for unit, size in (("GiB", _GIB), ("MiB", _MIB)):
+            if value and value % size == 0:
+                return f"{value // size} {unit}"
+    if isinstance(value, float):
+        number = f"{value:g}" if value != int(value) else str(int(value))
+        return f"{number} s" if name.endswith("_s") else number
+    return str(value)
+
+
+def _kind(annotation: Any) -> tuple[type, tuple[str, ...]]:
+    args = get_args(annotation)
+    if get_origin(annotation) in (Union, types.UnionType):
+        return _kind(next(a for a in args if a is not type(None)))
+    if get_origin(annotation) is Literal:
+        return str, tuple(str(a) for a in args)
+    if get_origin(annotation) is tuple:
+        return tuple, ()
+    if annotation is SecretStr:
+        return str, ()
+    return annotation, ()
+
+
+def setting_infos() -> tuple[SettingInfo, ...]:
+    """Every field of :class:`Settings`, in declaration order."""
+    out = []
+    for name, info in Settings.model_fields.items():
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        flag = extra.get("flag")
+        kind, choices = _kind(info.annotation)
+        out.append(SettingInfo(
+            name=name, variable=f"{_ENV_PREFIX}{name.upper()}",
+            flag=flag if isinstance(flag, str) else None,
+            description=info.description or "", default=_default_text(name, info),
+            kind=kind, choices=choices, negatable=kind is bool and info.default is True,
+        ))
+    return tuple(out)
+
+
+def settings_table(*, exclude_prefix: str = "max_") -> str:
+    """The README's settings table: every setting but the request limits (``max_*``,
+    in ``docs/operations.md``)."""
+    rows = [info.row() for info in setting_infos()
+            if not info.name.startswith(exclude_prefix)]
+    return "\n".join(["| setting | flag | default | what |", "|---|---|---|---|", *rows])

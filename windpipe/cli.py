@@ -25,70 +25,40 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from services.settings import Settings
+from services.settings import SettingInfo, Settings, setting_infos
 
 __all__ = ["CliError", "build_parser", "main"]
 
 
-def _default(name: str) -> Any:
-    return Settings.model_fields[name].default
+# the server flags, from the fields of services.settings that name one (help text and
+# default included); argparse's default stays None so that a flag given overrides the
+# WINDPIPE_* variable, which overrides the field's default
+_SERVER_FLAGS: tuple[SettingInfo, ...] = tuple(i for i in setting_infos() if i.flag)
+_BY_NAME = {info.name: info for info in setting_infos()}
 
 
-def _add_server_flags(parser: argparse.ArgumentParser) -> None:
-    # defaults live in services.settings (flag > WINDPIPE_* variable > default)
-    parser.add_argument("--host", help=f"bind address (default {_default('host')})")
-    parser.add_argument("--port", type=int, help=f"REST port (default {_default('port')})")
-    parser.add_argument("--flight-port", type=int,
-                        help=f"Flight port (default {_default('flight_port')})")
-    parser.add_argument("--data-dir", type=Path,
-                        help=f"embedded state (default ./{_default('data_dir')})")
-    parser.add_argument("--database-url",
-                        help="any SQLAlchemy URL (default SQLite in data-dir)")
-    parser.add_argument("--cache-bytes", type=int,
-                        help="Flight chunk cache budget in bytes (default 1 GiB)")
-    parser.add_argument("--cache-wait-s", type=float,
-                        help="seconds a batch waits for cache room others pin (default 30)")
-    parser.add_argument("--readahead-batches", type=int,
-                        help="batches whose chunks a stream loads ahead (default 2; 0: none)")
-    parser.add_argument("--endpoint-batches", type=int,
-                        help="fewest batches per Flight endpoint with several servers "
-                             "(default 64)")
-    parser.add_argument("--on-bad-segment", choices=("raise", "skip"),
-                        help="an unreadable segment fails the stream, or pads its lanes "
-                             "(default raise)")
-    parser.add_argument("--ticket-ttl-s", type=float,
-                        help="seconds a Flight ticket stays valid (default 86400)")
-    parser.add_argument(
-        "--allow-root", action="append", dest="allowed_roots",
-        help="a storage root datasets may be registered from, besides data-dir: /abs/dir or "
-             "s3://bucket/prefix (repeat for each; WINDPIPE_ALLOWED_ROOTS; default: data-dir "
-             "only)",
-    )
-    parser.add_argument(
-        "--insecure", action="store_true", default=None,
-        help="serve a non-loopback host without tokens or with the development ticket "
-             "secret (logs a warning at every start; default off: such a server refuses to "
-             "start)",
-    )
-    parser.add_argument("--tier-dir", type=Path,
-                        help="the host's shared tier of decoded blocks (default data-dir/tier; "
-                             "/dev/shm/... keeps it in memory)")
-    parser.add_argument("--tier-bytes", type=int,
-                        help="byte budget of the tier (default 4 GiB; 0: no tier)")
-    parser.add_argument("--auto-blocks", action=argparse.BooleanOptionalAction, default=None,
-                        help="hold a split whole as blocks when it fits the cache with an "
-                             "eighth to spare (default on)")
-    parser.add_argument("--build-ahead-bytes", type=int,
-                        help="bytes of batches a stream builds ahead in a second thread "
-                             "(default 0: none)")
-    parser.add_argument("--catalog-url",
-                        help="Flight only: read plans over REST from here "
-                             "(default: from the database)")
-    parser.add_argument(
-        "--flight-location", action="append", dest="flight_locations",
-        help="grpc://host:port of a Flight server of the deployment (repeat for each; "
-             "default: this server only)",
-    )
+def _add_setting_flag(parser: argparse.ArgumentParser, info: SettingInfo) -> None:
+    """One flag of a setting: its help is the field's description and default."""
+    assert info.flag is not None
+    text = f"{info.description} (default {info.default})".replace("%", "%%")
+    options: dict[str, Any] = {"dest": info.name, "default": None, "help": text}
+    if info.kind is bool:  # --insecure; --[no-]auto-blocks when on by default
+        options["action"] = argparse.BooleanOptionalAction if info.negatable else "store_true"
+    elif info.choices:
+        options["choices"] = info.choices
+    else:
+        options["metavar"] = info.flag.removeprefix("--").upper().replace("-", "_")
+        if info.kind is tuple:  # --allow-root, --flight-location: once per value
+            options["action"] = "append"
+        elif info.kind in (int, float, Path):
+            options["type"] = info.kind
+    parser.add_argument(info.flag, **options)
+
+
+def _add_server_flags(parser: argparse.ArgumentParser, *names: str) -> None:
+    """The flags of settings ``names``, or every server flag when none are named."""
+    for info in (_SERVER_FLAGS if not names else tuple(_BY_NAME[n] for n in names)):
+        _add_setting_flag(parser, info)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,9 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_server_flags(serve)
 
     migrate = sub.add_parser("migrate", help="upgrade a database to the latest schema")
-    migrate.add_argument("--database-url", help="SQLAlchemy URL (default SQLite in data-dir)")
-    migrate.add_argument("--data-dir", type=Path,
-                         help=f"where the SQLite default lives (default ./{_default('data_dir')})")
+    _add_server_flags(migrate, "database_url", "data_dir")
     migrate.add_argument("--revision", default="head",
                          help="alembic revision to upgrade to (default head)")
 
@@ -125,8 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = token_sub.add_parser("revoke", help="revoke a token by name")
     revoke.add_argument("name")
     for command in (create, listing, revoke):
-        command.add_argument("--database-url", help="SQLAlchemy URL (default SQLite in data-dir)")
-        command.add_argument("--data-dir", type=Path)
+        _add_server_flags(command, "database_url", "data_dir")
 
     synth = sub.add_parser("synth", help="write a synthetic battery dataset")
     synth.add_argument("directory", type=Path, help="where to write segments and manifest")
@@ -169,15 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _settings(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {}
-    for name in (
-        "host", "port", "flight_port", "data_dir", "database_url", "cache_bytes",
-        "cache_wait_s", "readahead_batches", "endpoint_batches", "on_bad_segment",
-        "ticket_ttl_s", "tier_dir", "tier_bytes", "auto_blocks", "build_ahead_bytes",
-        "catalog_url", "flight_locations", "allowed_roots", "insecure",
-    ):
-        value = getattr(args, name, None)
+    for info in _SERVER_FLAGS:
+        value = getattr(args, info.name, None)
         if value is not None:
-            overrides[name] = tuple(value) if isinstance(value, list) else value
+            overrides[info.name] = tuple(value) if isinstance(value, list) else value
     try:
         return Settings(**overrides)
     except ValidationError as exc:
@@ -191,9 +153,10 @@ class CliError(Exception):
 def _settings_problem(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
-        name = str(err["loc"][0]) if err["loc"] else "?"
-        flag = "--" + name.replace("_", "-")
-        parts.append(f"{flag} / WINDPIPE_{name.upper()}: {err['msg']}")
+        info = _BY_NAME.get(str(err["loc"][0])) if err["loc"] else None
+        where = "?" if info is None else (
+            f"{info.flag} / {info.variable}" if info.flag else info.variable)
+        parts.append(f"{where}: {err['msg']}")
     return "invalid settings: " + "; ".join(parts)
 
 

@@ -1,9 +1,11 @@
 """Request and response bodies of the REST API.
 
 Config bodies reuse ``services.contract.configs`` directly (``ValidationConfig`` for splits,
-``PlanSpec`` for plans: only what identifies a plan, so a runtime option is a 422).
-Responses are built from ORM rows by the ``from_row``
-constructors.
+``PlanSpec`` for plans: only what identifies a plan, so a runtime option is a 422), and
+so do the answers that hold them (``SplitOut.config``, ``PlanOut.config``, validated from
+the stored JSON). Responses are built from ORM rows by the ``from_row``
+constructors. The plan report, schedule items and Flight cache counters are the wire
+contract's models (``services.contract.reports``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from catalog.models import (
     as_utc,
 )
 from catalog.principals import MAX_TOKEN_LIFETIME_S, MIN_TOKEN_LIFETIME_S, Role
+from services.contract.configs import PlanSpec, ValidationConfig
+from services.contract.reports import CacheCounters
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -39,7 +43,6 @@ __all__ = [
     "PageOut",
     "PlanOut",
     "RegisterVersionIn",
-    "ScheduleBatchOut",
     "SegmentOut",
     "SplitOut",
     "TokenCreatedOut",
@@ -182,7 +185,7 @@ class SplitOut(_Out):
 
     id: str
     version_id: str
-    config: dict[str, Any]
+    config: ValidationConfig
     counts: dict[str, dict[str, int]]
     created_at: datetime
     retired_at: datetime | None = None  # the split's or its version's retirement
@@ -191,7 +194,8 @@ class SplitOut(_Out):
     def from_row(cls, row: Split, *, retired_at: datetime | None = None) -> SplitOut:
         """From the ORM row (``retired_at``: its effective retirement, when known)."""
         return cls(
-            id=row.id, version_id=row.version_id, config=row.config, counts=row.counts,
+            id=row.id, version_id=row.version_id,
+            config=ValidationConfig.model_validate(row.config), counts=row.counts,
             created_at=row.created_at, retired_at=retired_at or row.retired_at,
         )
 
@@ -203,7 +207,7 @@ class PlanOut(_Out):
     split_id: str
     version_id: str
     status: Literal["completed"] = "completed"
-    config: dict[str, Any]
+    config: PlanSpec
     n_streams: int
     n_units: int
     n_batches: int
@@ -215,35 +219,10 @@ class PlanOut(_Out):
         """From the ORM row (its split loaded; ``retired_at``: its effective retirement)."""
         return cls(
             id=row.id, split_id=row.split_id, version_id=row.split.version_id,
-            config=row.config, n_streams=row.n_streams, n_units=row.n_units,
-            n_batches=row.n_batches, created_at=row.created_at,
+            config=PlanSpec.model_validate(row.config), n_streams=row.n_streams,
+            n_units=row.n_units, n_batches=row.n_batches, created_at=row.created_at,
             retired_at=retired_at or row.retired_at,
         )
-
-
-class LaneOut(_Out):
-    """One lane: a lane window of a stream, or padding (``offset`` -1; ``stream_idx`` -1:
-    an aligned lane whose key has no data of the part's protocol)."""
-
-    stream_idx: int
-    offset: int
-    protocol: str
-
-
-class ScheduleBatchOut(_Out):
-    """One batch of a rank's pass (``batch_idx`` = position in that pass); an aligned plan
-    lists one entry per part (``part``: its protocol's position, SEMANTICS 9)."""
-
-    batch_idx: int
-    part: int | None = None
-    global_batch_idx: int
-    unit_idx: int
-    protocol: str
-    seq_len: int
-    lanes: list[LaneOut]
-    stateful_group_idx: int | None
-    stateful_step_idx: int | None
-    stateful_steps: int | None
 
 
 class FlightErrorOut(_Out):
@@ -257,7 +236,7 @@ class FlightServerStatsOut(_Out):
     """One Flight location: its ``cache-stats`` counters, or ``error`` (never both)."""
 
     location: str
-    stats: dict[str, int] | None = None
+    stats: CacheCounters | None = None
     error: FlightErrorOut | None = None
 
 

@@ -13,7 +13,7 @@ happens here.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Literal, Self, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -22,16 +22,20 @@ from services.contract.frozen import freeze as _freeze
 from services.contract.scaling import ScalingSpec
 
 __all__ = [
+    "DATA_ACCESS_MODES",
     "DEFAULT_ALIGNMENT_KEY",
     "DEFAULT_GROUP_BY",
     "DEFAULT_GROUP_KEY",
     "IDENTITY_COLUMNS",
+    "TRANSPORTS",
+    "DataAccess",
     "DatasetProtocolId",
     "LoaderConfig",
     "LoaderOptions",
     "PlanSpec",
     "ScalingSpec",
     "Selector",
+    "Transport",
     "ValidationConfig",
     "WindowConfig",
 ]
@@ -42,6 +46,13 @@ DEFAULT_GROUP_KEY: tuple[str, ...] = ("set_id", "cell_id", "cidx", "protocol")
 DEFAULT_ALIGNMENT_KEY: tuple[str, ...] = ("set_id", "cell_id", "cidx")
 
 Selector = dict[str, str | int | float | bool]
+
+# how a loader reads a plan's batches (LoaderOptions.data_access, .transport): the one
+# spelling of each set; the SDK checks its arguments against these tuples
+DataAccess = Literal["windowed", "full_in_mem"]
+Transport = Literal["auto", "local", "flight"]
+DATA_ACCESS_MODES: tuple[DataAccess, ...] = get_args(DataAccess)
+TRANSPORTS: tuple[Transport, ...] = get_args(Transport)
 
 class DatasetProtocolId(StrEnum):
     """Built-in protocols; any lower-case name is accepted wherever a protocol is."""
@@ -331,7 +342,7 @@ class LoaderOptions(_Frozen):
     None of these changes a batch, so none is part of a plan's identity.
     """
 
-    data_access: Literal["windowed", "full_in_mem"] = "windowed"
+    data_access: DataAccess = "windowed"
     num_workers: int = Field(default=0, ge=0)
     prefetch_factor: int = Field(default=4, ge=1)
     persistent_workers: bool = False
@@ -340,7 +351,7 @@ class LoaderOptions(_Frozen):
     device: str = "auto"
     prefetch_to_device: bool | None = None
     non_blocking: bool = True
-    transport: Literal["auto", "local", "flight"] = "auto"
+    transport: Transport = "auto"
 
     @field_validator("device")
     @classmethod

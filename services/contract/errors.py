@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -22,6 +23,7 @@ __all__ = [
     "WindpipeError",
     "error_envelope",
     "new_error",
+    "retired_error",
     "use_error_classes",
 ]
 
@@ -137,3 +139,12 @@ def new_error(
     if _factory is not None:
         return _factory(type_, message, dict(details or {}))
     return WindpipeError(type_, message, dict(details or {}))
+
+
+def retired_error(kind: str, key: str, retired_at: datetime | str) -> WindpipeError:
+    """The ``conflict`` of work asked of a retired ``kind`` (``"plan"``, ``"split"``,
+    ``"version"``) named ``key``: the catalog, the Flight servers and the SDK's same-host
+    reader refuse with this one message (``retired_at``: a time or its ISO 8601 text)."""
+    when = retired_at.isoformat() if isinstance(retired_at, datetime) else str(retired_at)
+    return WindpipeError(ErrorType.CONFLICT, f"{kind} {key!r} is retired (since {when})",
+                         details={kind: key, "retired_at": when})

@@ -36,6 +36,7 @@ from services.contract.limits import INT64_MAX
 from services.contract.ranks import check_rank
 
 __all__ = [
+    "ACTIONS",
     "ACTION_CACHE_STATS",
     "ACTION_HEALTH",
     "ACTION_WARM",
@@ -63,6 +64,7 @@ INPUT_PAD = -2.0
 ACTION_CACHE_STATS = "cache-stats"
 ACTION_HEALTH = "health"
 ACTION_WARM = "warm"
+ACTIONS: tuple[str, ...] = (ACTION_HEALTH, ACTION_CACHE_STATS, ACTION_WARM)  # DoAction types
 
 META_WIRE_VERSION = b"windpipe.wire_version"
 META_PLAN_ID = b"windpipe.plan_id"

@@ -2,9 +2,11 @@
 
 One importable library, used by the Flight server and usable by any in-process
 reader: the byte-budgeted chunk cache (:mod:`.cache`), decoded and scaled chunks
-(:mod:`.chunks`), a plan made ready to read (:mod:`.plan`), lane plans and the gather
-(:mod:`.lanes`, :mod:`.builder`), provenance (:mod:`.provenance`) and the ordered
-pipeline with read-ahead (:mod:`.pipeline`). No HTTP, no SQL, no gRPC server.
+(:mod:`.chunks`), a plan made ready to read (:mod:`.plan`), lane plans (:mod:`.lanes`),
+the block and chunk read paths (:mod:`.read_paths`), batch assembly and provenance
+(:mod:`.assembler`, :mod:`.provenance`), the builder that runs them (:mod:`.builder`)
+and the ordered pipeline with read-ahead (:mod:`.pipeline`). No HTTP, no SQL, no gRPC
+server.
 """
 
 from services.materialize.builder import BadSegmentPolicy, BatchBuilder, BuiltBatch

@@ -30,6 +30,7 @@ from services.materialize.cache import ChunkRequest
 from services.materialize.chunks import load_chunk
 from services.materialize.plan import PlanContext
 from services.materialize.tier import Block, Tier
+from services.planning.sizes import chunk_row_bytes
 from services.storage.store import Storage
 
 __all__ = [
@@ -57,7 +58,7 @@ class BlockLayout:
     @property
     def nbytes(self) -> int:
         """Bytes of the loaded block."""
-        return self.rows * (self.c_in + self.c_out) * 4
+        return self.rows * chunk_row_bytes(self.c_in, self.c_out)
 
 
 _LAYOUTS: weakref.WeakKeyDictionary[PlanContext, tuple[BlockLayout, ...]] = (
@@ -142,6 +143,7 @@ def fill_block(plan: PlanContext, storage: Storage, layout: BlockLayout, inputs:
     """Decode and scale every chunk of the block into ``inputs`` / ``targets`` (shaped
     ``(R, C_in)``, ``(R, C_out)``); returns the bytes read from storage."""
     read = 0
+    row_bytes = chunk_row_bytes(layout.c_in, layout.c_out)
     for k, (c, row) in enumerate(zip(layout.chunks.tolist(), layout.chunk_row.tolist(),
                                      strict=True)):
         info = plan.piece_info(int(plan.chunk_piece[c]))
@@ -152,7 +154,7 @@ def fill_block(plan: PlanContext, storage: Storage, layout: BlockLayout, inputs:
         targets[row : row + rows] = matrices.targets
         read += n
         if progress is not None:
-            progress(k + 1, (row + rows) * (layout.c_in + layout.c_out) * 4)
+            progress(k + 1, (row + rows) * row_bytes)
     return read
 
 

@@ -42,8 +42,9 @@ from typing import Any
 import numpy as np
 
 from services.contract.errors import ErrorType, WindpipeError
+from services.planning.sizes import VALUE_BYTES, chunk_row_bytes
 
-__all__ = ["TIER_FORMAT", "Block", "Tier", "TierInfo"]
+__all__ = ["TIER_FORMAT", "Block", "Tier", "TierInfo", "tier_bytes"]
 
 TIER_FORMAT = 1
 _MAGIC = b"WPBLOCK1"
@@ -110,8 +111,19 @@ class TierInfo:
             return None
 
 
+def tier_bytes(nbytes: int, *, blocks: int = 1) -> int:
+    """Bytes ``blocks`` blocks of ``nbytes`` bytes of matrices in all take in a tier: the
+    matrices and each file's header."""
+    return nbytes + blocks * _HEADER
+
+
 def _block_bytes(rows: int, c_in: int, c_out: int) -> int:
-    return _HEADER + rows * (c_in + c_out) * 4
+    return tier_bytes(rows * chunk_row_bytes(c_in, c_out))
+
+
+def _split(rows: int, c_in: int) -> int:
+    """Byte offset of a block file's targets (after the header and the inputs)."""
+    return _HEADER + rows * c_in * VALUE_BYTES
 
 
 class Tier:
@@ -160,9 +172,9 @@ class Tier:
                 "tier_evictions": self.evictions, "tier_bytes_written": self.bytes_written,
                 "tier_used_bytes": self.used_bytes(), "tier_budget_bytes": self.budget_bytes}
 
-    def fits(self, nbytes: int, blocks: int = 1) -> bool:
+    def fits(self, nbytes: int, *, blocks: int = 1) -> bool:
         """Whether ``blocks`` blocks of ``nbytes`` bytes in all fit the budget together."""
-        return nbytes + blocks * _HEADER <= self.budget_bytes
+        return tier_bytes(nbytes, blocks=blocks) <= self.budget_bytes
 
     def used_bytes(self) -> int:
         """Bytes of every block file in the directory."""
@@ -183,7 +195,7 @@ class Tier:
         rows, c_in, c_out = (int(v) for v in np.frombuffer(header[8:32], dtype="<i8"))
         if raw.shape[0] != _block_bytes(rows, c_in, c_out):
             return None
-        split = _HEADER + rows * c_in * 4
+        split = _split(rows, c_in)
         inputs = raw[_HEADER:split].view(np.float32).reshape(rows, c_in)
         targets = raw[split:].view(np.float32).reshape(rows, c_out)
         with contextlib.suppress(OSError):
@@ -265,7 +277,7 @@ class Tier:
             raw = np.memmap(tmp, dtype=np.uint8, mode="w+", shape=(nbytes,))
             header = _MAGIC + np.asarray([rows, c_in, c_out], dtype="<i8").tobytes()
             raw[: len(header)] = np.frombuffer(header, dtype=np.uint8)
-            split = _HEADER + rows * c_in * 4
+            split = _split(rows, c_in)
             read = fill(raw[_HEADER:split].view(np.float32).reshape(rows, c_in),
                         raw[split:].view(np.float32).reshape(rows, c_out))
             raw.flush()

@@ -32,6 +32,7 @@ import pyarrow as pa
 from services.contract.configs import PlanSpec
 from services.contract.errors import ErrorType, WindpipeError
 from services.contract.identity import canonical_json
+from services.contract.reports import PlanReport
 from services.planning.report import plan_report
 from services.planning.schedule import SCHEDULE_ARRAYS, DropCounts, Schedule
 from services.planning.strategies import Strategy, epoch_schedule, strategy_for
@@ -153,7 +154,7 @@ class PlanArtifact:
         return self.schedule if epoch == self.schedule.epoch else dataclasses.replace(
             self.schedule, epoch=epoch)
 
-    def report(self, *, world_size: int = 1, schedule: Schedule | None = None) -> dict[str, Any]:
+    def report(self, *, world_size: int = 1, schedule: Schedule | None = None) -> PlanReport:
         """The plan report of epoch 0 (or of ``schedule``) for ``world_size`` ranks."""
         return plan_report(
             self.streams, self.spec,

@@ -1,6 +1,7 @@
 """The plan report: what an epoch yields, costs and drops (SEMANTICS section 7).
 
-JSON-ready numbers computed from a :class:`~services.planning.schedule.Schedule`. For
+A :class:`~services.contract.reports.PlanReport` (the wire contract) computed from a
+:class:`~services.planning.schedule.Schedule`. For
 ``shuffled`` plans every number belongs to the schedule's epoch (phases and
 permutations change the counts slightly from one epoch to the next).
 """
@@ -8,11 +9,11 @@ permutations change the counts slightly from one epoch to the next).
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
 
 import numpy as np
 
 from services.contract.configs import PlanSpec
+from services.contract.reports import AlignedReport, DroppedReport, PlanReport, ProtocolReport
 from services.planning.ranks import rank_batch_counts, trimmed_batches
 from services.planning.schedule import Schedule
 from services.planning.sizes import channel_counts, chunk_row_bytes, token_bytes
@@ -59,7 +60,7 @@ def plan_report(
     *,
     world_size: int = 1,
     chunk_rows: dict[str, int] | None = None,
-) -> dict[str, Any]:
+) -> PlanReport:
     """Batches, lanes, tokens, bytes and drops of ``schedule`` for ``world_size`` ranks.
 
     ``chunk_rows`` is the largest chunk (rows) of each protocol's segments, for the
@@ -82,56 +83,56 @@ def plan_report(
     counts = rank_batch_counts(schedule, world_size) // parts
     trim = spec.drop_incomplete_distributed
     per_rank = [int(counts.min())] * world_size if trim else counts.tolist()
-    protocols: dict[str, Any] = {}
+    protocols: dict[str, ProtocolReport] = {}
     for code, p in enumerate(names):
         w = spec.window_for(p)
         in_b = schedule.batch_protocol == code
         in_l = schedule.lane_protocol == code
         c_in, c_out = channels[p]
-        protocols[p] = {
-            "streams": int((streams.protocol == code).sum()),
-            "rows": int(streams.n_rows[streams.protocol == code].sum()),
-            "batch_size": w.batch_size,
-            "seq_len": w.seq_len,
-            "input_channels": c_in,
-            "target_channels": c_out,
-            "bytes_per_full_batch": w.batch_size * w.seq_len * token_bytes(c_in, c_out),
-            "batches": int(in_b.sum()),
-            "lanes": int(in_l.sum()),
-            "padding_lanes": int((in_l & (schedule.lane_offset < 0)).sum()),
-            "tokens": int(lane_t[in_l].sum()),
-            "real_tokens": int(real[in_l].sum()),
-        }
-    report: dict[str, Any] = {
-        "epoch": schedule.epoch,
-        "strategy": spec.strategy,
-        "epoch_dependent": spec.strategy == "shuffled",
-        "streams": streams.count,
-        "rows": int(streams.n_rows.sum()),
-        "batches": schedule.n_consumer_batches,
-        "units": schedule.n_units,
-        "world_size": world_size,
-        "batches_per_rank_untrimmed": counts.tolist(),
-        "batches_per_rank": per_rank,
-        "lanes": int(lanes_per_batch.sum()),
-        "padding_lanes": int((schedule.lane_offset < 0).sum()),
-        "tokens": int(lane_t.sum()),
-        "real_tokens": int(real.sum()),
-        "bytes": int(batch_bytes.sum()),
-        "max_batch_bytes": int(batch_bytes.reshape(-1, parts).sum(axis=1).max())
+        protocols[p] = ProtocolReport(
+            streams=int((streams.protocol == code).sum()),
+            rows=int(streams.n_rows[streams.protocol == code].sum()),
+            batch_size=w.batch_size,
+            seq_len=w.seq_len,
+            input_channels=c_in,
+            target_channels=c_out,
+            bytes_per_full_batch=w.batch_size * w.seq_len * token_bytes(c_in, c_out),
+            batches=int(in_b.sum()),
+            lanes=int(in_l.sum()),
+            padding_lanes=int((in_l & (schedule.lane_offset < 0)).sum()),
+            tokens=int(lane_t[in_l].sum()),
+            real_tokens=int(real[in_l].sum()),
+        )
+    aligned = AlignedReport(
+        parts_per_batch=parts,
+        keys=int(np.unique(schedule.lane_key).shape[0]) if schedule.lane_key is not None else 0,
+    ) if parts > 1 else None
+    return PlanReport(
+        epoch=int(schedule.epoch),
+        strategy=spec.strategy,
+        epoch_dependent=spec.strategy == "shuffled",
+        streams=int(streams.count),
+        rows=int(streams.n_rows.sum()),
+        batches=int(schedule.n_consumer_batches),
+        units=int(schedule.n_units),
+        world_size=world_size,
+        batches_per_rank_untrimmed=[int(c) for c in counts.tolist()],
+        batches_per_rank=[int(c) for c in per_rank],
+        lanes=int(lanes_per_batch.sum()),
+        padding_lanes=int((schedule.lane_offset < 0).sum()),
+        tokens=int(lane_t.sum()),
+        real_tokens=int(real.sum()),
+        bytes=int(batch_bytes.sum()),
+        max_batch_bytes=int(batch_bytes.reshape(-1, parts).sum(axis=1).max())
         if schedule.n_batches else 0,
-        "dropped": {
-            **asdict(schedule.dropped),
-            "distributed_trimmed_batches":
-                trimmed_batches(schedule, world_size) // parts if trim else 0,
-        },
-        "protocols": protocols,
-    }
-    if parts > 1:
-        report["aligned"] = {"parts_per_batch": parts,
-                             "keys": int(np.unique(schedule.lane_key).shape[0])
-                             if schedule.lane_key is not None else 0}
-    report["cache_working_set_bytes"] = _working_set(
-        streams, spec, schedule, lane_t, row_bytes=row_bytes, chunk_rows=chunk_rows,
+        dropped=DroppedReport(
+            **{k: int(v) for k, v in asdict(schedule.dropped).items()},
+            distributed_trimmed_batches=trimmed_batches(schedule, world_size) // parts
+            if trim else 0,
+        ),
+        protocols=protocols,
+        aligned=aligned,
+        cache_working_set_bytes=_working_set(
+            streams, spec, schedule, lane_t, row_bytes=row_bytes, chunk_rows=chunk_rows,
+        ),
     )
-    return report

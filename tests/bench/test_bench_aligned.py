@@ -50,7 +50,7 @@ def test_the_memmap_loader_equals_windpipe_value_for_value(tmp_path: Path) -> No
         ver = cat.register("b", root=data.path.resolve().as_uri(), manifest="manifest.parquet")
         plan = ver.split(sdk.ValidationConfig.sample(fraction=0.2, seed=1)).plan(
             aligned_config(4, 32))
-        artifact = PlanArtifact.from_ipc(cat._artifact_bytes(plan.id))
+        artifact = PlanArtifact.from_ipc(plan._state.artifact_bytes(plan.id))
         npy = prepare_memmaps(artifact, data.path, tmp_path)
         theirs = list(memmap_batches(artifact, npy, 2))
         ours = [b for e in range(2) for b in plan.batches(epoch=e, transport="flight")]

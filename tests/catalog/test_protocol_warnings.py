@@ -50,7 +50,7 @@ def test_registration_answers_and_the_sdk_warns(
         first = cat.register("synth", root=synth_dataset.path.as_uri(),
                              manifest="manifest.parquet")
     assert first.warnings == []
-    assert cat._rest.get_json(f"/v1/versions/{first.id}")["warnings"] == []
+    assert cat.version(first.id).raw["warnings"] == []
     frame = pl.read_parquet(synth_dataset.path / "manifest.parquet")
     cycling_row = frame.get_column("protocol").to_list().index("cycling")
     typo_root = _variant(synth_dataset, tmp_path / "typo", {cycling_row: "cyling"})

@@ -15,13 +15,16 @@ from typing import Any
 import numpy as np
 import pyarrow.flight as fl
 import pytest
+from pydantic import SecretStr
 
+from flight_server.config import FlightServerConfig
 from flight_server.tickets import TICKET_PREFIX, TicketPayload, sign_ticket, verify_ticket
 from services.contract.configs import LoaderConfig, WindowConfig
 from services.contract.errors import ErrorType
 from services.contract.wire import (
     ACTION_HEALTH,
     ACTION_WARM,
+    ACTIONS,
     META_PLAN_ID,
     BatchMetadata,
     FlightCommand,
@@ -29,6 +32,7 @@ from services.contract.wire import (
     error_from_flight,
 )
 from services.materialize.blocks import block_layouts
+from services.settings import Settings
 from tests.fixtures.servers import free_ports
 from tests.flight_server.helpers import (
     COLUMNS,
@@ -283,6 +287,47 @@ def test_actions_health_stats_and_warm(dataset: Dataset, server: Any) -> None:
     after = cache_stats(server.location)
     assert after["misses"] == before["misses"]  # everything was in memory
     assert after["hits"] > before["hits"]
+
+
+def test_the_actions_are_the_wire_contracts(server: Any) -> None:
+    """``list_actions`` and the unknown-action error name ``services.contract.wire.ACTIONS``."""
+    client = fl.connect(server.location)
+    try:
+        assert tuple(a.type for a in client.list_actions()) == ACTIONS
+        with pytest.raises(fl.FlightServerError) as exc:
+            list(client.do_action(fl.Action("no-such-action", b"")))
+    finally:
+        client.close()
+    err = error_from_flight(exc.value)
+    assert err is not None
+    assert (err.type, err.details["actions"]) == (ErrorType.INVALID_REQUEST, list(ACTIONS))
+
+
+def test_the_server_runs_on_one_config_made_from_the_settings(dataset: Dataset,
+                                                              tmp_path: Path) -> None:
+    settings = Settings(flight_host="127.0.0.1", readahead_batches=0, endpoint_batches=3,
+                        on_bad_segment="skip", ticket_ttl_s=60.0, tier_dir=tmp_path / "t",
+                        tier_bytes=1 << 20, auto_blocks=False, build_ahead_bytes=10,
+                        ticket_secret=SecretStr("s"), flight_locations=("grpc://x:1",))
+    config = FlightServerConfig.from_settings(settings, port=0, cache_bytes=4096)
+    assert (config.host, config.port, config.cache_bytes, config.locations) == (
+        "127.0.0.1", 0, 4096, ("grpc://x:1",))
+    assert (config.readahead_batches, config.endpoint_batches, config.on_bad_segment,
+            config.ticket_ttl_s, config.auto_blocks, config.build_ahead_bytes) == (
+        0, 3, "skip", 60.0, False, 10)
+    assert (config.ticket_secret, config.tier_dir, config.limits) == (
+        b"s", tmp_path / "t", settings.limits())
+    assert "ticket_secret" not in repr(config)
+    assert FlightServerConfig.from_settings(Settings(tier_bytes=0)).tier_dir is None
+    running = start_server({"p": dataset.plan(CONFIG, "p")}, cache_bytes=1 << 20,
+                           readahead_batches=0, ticket_ttl_s=60.0)
+    try:
+        server = running.server
+        assert (server.config.readahead_batches, server.config.ticket_ttl_s) == (0, 60.0)
+        assert (server.cache.budget_bytes, server.tier) == (1 << 20, None)
+        assert running.location == server.config.advertised_location(server.port)
+    finally:
+        running.stop(grace_s=5)
 
 
 def test_warm_larger_than_budget_fails(dataset: Dataset) -> None:

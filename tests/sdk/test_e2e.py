@@ -19,6 +19,7 @@ from sdk import (
     ValidationConfig,
     WindowConfig,
 )
+from sdk._sources import FlightSource
 from services.contract.wire import FlightCommand
 from tests.fixtures.servers import free_ports
 from tests.sdk.deployment import deployment
@@ -251,7 +252,8 @@ def test_errors_surface_as_the_tree(dep: Any, tmp_path: Path, synth_dataset: Any
         split.plan(LoaderConfig(inputs={"cycling": ("no_such_column",)},
                                 targets={"cycling": ("voltage_v",)}))
     with pytest.raises(sdk.NotFound):
-        list(cat._batches("p-unknown", epoch=0, rank=0, world_size=1, start_batch=0))
+        list(FlightSource("p-unknown", cat.flight).batches(epoch=0, rank=0, world_size=1,
+                                                           start_batch=0))
     plan = dep.extra["plan"]
     with pytest.raises(sdk.InvalidRequest, match="rank 2"):
         list(plan.batches(rank=2, world_size=2))

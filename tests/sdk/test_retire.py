@@ -9,7 +9,7 @@ import pytest
 
 from flight_server.plan_sources import RestPlanSource
 from sdk import Catalog, Conflict, LoaderConfig, ValidationConfig, WindowConfig
-from services.contract.errors import ErrorType
+from services.contract.errors import ErrorType, retired_error
 from services.contract.errors import WindpipeError as ContractError
 from tests.sdk.deployment import deployment
 
@@ -45,13 +45,18 @@ def test_running_streams_finish_and_new_ones_are_refused(dep: Any) -> None:
     rest = [b.inputs.numpy().tobytes() for b in running]
     assert [first.inputs.numpy().tobytes(), *rest] == full
 
-    with pytest.raises(Conflict, match="retired"):
+    with pytest.raises(Conflict, match="retired") as flight:
         next(iter(plan.batches(transport="flight")))
-    with pytest.raises(Conflict, match="retired"):
+    with pytest.raises(Conflict, match="retired") as local:
         next(iter(plan.batches(transport="local")))
     with pytest.raises(ContractError, match="retired") as info:
         RestPlanSource(dep.url).check_live(plan.id)  # what a Flight server with --catalog-url asks
     assert info.value.type == ErrorType.CONFLICT
+    # one message, written by services.contract.errors.retired_error, whoever refuses
+    said = {e.message.split(" (since ")[0] for e in (flight.value, local.value, info.value)}
+    assert said == {retired_error("plan", plan.id, "t").message.split(" (since ")[0]}
+    assert flight.value.message == local.value.message
+    assert flight.value.details == local.value.details
     with pytest.raises(Conflict):
         split.plan(CONFIG)
     other = split.plan(CONFIG.model_copy(update={

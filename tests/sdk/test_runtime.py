@@ -13,6 +13,7 @@ import torch
 
 import sdk
 from sdk import Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
+from sdk._state import ClientSettings, ClientState
 from sdk._torch import dataloader_options
 from services.contract.wire import ACTION_HEALTH
 from tests.flight_server.helpers import cache_stats
@@ -137,14 +138,15 @@ def test_flight_calls_carry_the_token(tmp_path: Path, synth_dataset: Any) -> Non
         good = [_key(b) for b in plan.batches(epoch=0)]
         assert good
         assert set(plan.warm(progress=False)) == set(d.locations)
-        bad = Catalog(d.url, token="wrong", flight_locations=d.locations)
-        refused = dataclasses.replace(plan, _catalog=bad)
+        bad = ClientState(ClientSettings(url=d.url, token="wrong",
+                                         flight_locations=tuple(d.locations)))
+        refused = dataclasses.replace(plan, _state=bad)
         with pytest.raises(sdk.Unauthenticated, match="bearer token"):
             list(refused.batches(epoch=0))
         with pytest.raises(sdk.Unauthenticated, match="bearer token"):
             refused.warm(progress=False)
-        anonymous = dataclasses.replace(
-            plan, _catalog=Catalog(d.url, flight_locations=d.locations))
+        anonymous = dataclasses.replace(plan, _state=ClientState(
+            ClientSettings(url=d.url, flight_locations=tuple(d.locations))))
         with pytest.raises(sdk.Unauthenticated, match="requires a bearer token"):
             list(anonymous.batches(epoch=0))
         client = fl.connect(d.locations[0])

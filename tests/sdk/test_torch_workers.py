@@ -14,7 +14,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from sdk import InvalidConfig, WindpipeIterableDataset
-from sdk._catalog import _PlanSource
+from sdk._state import ClientSettings, WorkerSource
 from sdk._torch import WindpipeDataLoader, check_spawn
 from tests.sdk.wire_toys import ToyFlightServer
 
@@ -29,8 +29,8 @@ def toy():
 
 
 def _dataset(toy) -> WindpipeIterableDataset:
-    source = _PlanSource("p-toy", url="http://127.0.0.1:9", token=None, timeout=5.0,
-                         flight_locations=[toy.location], catalog=None)
+    source = WorkerSource("p-toy", settings=ClientSettings(
+        url="http://127.0.0.1:9", timeout=5.0, flight_locations=(toy.location,)))
     return WindpipeIterableDataset(source, plan_id="p-toy")
 
 

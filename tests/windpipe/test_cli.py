@@ -14,6 +14,7 @@ import pyarrow.flight as flight
 import sqlalchemy as sa
 
 from flight_server.runner import start_flight_server
+from services.contract.wire import ACTION_HEALTH
 from services.settings import Settings
 from windpipe.cli import _settings, build_parser
 
@@ -70,7 +71,7 @@ def test_serve_prints_urls_serves_and_stops_on_sigterm(tmp_path: Path):
         config = httpx.get(f"{rest}/v1/config").json()
         assert location in str(config)
         client = flight.connect(location)
-        assert list(client.do_action(flight.Action("health", b"")))
+        assert list(client.do_action(flight.Action(ACTION_HEALTH, b"")))
         client.close()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
@@ -107,12 +108,12 @@ def test_flight_knobs_are_settings_flags_and_variables(monkeypatch, tmp_path):
     running = start_flight_server(settings.model_copy(update={"flight_host": "127.0.0.1"}),
                                   plan_source=lambda plan_id: None)
     try:
-        server = running.server
-        assert (server.cache.wait_timeout_s, server.readahead_batches, server.endpoint_batches,
-                server.on_bad_segment, server.ticket_ttl_s) == (5.0, 0, 7, "skip", 60.0)
+        server, config = running.server, running.server.config
+        assert (server.cache.wait_timeout_s, config.readahead_batches, config.endpoint_batches,
+                config.on_bad_segment, config.ticket_ttl_s) == (5.0, 0, 7, "skip", 60.0)
         assert server.tier is not None
         assert (server.tier.directory, server.tier.budget_bytes) == (tmp_path / "tier",
                                                                      12345678)
-        assert (server.auto_blocks, server.build_ahead_bytes) == (False, 1000)
+        assert (config.auto_blocks, config.build_ahead_bytes) == (False, 1000)
     finally:
         running.stop(grace_s=5)

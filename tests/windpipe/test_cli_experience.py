@@ -4,6 +4,7 @@ named, the benchmark's plot skipped without matplotlib."""
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import subprocess
 import sys
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from bench.report import write_plot_if_possible
-from windpipe.cli import build_parser, main
+from services.settings import Settings, setting_infos
+from windpipe.cli import _settings, build_parser, main
 
 WINDPIPE = [sys.executable, "-m", "windpipe.cli"]
 
@@ -63,6 +65,61 @@ def test_a_taken_port_is_named_with_the_flag_to_change_it(tmp_path: Path, capsys
         err = capsys.readouterr().err
         assert f"port {port}" in err
         assert "--flight-port" in err
+
+
+# every flag windpipe serve has had: none may go, whatever the settings say
+SERVER_FLAGS = {
+    "--host": "host", "--port": "port", "--flight-port": "flight_port",
+    "--data-dir": "data_dir", "--database-url": "database_url", "--cache-bytes": "cache_bytes",
+    "--cache-wait-s": "cache_wait_s", "--readahead-batches": "readahead_batches",
+    "--endpoint-batches": "endpoint_batches", "--on-bad-segment": "on_bad_segment",
+    "--ticket-ttl-s": "ticket_ttl_s", "--allow-root": "allowed_roots",
+    "--insecure": "insecure", "--tier-dir": "tier_dir", "--tier-bytes": "tier_bytes",
+    "--auto-blocks": "auto_blocks", "--build-ahead-bytes": "build_ahead_bytes",
+    "--catalog-url": "catalog_url", "--flight-location": "flight_locations",
+}
+
+
+def test_serve_help_lists_every_server_flag_with_its_settings_text_and_default():
+    env = {**os.environ, "COLUMNS": "2000"}  # one line per help text
+    out = subprocess.run([*WINDPIPE, "serve", "--help"], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    options = out[out.index("options:"):]
+    flagged = {info.flag: info for info in setting_infos() if info.flag}
+    assert {flag: info.name for flag, info in flagged.items()} == SERVER_FLAGS
+    for flag, info in flagged.items():
+        entry = options[options.index("  " + flag):].split("\n  -", 1)[0]
+        text = " ".join(entry.split())
+        assert f"{info.description} (default {info.default})" in text, (flag, text)
+    assert "--no-auto-blocks" in options
+    assert "{raise,skip}" in options
+    assert Settings.model_fields["cache_bytes"].default == 1 << 30
+    assert "(default 1 GiB)" in options
+
+
+def test_a_flag_beats_its_variable_which_beats_the_default(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+):
+    parse = build_parser().parse_args
+    assert _settings(parse(["serve"])).cache_wait_s == Settings().cache_wait_s
+    monkeypatch.setenv("WINDPIPE_CACHE_WAIT_S", "7")
+    monkeypatch.setenv("WINDPIPE_ALLOWED_ROOTS", "/env/a,/env/b")
+    monkeypatch.setenv("WINDPIPE_INSECURE", "true")
+    monkeypatch.setenv("WINDPIPE_AUTO_BLOCKS", "false")
+    from_env = _settings(parse(["serve"]))
+    assert (from_env.cache_wait_s, from_env.allowed_roots) == (7.0, ("/env/a", "/env/b"))
+    assert (from_env.insecure, from_env.auto_blocks) == (True, False)
+    given = _settings(parse(["serve", "--cache-wait-s", "5", "--allow-root", "/x",
+                             "--allow-root", "s3://b/p", "--auto-blocks",
+                             "--flight-location", "grpc://a:1", "--data-dir", str(tmp_path)]))
+    assert (given.cache_wait_s, given.allowed_roots, given.auto_blocks) == (
+        5.0, ("/x", "s3://b/p"), True)
+    assert (given.flight_locations, given.data_dir) == (("grpc://a:1",), tmp_path)
+    monkeypatch.delenv("WINDPIPE_INSECURE")
+    assert _settings(parse(["serve", "--insecure"])).insecure is True
+    assert _settings(parse(["serve"])).insecure is False
+    migrate = parse(["migrate", "--database-url", "sqlite://", "--data-dir", str(tmp_path)])
+    assert _settings(migrate).resolved_database_url() == "sqlite://"
 
 
 def test_a_bad_setting_names_the_flag_and_the_variable(tmp_path: Path, capsys):

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response, status
 
 from catalog import plans, retire
 from catalog.api.auth import plan_dataset, require, split_dataset
 from catalog.api.deps import Context, PageSize, PageToken
-from catalog.api.schemas import DEFAULT_PAGE_SIZE, PageOut, PlanOut, ScheduleBatchOut
+from catalog.api.schemas import DEFAULT_PAGE_SIZE, PageOut, PlanOut
 from catalog.principals import Role
 from catalog.repository import decode_page_token, encode_page_token
 from services.contract.configs import PlanSpec
 from services.contract.limits import INT64_MAX
+from services.contract.reports import PlanReport, ScheduleBatch
 from services.planning.artifact import ARTIFACT_MEDIA_TYPE
 
 __all__ = ["v1"]
@@ -76,20 +77,22 @@ def get_plan_artifact(ctx: Context, plan_id: str) -> Response:
                     media_type=ARTIFACT_MEDIA_TYPE)
 
 
-@v1.get("/plans/{plan_id}/report", operation_id="get_plan_report", dependencies=_READ)
-def get_plan_report(ctx: Context, plan_id: str, world_size: WorldSize = 1) -> dict[str, Any]:
-    """Batches, tokens, bytes and everything the plan drops, for ``world_size`` ranks."""
+@v1.get("/plans/{plan_id}/report", operation_id="get_plan_report", dependencies=_READ,
+        response_model=PlanReport)
+def get_plan_report(ctx: Context, plan_id: str, world_size: WorldSize = 1) -> PlanReport:
+    """Batches, tokens, bytes and everything the plan drops, for ``world_size`` ranks
+    (``aligned`` only for an aligned plan)."""
     return plans.plan_report_for(ctx, plan_id, world_size=world_size)
 
 
 @v1.get(
     "/plans/{plan_id}/schedule", operation_id="get_plan_schedule", dependencies=_READ,
-    response_model=PageOut[ScheduleBatchOut],
+    response_model=PageOut[ScheduleBatch],
 )
 def get_plan_schedule(
     *, ctx: Context, plan_id: str, epoch: Epoch = 0, rank: Rank = 0, world_size: WorldSize = 1,
     page_size: PageSize = DEFAULT_PAGE_SIZE, page_token: PageToken = None,
-) -> PageOut[ScheduleBatchOut]:
+) -> PageOut[ScheduleBatch]:
     """The batches of one rank's pass of ``epoch``, in order, as lanes (paged)."""
     key = decode_page_token(page_token, shape=(int,))
     start = key[0] if key else 0
@@ -99,6 +102,6 @@ def get_plan_schedule(
     )
     end = start + len(items)
     return PageOut(
-        items=[ScheduleBatchOut.model_validate(i) for i in items],
+        items=items,
         next_page_token=encode_page_token([end]) if end < total else None,
     )

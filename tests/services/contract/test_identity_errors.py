@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import UTC, datetime
 
-from services.contract.errors import ERROR_TABLE, ErrorType, WindpipeError
+from services.contract.errors import ERROR_TABLE, ErrorType, WindpipeError, retired_error
 from services.contract.identity import canonical_json, hash64, manifest_row_id, unit_interval
 
 
@@ -37,3 +38,12 @@ def test_every_error_type_has_a_status_and_flight_error():
     back = WindpipeError.from_envelope(env)
     assert (back.type, back.message, back.details) == (err.type, err.message, err.details)
     assert WindpipeError.from_envelope({"error": {"type": "??"}}).type is ErrorType.INTERNAL
+
+
+def test_the_retired_conflict_has_one_wording():
+    when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    err = retired_error("plan", "p-1", when)
+    assert (err.type, err.http_status) == (ErrorType.CONFLICT, 409)
+    assert err.message == f"plan 'p-1' is retired (since {when.isoformat()})"
+    assert err.details == {"plan": "p-1", "retired_at": when.isoformat()}
+    assert retired_error("plan", "p-1", when.isoformat()).envelope() == err.envelope()

@@ -182,8 +182,9 @@ def test_the_stored_plan_keeps_the_aligned_layout() -> None:
                 assert (values == b.arrays()[field]).all(), field
         report = again.report(world_size=2)
         sched = again.epoch_schedule(0)
-        assert report["batches"] == sched.n_consumer_batches
-        assert report["aligned"]["parts_per_batch"] == len(PROTOCOLS)
-        assert sum(report["batches_per_rank_untrimmed"]) == report["batches"]
+        assert report.batches == sched.n_consumer_batches
+        assert report.aligned is not None
+        assert report.aligned.parts_per_batch == len(PROTOCOLS)
+        assert sum(report.batches_per_rank_untrimmed) == report.batches
         for p in PROTOCOLS:
-            assert report["protocols"][p]["batches"] == report["batches"]
+            assert report.protocols[p].batches == report.batches

@@ -36,20 +36,21 @@ def test_report_numbers() -> None:
     )
     sched = epoch_schedule(streams, cfg, 0)
     rep = plan_report(streams, cfg, sched, world_size=2)
-    json.dumps(rep)
+    assert json.loads(rep.model_dump_json()) == rep.model_dump(mode="json")
+    assert "aligned" not in rep.model_dump(mode="json")  # only an aligned plan has it
     # cycling N=13: one batch, lanes at 0, 4, 8 (real targets 4, 4, 4);
     # hppc N=9, B*T=4: windows at 0 (2 lanes) and 4 (lanes 4, 6): real 2+2, 2+2
-    assert rep["batches"] == 3
-    assert rep["lanes"] == 7
-    assert rep["tokens"] == 3 * 4 + 4 * 2
-    assert rep["real_tokens"] == 12 + 8
-    assert rep["protocols"]["cycling"]["bytes_per_full_batch"] == 3 * 4 * (3 * 4 + 1)
-    assert rep["bytes"] == 3 * 4 * 13 + 4 * 2 * (2 * 4 + 1)
-    assert rep["batches_per_rank_untrimmed"] == [2, 1]
-    assert rep["batches_per_rank"] == [1, 1]
-    assert rep["dropped"]["distributed_trimmed_batches"] == 1
-    assert rep["dropped"]["short_streams"] == 1
-    assert rep["cache_working_set_bytes"] > 0
+    assert rep.batches == 3
+    assert rep.lanes == 7
+    assert rep.tokens == 3 * 4 + 4 * 2
+    assert rep.real_tokens == 12 + 8
+    assert rep.protocols["cycling"].bytes_per_full_batch == 3 * 4 * (3 * 4 + 1)
+    assert rep.bytes == 3 * 4 * 13 + 4 * 2 * (2 * 4 + 1)
+    assert rep.batches_per_rank_untrimmed == [2, 1]
+    assert rep.batches_per_rank == [1, 1]
+    assert rep.dropped.distributed_trimmed_batches == 1
+    assert rep.dropped.short_streams == 1
+    assert rep.cache_working_set_bytes > 0
 
 
 def test_reference_values() -> None:

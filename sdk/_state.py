@@ -1,0 +1,223 @@
+"""``ClientState``: what one client of a deployment holds, shared by ``Catalog`` and its handles.
+
+A :class:`~sdk.Catalog` and every ``DatasetVersion``, ``Split`` and ``Plan`` it returns
+hold the same :class:`ClientState`: the REST client, the Flight connection (opened on
+first use, from ``/v1/config`` unless the locations were given), the same-host
+readers, the location map, the token and the timeouts. The handles call its public
+methods; nothing reaches into the ``Catalog``.
+
+:meth:`ClientState.source` picks a plan's :class:`~sdk._sources.BatchSource`: the
+same-host path when ``transport`` takes it, else Flight (first warming every Flight
+server for ``data_access="full_in_mem"``). A DataLoader worker is another process:
+:class:`WorkerSource` carries only the picklable :class:`ClientSettings` there and
+opens its own connections.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+import pyarrow as pa
+
+from sdk._exceptions import InvalidConfig, as_sdk_error
+from sdk._local import LocalReaders
+from sdk._locations import LocationMap
+from sdk._rest import RestClient
+from sdk._sources import BatchSource, FlightSource, LocalSource
+from sdk._stream import FlightStream
+from sdk._warm import WarmResult, warm_plan
+from services.contract.configs import DATA_ACCESS_MODES
+from services.contract.errors import retired_error
+from services.planning.artifact import ARTIFACT_MEDIA_TYPE
+
+if TYPE_CHECKING:
+    import httpx
+
+    from sdk._aligned import AlignedBatch
+    from sdk._batch import Batch
+
+__all__ = ["ClientSettings", "ClientState", "WorkerSource"]
+_ARROW_STREAM = "application/vnd.apache.arrow.stream"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientSettings:
+    """What a :class:`ClientState` is made from (picklable: DataLoader workers get it).
+
+    ``flight_locations`` None: from the catalog's ``/v1/config``. ``location_map``
+    None: the ``WINDPIPE_FLIGHT_LOCATION_MAP`` variable (``sdk._locations``).
+    """
+
+    url: str
+    token: str | None = None
+    timeout: float = 30.0
+    retries: int = 3
+    read_timeout: float | None = 60.0
+    flight_locations: tuple[str, ...] | None = None
+    location_map: Mapping[str, str] | None = None
+
+
+def flight_locations_of(config: Mapping[str, Any]) -> list[str]:
+    """The Flight locations a ``/v1/config`` answer names."""
+    for key in ("flight_locations", "flight_endpoints", "flight"):
+        value = config.get(key)
+        if isinstance(value, dict):
+            value = value.get("locations") or value.get("endpoints")
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list | tuple) and value:
+            return [str(v["uri"] if isinstance(v, dict) else v) for v in value]
+    return []
+
+
+class ClientState:
+    """The connections and settings of one client (see the module docstring).
+
+    ``transport``: an ``httpx`` transport for the REST client (tests); never sent to
+    DataLoader workers.
+    """
+
+    def __init__(self, settings: ClientSettings, *,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.location_map = LocationMap(settings.location_map)
+        self.settings = dataclasses.replace(settings, url=settings.url.rstrip("/"),
+                                            location_map=dict(self.location_map.mapping))
+        self._rest = RestClient(self.settings.url, token=settings.token,
+                                timeout=settings.timeout, retries=settings.retries,
+                                transport=transport)
+        self._stream: FlightStream | None = None
+        self._lock = threading.Lock()
+        self._local = LocalReaders(self.flight, self.artifact_bytes)
+
+    def __repr__(self) -> str:
+        return f"ClientState({self.settings.url!r})"
+
+    def close(self) -> None:
+        """Close the HTTP and Flight connections."""
+        self._rest.close()
+        with self._lock:
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
+
+    # -- REST -----------------------------------------------------------------------
+
+    def get_json(self, path: str, **params: Any) -> Any:
+        """``GET path`` (``params`` as the query), the answer's JSON."""
+        return self._rest.get_json(path, **params)
+
+    def post_json(self, path: str, body: Any) -> tuple[Any, int]:
+        """``POST path``: the answer's JSON and its status (201 new, 200 existing)."""
+        return self._rest.post_json(path, body)
+
+    def delete_json(self, path: str) -> Any:
+        """``DELETE path`` (a soft retirement), the answer's JSON."""
+        return self._rest.request("DELETE", path).json()
+
+    def pages(self, path: str, **params: Any) -> Iterator[Any]:
+        """Every item of a paginated list."""
+        return self._rest.pages(path, **params)
+
+    def arrow_frame(self, path: str) -> pl.DataFrame:
+        """``GET path?format=arrow`` (an index) as a polars frame."""
+        response = self._rest.request("GET", path, params={"format": "arrow"},
+                                      accept=_ARROW_STREAM)
+        frame = pl.from_arrow(pa.ipc.open_stream(response.content).read_all())
+        assert isinstance(frame, pl.DataFrame)
+        return frame
+
+    def artifact_bytes(self, plan_id: str) -> bytes:
+        """The stored plan (``GET /v1/plans/{id}/artifact``, Arrow IPC)."""
+        return self._rest.request("GET", f"/v1/plans/{plan_id}/artifact",
+                                  accept=ARTIFACT_MEDIA_TYPE).content
+
+    def config(self) -> dict[str, Any]:
+        """The deployment's ``/v1/config``."""
+        return dict(self._rest.get_json("/v1/config"))
+
+    def check_live(self, plan_id: str) -> None:
+        """:class:`Conflict` when the plan (or its split or version) is retired."""
+        retired = self._rest.get_json(f"/v1/plans/{plan_id}").get("retired_at")
+        if retired:
+            raise as_sdk_error(retired_error("plan", plan_id, retired))
+
+    # -- Flight and the same host ---------------------------------------------------
+
+    def flight(self) -> FlightStream:
+        """The Flight client (created on first use, from ``/v1/config`` unless the
+        locations were given)."""
+        with self._lock:
+            if self._stream is None:
+                s = self.settings
+                locations = list(s.flight_locations or ()) or flight_locations_of(self.config())
+                self._stream = FlightStream(locations, token=s.token, timeout=s.timeout,
+                                            read_timeout=s.read_timeout,
+                                            location_map=self.location_map)
+            return self._stream
+
+    def warm(self, plan_id: str, *, epoch: int = 0,
+             progress: bool | None = None) -> dict[str, WarmResult]:
+        """Load ``plan_id``'s split into every Flight server's cache (``full_in_mem``)."""
+        return warm_plan(self.flight(), plan_id, epoch=epoch, progress=progress)
+
+    def source(
+        self, plan_id: str, *, transport: str, data_access: str = "windowed", epoch: int = 0,
+        progress: bool | None = None,
+    ) -> BatchSource:
+        """Where ``plan_id``'s batches come from: a :class:`LocalSource` when
+        ``transport`` takes the same-host path (its server warms the plan into the host's
+        tier; ``sdk._local``), else a :class:`FlightSource`, after warming every Flight
+        server when ``data_access`` is ``"full_in_mem"``."""
+        if data_access not in DATA_ACCESS_MODES:
+            msg = f"data_access must be one of {list(DATA_ACCESS_MODES)}, got {data_access!r}"
+            raise InvalidConfig(msg)
+        reader = self._local.reader(plan_id, transport=transport, progress=progress)
+        if reader is not None:
+            return LocalSource(plan_id, reader, self.check_live)
+        if data_access == "full_in_mem":
+            self.warm(plan_id, epoch=epoch, progress=progress)
+        return FlightSource(plan_id, self.flight)
+
+    def worker_source(self, plan_id: str, *, transport: str) -> WorkerSource:
+        """The passes of ``plan_id`` for a torch dataset: over this state in this
+        process, over a state of their own in a DataLoader worker."""
+        return WorkerSource(plan_id, settings=self.settings, transport=transport, state=self)
+
+
+class WorkerSource:
+    """One plan's passes for :class:`~sdk.WindpipeIterableDataset`; picklable.
+
+    ``transport``: ``"flight"`` or ``"local"``, as chosen in the process that made the
+    dataset. Pickled (sent to a DataLoader worker) it drops its state, and each process
+    opens its own connections: gRPC channels never cross a fork.
+    """
+
+    def __init__(self, plan_id: str, *, settings: ClientSettings, transport: str = "flight",
+                 state: ClientState | None = None) -> None:
+        self.plan_id = plan_id
+        self.settings = settings
+        self.transport = transport
+        self._state = state
+        self._pid = os.getpid()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"plan_id": self.plan_id, "settings": self.settings,
+                "transport": self.transport, "_state": None, "_pid": 0}
+
+    def __call__(
+        self, *, epoch: int, rank: int, world_size: int, start_batch: int, worker: int = 0,
+        num_workers: int = 1,
+    ) -> Iterator[Batch | AlignedBatch]:
+        if self._state is None or self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._state = ClientState(self.settings)
+        source = self._state.source(self.plan_id, transport=self.transport, progress=False)
+        yield from source.batches(epoch=epoch, rank=rank, world_size=world_size,
+                                  start_batch=start_batch, worker=worker,
+                                  num_workers=num_workers)

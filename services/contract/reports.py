@@ -1,0 +1,196 @@
+"""What the services report: a plan's report and schedule, a Flight server's state.
+
+:class:`PlanReport` is ``GET /v1/plans/{id}/report`` (SEMANTICS section 7): the
+planner (``services.planning.report``) builds it, the catalog stores it as JSON with
+the plan and answers it, and the SDK reads it back (``sdk.PlanReport`` wraps it). A
+stored report validates from its JSON (:meth:`PlanReport.model_validate`), and a key
+this version does not know is kept (``extra="allow"``), so an older or newer peer's
+report still loads and nothing it says is lost. :class:`ScheduleBatch` is one item of
+``GET /v1/plans/{id}/schedule``.
+
+The Flight actions' results (``docs/wire.md`` section 6): :class:`FlightHealth`
+(``health``), :class:`CacheCounters` (``cache-stats``, also what
+``GET /v1/flight/stats`` lists per server) and :class:`WarmProgress` (each ``warm``
+result); :class:`TierStatus` is the host tier both ``health`` and ``warm`` name.
+
+Every model here dumps to exactly the JSON the wire carries (``model_dump(mode="json")``;
+``aligned`` is left out for a plan that is not aligned, a warm step dumps
+``exclude_unset=True``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AlignedReport",
+    "CacheCounters",
+    "DroppedReport",
+    "FlightHealth",
+    "PlanReport",
+    "ProtocolReport",
+    "ScheduleBatch",
+    "ScheduleLane",
+    "TierStatus",
+    "WarmProgress",
+]
+
+
+class _Wire(BaseModel):
+    """An immutable wire value that keeps keys it does not know."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+class DroppedReport(_Wire):
+    """What an epoch leaves out (row counts are input rows with a real target)."""
+
+    short_streams: int = Field(description="streams with N < 2 (no input has a target)")
+    short_stream_rows: int = Field(description="rows of the short streams")
+    phase_rows: int = Field(description="rows before a shuffled stream's phase, this epoch")
+    incomplete_windows: int = Field(description="windows/lanes left out by drop_incomplete")
+    incomplete_window_rows: int = Field(description="rows of those windows")
+    incomplete_groups: int = Field(
+        description="groups with fewer than B segments dropped by drop_incomplete_batches")
+    incomplete_group_batches: int = Field(description="batches of those groups")
+    tail_rows: int = Field(
+        description="rows after the last row any kept lane reads (overlaps the above)")
+    step_gap_rows: int = Field(
+        default=0, description="rows between plain windows that no lane reads "
+                               "(step_rows > batch_size x seq_len)")
+    distributed_trimmed_batches: int = Field(
+        description="batches cut so that every rank yields the same count")
+
+
+class ProtocolReport(_Wire):
+    """The report's numbers for one protocol, with its window and channel counts."""
+
+    streams: int
+    rows: int
+    batch_size: int
+    seq_len: int
+    input_channels: int
+    target_channels: int
+    bytes_per_full_batch: int = Field(description="float32 inputs + targets + mask bytes")
+    batches: int = Field(description="batches (an aligned plan's parts) of this protocol")
+    lanes: int
+    padding_lanes: int
+    tokens: int
+    real_tokens: int
+
+
+class AlignedReport(_Wire):
+    """An aligned plan's shape (SEMANTICS 9)."""
+
+    parts_per_batch: int = Field(description="part batches per aligned batch (protocols)")
+    keys: int = Field(description="alignment keys that yield batches")
+
+
+class PlanReport(_Wire):
+    """What a plan yields per epoch (and per rank for ``world_size``), and what it drops.
+
+    ``docs/api.md`` ("The report") explains each field.
+    """
+
+    epoch: int = Field(description="the epoch the numbers describe")
+    strategy: str = Field(description="the plan's strategy (sequential, shuffled)")
+    epoch_dependent: bool = Field(description="true for shuffled plans: counts vary by epoch")
+    streams: int = Field(description="streams planned")
+    rows: int = Field(description="source rows of the streams")
+    batches: int = Field(description="batches of one epoch over all ranks")
+    units: int = Field(description="schedulable units (single batches or stateful groups)")
+    world_size: int = Field(description="ranks the per-rank counts are for")
+    batches_per_rank_untrimmed: list[int] = Field(
+        description="batches each rank would get (units r, r+W, ...)")
+    batches_per_rank: list[int] = Field(description="batches each rank yields")
+    lanes: int = Field(description="lanes over all batches")
+    padding_lanes: int = Field(description="padding lanes among them")
+    tokens: int = Field(description="lane time steps (lanes x T)")
+    real_tokens: int = Field(description="time steps with a real target (mask true)")
+    bytes: int = Field(description="float32 inputs + targets + mask bytes of all batches")
+    max_batch_bytes: int = Field(description="bytes of the largest batch")
+    dropped: DroppedReport
+    protocols: dict[str, ProtocolReport] = Field(description="the same numbers per protocol")
+    aligned: AlignedReport | None = Field(
+        default=None, exclude_if=lambda value: value is None,
+        description="only for aligned plans (absent otherwise)")
+    cache_working_set_bytes: int = Field(
+        description="upper bound of the chunk bytes one batch pins in a Flight server's cache")
+
+
+class ScheduleLane(_Wire):
+    """One lane: a lane window of a stream, or padding (``offset`` -1; ``stream_idx`` -1:
+    an aligned lane whose key has no data of the part's protocol)."""
+
+    stream_idx: int
+    offset: int
+    protocol: str
+
+
+class ScheduleBatch(_Wire):
+    """One batch of a rank's pass (``batch_idx`` = position in that pass); an aligned plan
+    lists one entry per part (``part``: its protocol's position, SEMANTICS 9)."""
+
+    batch_idx: int
+    part: int | None = None
+    global_batch_idx: int
+    unit_idx: int
+    protocol: str
+    seq_len: int
+    lanes: list[ScheduleLane]
+    stateful_group_idx: int | None
+    stateful_step_idx: int | None
+    stateful_steps: int | None
+
+
+class CacheCounters(_Wire):
+    """A Flight server's chunk-cache counters (the ``cache-stats`` action)."""
+
+    budget_bytes: int = Field(description="the cache's byte budget")
+    resident_bytes: int = Field(description="bytes of loaded chunks")
+    reserved_bytes: int = Field(description="bytes reserved by chunks being loaded")
+    pinned_bytes: int = Field(description="bytes of chunks in use by readers")
+    peak_bytes: int = Field(description="highest resident + reserved bytes")
+    entries: int = Field(description="chunks in the cache")
+    hits: int = Field(description="chunk lookups served from the cache")
+    misses: int = Field(description="chunk lookups that loaded the chunk")
+    evictions: int = Field(description="chunks evicted (least recently used)")
+    loads_in_flight: int = Field(description="chunk loads in progress")
+    prefetches: int = Field(description="read-ahead chunk loads")
+    bytes_read: int = Field(description="bytes read from storage by chunk loads")
+
+
+class TierStatus(_Wire):
+    """Where a Flight server's host tier is: its directory, id, host and byte budget."""
+
+    path: str
+    id: str
+    host: str
+    budget_bytes: int
+
+
+class FlightHealth(_Wire):
+    """The ``health`` action: liveness, the wire version, streams and the host tier."""
+
+    status: Literal["ok"] = "ok"
+    version: int = Field(description="the wire version (docs/wire.md)")
+    active_streams: int = Field(description="streams being served now")
+    streams: int = Field(description="streams started since the server started")
+    tier: TierStatus | None = Field(description="the server's host tier, or null")
+
+
+class WarmProgress(_Wire):
+    """One result of the ``warm`` action: ``loaded`` of ``total`` chunks, ``bytes`` of
+    ``total_bytes``; only the last one sets ``blocks`` and ``tier``."""
+
+    loaded: int
+    total: int
+    bytes: int
+    total_bytes: int
+    seconds: float = Field(description="seconds since the warm began")
+    time: float = Field(description="when this step was sent (Unix time)")
+    blocks: list[str] | None = Field(default=None, description="last result: the block keys")
+    tier: TierStatus | None = Field(
+        default=None, description="last result: the tier that holds the blocks, or null")

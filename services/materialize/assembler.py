@@ -1,0 +1,191 @@
+"""A batch put together from its read lanes: ``has_channel``, provenance, metadata and,
+for the wire, the Arrow record batch.
+
+Provenance columns (``take``s from per-plan Arrow arrays, :mod:`.plan_tables`,
+:mod:`.provenance`) are computed for blocks of :data:`BLOCK_BATCHES` batches at once
+(:meth:`BatchAssembler.prepare`); each batch then takes a zero-copy slice (blocks are
+aligned on the pass, so a resumed stream sends the same bytes). A batch with skipped
+lanes, or one not prepared, computes its own; with ``lazy_provenance`` (an in-process
+reader) only when asked for them.
+
+:class:`BuiltBatch` stops before Arrow, for an in-process reader;
+:meth:`BatchAssembler.record_batch` wraps its arrays, zero copy, for the wire.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from services.contract.wire import AlignedPart, BatchMetadata
+from services.materialize.lanes import LanePlan, block_lanes
+from services.materialize.plan import PlanContext
+from services.materialize.plan_tables import PlanTables
+from services.materialize.provenance import provenance_batch
+from services.materialize.read_paths.base import LaneArrays
+from services.planning.schedule import Schedule
+
+__all__ = ["BLOCK_BATCHES", "BatchAssembler", "BuiltBatch"]
+
+BLOCK_BATCHES = 16  # lane plans and provenance are built for this many batches at once
+_I64 = np.int64
+
+
+def _child(values: np.ndarray, typ: pa.DataType) -> pa.Array:
+    flat = values.reshape(-1)
+    return pa.Array.from_buffers(typ, flat.shape[0], [None, pa.py_buffer(flat)])
+
+
+def _given(value: pa.RecordBatch) -> pa.RecordBatch:
+    return value
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class BuiltBatch:
+    """One built batch: the arrays the wire's tensor columns wrap, its provenance columns
+    and its metadata. The Flight server sends it as one record batch
+    (:meth:`BatchAssembler.record_batch`); an in-process reader hands the arrays to torch
+    as they are, so both see the same bytes."""
+
+    inputs: np.ndarray  # float32 (B, T, C_in)
+    targets: np.ndarray  # float32 (B, T, C_out)
+    mask: np.ndarray  # uint8 (B, T)
+    has_channel: np.ndarray  # uint8 (B, C): C = meta.channels
+    provenance: Callable[[], pa.RecordBatch]  # the wire's columns after the first four
+    provenance_bytes: int  # their Arrow bytes (a share of their block's); 0: not built yet
+    meta: BatchMetadata
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the batch as sent: its tensors and (when built) its provenance."""
+        return int(self.inputs.nbytes + self.targets.nbytes + self.mask.nbytes
+                   + self.has_channel.nbytes + self.provenance_bytes)
+
+
+class BatchAssembler:
+    """Puts the batches of one stream together (its provenance blocks are per stream)."""
+
+    def __init__(self, plan: PlanContext, tables: PlanTables, schema: pa.Schema, *,
+                 lazy_provenance: bool) -> None:
+        self.plan = plan
+        self.tables = tables
+        self.schema = schema
+        self.lazy_provenance = lazy_provenance
+        self._prov: dict[int, tuple[pa.RecordBatch, int, int, int]] = {}
+        self._prov_schema = pa.schema(list(schema)[4:])
+
+    def prepare(self, schedule: Schedule, gs: np.ndarray) -> None:
+        """Compute the provenance columns of global batches ``gs`` together (vectorized).
+
+        :meth:`assemble` of each of them then takes a zero-copy slice; the per-batch Arrow
+        and numpy overhead of these 11 columns is paid once per block. With
+        ``lazy_provenance`` a batch's columns are computed only when asked for
+        (``BuiltBatch.provenance()``: ``Batch.state``), so not here.
+        """
+        gs = np.asarray(gs, dtype=_I64)
+        if not gs.shape[0] or self.lazy_provenance:
+            return
+        _, counts, ptr, idx = block_lanes(schedule, gs)
+        prov = self._provenance(
+            schedule.lane_stream[idx].astype(_I64, copy=False),
+            schedule.lane_offset[idx].astype(_I64, copy=False),
+            schedule.lane_protocol[idx],
+            np.repeat(schedule.batch_seq_len[gs].astype(_I64), counts),
+            None if schedule.lane_key is None else schedule.lane_key[idx],
+        )
+        if len(self._prov) > 4 * BLOCK_BATCHES:
+            self._prov.clear()
+        lanes, nbytes = max(1, prov.num_rows), prov.nbytes
+        for k, g in enumerate(gs.tolist()):
+            self._prov[g] = (prov, int(ptr[k]), int(counts[k]), nbytes * int(counts[k]) // lanes)
+
+    def assemble(self, schedule: Schedule, lp: LanePlan, lanes: LaneArrays, *,
+                 batch_idx: int) -> BuiltBatch:
+        """Batch ``lp.global_batch`` (``batch_idx`` in the pass) from its read lanes."""
+        inputs, targets, mask, skipped = lanes.inputs, lanes.targets, lanes.mask, lanes.skipped
+        n, t = lp.n_lanes, lp.seq_len
+        c_in, c_out = inputs.shape[2], targets.shape[2]
+        g = lp.global_batch
+        cached = self._prov.pop(g, None)
+        provenance: Callable[[], pa.RecordBatch]
+        if cached is not None and not skipped:
+            block, row, count, prov_bytes = cached
+            prov = block.slice(row, count) if count != block.num_rows else block
+            provenance = functools.partial(_given, prov)
+        else:
+            offsets = lp.lane_offset
+            if skipped:
+                offsets = offsets.copy()
+                offsets[list(skipped)] = -1
+            provenance = functools.partial(self._provenance, lp.lane_stream, offsets,
+                                           lp.lane_protocol, np.full(n, t, dtype=_I64),
+                                           lp.lane_key)
+            prov_bytes = 0
+            if not self.lazy_provenance:
+                prov = provenance()
+                provenance, prov_bytes = functools.partial(_given, prov), prov.nbytes
+        group = int(schedule.batch_group[g])
+        code = int(schedule.batch_protocol[g])
+        has_channel = self._has_channel(code, lp.lane_stream, mask)
+        parts = schedule.parts
+        aligned = None
+        if parts > 1:  # positions count parts; the consumer's batch is their group
+            aligned = AlignedPart(protocol=self.plan.streams.protocols[code], part=g % parts,
+                                  parts=parts, has_data=tuple((lp.lane_stream >= 0).tolist()))
+        meta = BatchMetadata(
+            batch_idx=batch_idx // parts, global_batch=g // parts, split=self.plan.spec.split,
+            seq_len=t, c_in=c_in, c_out=c_out,
+            input_columns=self.plan.specs[code].input_columns,
+            target_columns=self.plan.specs[code].target_columns,
+            channels=self.plan.specs[code].channels,
+            stateful_group_idx=group if group >= 0 else None,
+            stateful_step_idx=int(schedule.batch_step[g]) if group >= 0 else None,
+            stateful_steps=int(schedule.batch_steps[g]) if group >= 0 else None,
+            skipped_lanes=tuple(
+                {"lane": b, "path": path, "error": err}
+                for b, (path, err) in sorted(skipped.items())
+            ),
+            aligned=aligned,
+        )
+        return BuiltBatch(inputs=inputs, targets=targets, mask=mask, has_channel=has_channel,
+                          provenance=provenance, provenance_bytes=prov_bytes, meta=meta)
+
+    def record_batch(self, built: BuiltBatch) -> pa.RecordBatch:
+        """The wire record batch of a built batch: its arrays wrapped zero-copy."""
+        inputs, targets, mask = built.inputs, built.targets, built.mask
+        (n, t, c_in), c_out = inputs.shape, targets.shape[2]
+        offsets = self.tables.offsets
+        columns = [
+            pa.ListArray.from_arrays(offsets(n, t * c_in), _child(inputs, pa.float32())),
+            pa.ListArray.from_arrays(offsets(n, t * c_out), _child(targets, pa.float32())),
+            pa.ListArray.from_arrays(offsets(n, t), _child(mask, pa.uint8())),
+            pa.ListArray.from_arrays(offsets(n, built.has_channel.shape[1]),
+                                     _child(built.has_channel, pa.uint8())),
+            *built.provenance().columns,
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+    def _provenance(self, lane_stream: np.ndarray, offsets: np.ndarray,
+                    lane_protocol: np.ndarray, seq_len: np.ndarray,
+                    lane_key: np.ndarray | None = None) -> pa.RecordBatch:
+        return provenance_batch(self.plan, self.tables, self._prov_schema,
+                                lane_stream=lane_stream, offsets=offsets,
+                                lane_protocol=lane_protocol, seq_len=seq_len,
+                                lane_key=lane_key)
+
+    def _has_channel(self, code: int, lane_stream: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Each lane's ``has_channel`` row (its stream's channel variant); lanes whose stream
+        lacks a target channel get a False mask (SEMANTICS 5). One take per batch."""
+        plan = self.plan
+        out: np.ndarray = plan.channel_rows[code][plan.stream_variant[lane_stream]]
+        if lane_stream.shape[0] and int(lane_stream.min()) < 0:  # aligned: key without data
+            out[lane_stream < 0] = 0
+        if len(plan.variants) > len(plan.specs):  # some stream lacks a column
+            lacking = plan.target_missing[lane_stream]
+            if lacking.any():
+                mask[lacking] = 0
+        return out

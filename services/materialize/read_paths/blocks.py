@@ -1,0 +1,81 @@
+"""The block path: a batch gathered from the blocks of its lanes' protocols
+(:mod:`services.materialize.blocks`), one fancy-index copy per matrix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from services.materialize.blocks import BlockLayout, block_key, block_layouts, block_request
+from services.materialize.blocks import gather_lanes as gather_block_lanes
+from services.materialize.cache import ChunkCache, ChunkRequest
+from services.materialize.lanes import LanePlan
+from services.materialize.plan import PlanContext
+from services.materialize.plan_tables import PlanTables
+from services.materialize.read_paths.base import BufferPool, LaneArrays
+from services.materialize.tier import Tier
+from services.storage.store import Storage
+
+__all__ = ["BlockPath"]
+
+
+class BlockPath:
+    """Reads batches from blocks. With ``loads`` it reads every batch, loading the blocks
+    it needs (from the tier, else decoded from storage); without, only a batch whose
+    blocks the cache already holds (:meth:`requests` is None for the others)."""
+
+    def __init__(self, plan: PlanContext, tables: PlanTables, cache: ChunkCache,
+                 pool: BufferPool, *, storage: Storage | None, tier: Tier | None,
+                 loads: bool, memo: dict[int, ChunkRequest] | None = None) -> None:
+        self.plan = plan
+        self.cache = cache
+        self.loads = loads
+        self.layouts: tuple[BlockLayout, ...] = block_layouts(plan)
+        self._tables = tables
+        self._pool = pool
+        self._storage = storage
+        self._tier = tier
+        self._chain = plan.spec.cross_protocol_state_carry == "chain"
+        self._requests: dict[int, ChunkRequest] = {} if memo is None else memo
+
+    def held_only(self) -> BlockPath:
+        """This path reading only blocks the cache holds (what follows a failed load)."""
+        return BlockPath(self.plan, self._tables, self.cache, self._pool,
+                         storage=self._storage, tier=self._tier, loads=False,
+                         memo=self._requests)
+
+    def requests(self, lp: LanePlan) -> list[ChunkRequest] | None:
+        """The block of each protocol of ``lp``'s lanes (under ``chain`` a batch's lanes may
+        be of several); None when this path reads held blocks only and one is not held."""
+        codes = dict.fromkeys(lp.lane_protocol.tolist()) if self._chain else (lp.protocol,)
+        out = []
+        for code in codes:
+            layout = self.layouts[code]
+            if not self.loads and not self.cache.contains(block_key(layout)):
+                return None
+            req = self._requests.get(code)
+            if req is None:
+                req = self._requests[code] = block_request(
+                    self.plan, layout, storage=self._storage, tier=self._tier)
+            out.append(req)
+        return out
+
+    def read(self, lp: LanePlan, requests: list[ChunkRequest]) -> LaneArrays:
+        """``lp``'s lanes gathered from its pinned blocks (full lanes of one protocol: one
+        copy per matrix into new arrays; else into pooled ones)."""
+        with self.cache.acquire(requests) as pins:
+            inputs, targets, mask = self._gather(lp, pins)
+        return LaneArrays(inputs, targets, mask, {})
+
+    def _gather(self, lp: LanePlan,
+                pins: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        spec = self.plan.specs[lp.protocol]
+        loaded = {layout.protocol: (pins[block_key(layout)], layout) for layout in self.layouts
+                  if block_key(layout) in pins}
+        return gather_block_lanes(
+            loaded, lane_stream=lp.lane_stream, lane_offset=lp.lane_offset,
+            lane_protocol=lp.lane_protocol, n_rows=self._tables.n_rows, seq_len=lp.seq_len,
+            take=lambda: self._pool.take(lp.n_lanes, lp.seq_len, len(spec.input_columns),
+                                         len(spec.target_columns)),
+        )

@@ -1,0 +1,134 @@
+"""Parquet segments: one file; its row groups are the chunks; its fingerprint digests the
+file's size and footer."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from services.storage.formats.base import (
+    ChunkReader,
+    ColumnInfo,
+    SegmentChanged,
+    SegmentFormat,
+    SegmentInfo,
+    SegmentProblem,
+    cache_forget,
+    cache_get,
+    cache_put,
+    is_numeric,
+    to_float64,
+)
+from services.storage.store import Storage
+
+__all__ = ["PARQUET", "ParquetFormat"]
+
+_TAIL_BYTES = 64 * 1024
+
+
+def _footer(storage: Storage, rel: str, size: int) -> tuple[bytes, str]:
+    """The tail bytes read and the fingerprint (a digest of size and footer)."""
+    if size < 12:
+        raise SegmentProblem(f"segment {rel!r} is not a parquet file ({size} bytes)", path=rel)
+    tail = storage.get_range(rel, max(0, size - _TAIL_BYTES), size)
+    if tail[-4:] != b"PAR1":
+        raise SegmentProblem(f"segment {rel!r} is not a parquet file (no PAR1 footer)", path=rel)
+    footer_len = int.from_bytes(tail[-8:-4], "little")
+    if footer_len + 8 > size - 4:
+        raise SegmentProblem(f"segment {rel!r} has a corrupt parquet footer", path=rel)
+    if footer_len + 8 <= len(tail):
+        footer = tail[len(tail) - footer_len - 8 :]
+    else:
+        footer = storage.get_range(rel, size - footer_len - 8, size)
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(b"parquet\0" + str(size).encode() + b"\0" + footer)
+    return tail, digest.hexdigest()
+
+
+class ParquetFormat:
+    """``*.parquet`` / ``*.pq`` files (and any path that is not marked as another format)."""
+
+    name: SegmentFormat = "parquet"
+
+    def named(self, path: str) -> bool:
+        """``*.parquet`` and ``*.pq``."""
+        return path.endswith((".parquet", ".pq"))
+
+    def marked(self, storage: Storage, path: str) -> bool:
+        """A parquet file has no marker apart from its name."""
+        return False
+
+    def inspect(self, storage: Storage, rel: str) -> SegmentInfo:
+        """Schema and row groups from the footer (fingerprinted and cached)."""
+        size, token = storage.version_token(rel)
+        tail, fingerprint = _footer(storage, rel, size)
+        with storage.open_parquet(rel, tail=tail) as pf:
+            meta = pf.metadata
+            schema = pf.schema_arrow
+        columns = tuple(ColumnInfo(f.name, str(f.type), is_numeric(f.type)) for f in schema)
+        chunks = tuple(int(meta.row_group(i).num_rows) for i in range(meta.num_row_groups))
+        info = SegmentInfo(rel, self.name, int(meta.num_rows), columns, chunks, fingerprint)
+        cache_put(("pq", storage.uri, rel, info.fingerprint), meta)
+        cache_put(("pq-ok", storage.uri, rel, info.fingerprint), (size, token))
+        return info
+
+    def verify(self, storage: Storage, info: SegmentInfo) -> dict[str, int] | None:
+        """One ``stat`` / ``head``; the footer is re-hashed only when size or token moved."""
+        try:
+            size, token = storage.version_token(info.path)
+        except FileNotFoundError:
+            raise SegmentProblem(f"segment {info.path!r} does not exist",
+                                 path=info.path) from None
+        key = ("pq-ok", storage.uri, info.path, info.fingerprint)
+        if cache_get(key) == (size, token):
+            return None
+        try:
+            _, fingerprint = _footer(storage, info.path, size)
+        except (SegmentProblem, FileNotFoundError, OSError):
+            fingerprint = ""
+        if fingerprint != info.fingerprint:
+            raise SegmentChanged(info, f"now {size} bytes, footer differs")
+        cache_put(key, (size, token))
+        return None
+
+    def forget_verified(self, storage: Storage, info: SegmentInfo) -> None:
+        """Drop the memo of the last matching ``(size, token)``."""
+        cache_forget(("pq-ok", storage.uri, info.path, info.fingerprint))
+
+    def read_chunk(self, storage: Storage, info: SegmentInfo, chunk_idx: int,
+                   names: list[str], *, sizes: dict[str, int] | None) -> dict[str, np.ndarray]:
+        """Row group ``chunk_idx`` (the footer cached per root, path and fingerprint)."""
+        del sizes  # parquet checks its footer, not file sizes
+        key = ("pq", storage.uri, info.path, info.fingerprint)
+        meta = cache_get(key)
+        with storage.open_parquet(info.path, metadata=meta) as pf:
+            if meta is None:
+                cache_put(key, pf.metadata)
+            if pf.metadata.num_row_groups != len(info.chunk_rows):
+                raise SegmentProblem(
+                    f"segment {info.path!r} changed since registration "
+                    f"({pf.metadata.num_row_groups} row groups, expected "
+                    f"{len(info.chunk_rows)})",
+                    path=info.path,
+                )
+            table = pf.read_row_group(chunk_idx, columns=names)
+        return {name: to_float64(table.column(name)) for name in names}
+
+    def read_rows(self, storage: Storage, info: SegmentInfo, start: int, stop: int,
+                  names: list[str], *, by_chunk: ChunkReader) -> dict[str, np.ndarray]:
+        """The row groups the rows span, read by ``by_chunk`` and cut."""
+        starts = info.chunk_starts
+        first = int(np.searchsorted(starts, start, side="right") - 1)
+        last = int(np.searchsorted(starts, stop, side="left") - 1)
+        parts: dict[str, list[np.ndarray]] = {name: [] for name in names}
+        for idx in range(first, last + 1):
+            chunk = by_chunk(storage, info, idx, names)
+            lo = max(start, int(starts[idx])) - int(starts[idx])
+            hi = min(stop, int(starts[idx + 1])) - int(starts[idx])
+            for name in names:
+                parts[name].append(chunk[name][lo:hi])
+        return {name: np.concatenate(parts[name]) for name in names}
+
+
+PARQUET = ParquetFormat()

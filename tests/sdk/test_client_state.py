@@ -1,0 +1,72 @@
+"""The client's structure: the handles call :class:`ClientState`'s public methods, never a
+private member of the ``Catalog`` (or of anything else); the transport is a
+:class:`BatchSource` chosen once; a DataLoader worker gets only picklable settings."""
+
+from __future__ import annotations
+
+import ast
+import pickle
+from pathlib import Path
+
+import pytest
+
+import sdk
+from sdk._sources import BatchSource, FlightSource
+from sdk._state import ClientSettings, ClientState, WorkerSource
+
+ROOT = Path(__file__).resolve().parents[2]
+DEAD = ClientSettings(url="http://127.0.0.1:9/", timeout=1.0, retries=0,
+                      flight_locations=("grpc://127.0.0.1:9",), location_map={})
+
+
+def _foreign_private_access(path: Path) -> list[str]:
+    """``x._name`` where ``x`` is not ``self``/``cls`` (``self._state._rest``,
+    ``catalog._local``, ...)."""
+    tree = ast.parse(path.read_text())
+    return [
+        f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+    ]
+
+
+@pytest.mark.parametrize("module", ["sdk/_handles.py", "sdk/_catalog.py"])
+def test_no_private_member_of_another_object_is_touched(module: str) -> None:
+    assert _foreign_private_access(ROOT / module) == []
+
+
+def test_the_handles_hold_the_client_state_not_the_catalog() -> None:
+    source = (ROOT / "sdk/_handles.py").read_text()
+    assert "._catalog" not in source
+    for handle in (sdk.DatasetVersion, sdk.Split, sdk.Plan):
+        fields = handle.__dataclass_fields__
+        assert "_state" in fields
+        assert "_catalog" not in fields
+
+
+def test_choosing_the_transport_is_choosing_a_source() -> None:
+    state = ClientState(DEAD)
+    assert state.settings.url == "http://127.0.0.1:9"
+    flight = state.source("p-x", transport="flight")  # nothing is contacted
+    assert isinstance(flight, FlightSource)
+    assert isinstance(flight, BatchSource)
+    assert flight.transport == "flight"
+    with pytest.raises(sdk.InvalidConfig, match="transport must be one of"):
+        state.source("p-x", transport="carrier-pigeon")
+    with pytest.raises(sdk.InvalidConfig, match="data_access must be"):
+        state.source("p-x", transport="flight", data_access="everything")
+    with pytest.raises(sdk.InvalidRequest, match=">= 0"):
+        flight.records(epoch=-1, rank=0, world_size=1, start_batch=0)  # checked up front
+    state.close()
+
+
+def test_a_worker_source_pickles_its_settings_only() -> None:
+    state = ClientState(DEAD)
+    worker = state.worker_source("p-x", transport="local")
+    copy = pickle.loads(pickle.dumps(worker))
+    assert (copy.plan_id, copy.transport, copy.settings) == ("p-x", "local", state.settings)
+    assert copy._state is None  # the worker opens its own connections
+    assert isinstance(copy, WorkerSource)
+    state.close()
