@@ -7,6 +7,7 @@ owns the transactions and the rules.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -50,6 +51,14 @@ class AccessRepository:
             .values(revoked_at=at))
         return bool(getattr(result, "rowcount", 0))
 
+    def token_scopes(self, names: Collection[str]) -> dict[str, str | None]:
+        """The dataset scope of each token of ``names`` that exists (revoked or not)."""
+        if not names:
+            return {}
+        rows = self.session.execute(sa.select(ApiToken.name, ApiToken.datasets)
+                                    .where(ApiToken.name.in_(list(names))))
+        return {str(name): datasets for name, datasets in rows}
+
     def has_active_tokens(self) -> bool:
         """Whether any unrevoked token exists."""
         return self.session.scalar(
@@ -88,3 +97,18 @@ class AccessRepository:
             sa.select(Dataset.name).join(Version, Version.dataset_id == Dataset.id)
             .join(Split, Split.version_id == Version.id)
             .join(Plan, Plan.split_id == Split.id).where(Plan.id == plan_id))
+
+    def datasets_of(self, kind: str, keys: Collection[str]) -> dict[str, str]:
+        """The dataset name of each ``version``, ``split`` or ``plan`` id of ``keys`` that
+        exists (one query)."""
+        if not keys:
+            return {}
+        key = {"version": Version.id, "split": Split.id, "plan": Plan.id}[kind]
+        query = (sa.select(key, Dataset.name).select_from(Dataset)
+                 .join(Version, Version.dataset_id == Dataset.id))
+        if kind != "version":
+            query = query.join(Split, Split.version_id == Version.id)
+        if kind == "plan":
+            query = query.join(Plan, Plan.split_id == Split.id)
+        rows = self.session.execute(query.where(key.in_(list(keys))))
+        return {str(k): str(name) for k, name in rows}

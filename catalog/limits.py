@@ -3,7 +3,8 @@
 Each check runs before the work it guards and refuses with a 422 that names the
 limit and its ``WINDPIPE_*`` setting: a plan's batch shape and bytes before it is
 planned, its lanes before it is stored, a world size before a report or schedule
-is computed, a description and a manifest before they are read further.
+is computed, a description and a manifest before they are read further, the memory
+of a split's statistics before a segment is read.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "check_manifest_rows",
     "check_plan_spec",
     "check_plan_windows",
+    "check_stats_bytes",
     "check_world_size",
 ]
 
@@ -102,3 +104,10 @@ def check_manifest_bytes(size: int, limits: Limits) -> None:
     """The bytes of one manifest file (checked before it is read)."""
     check_limit("max_manifest_bytes", size, limits.max_manifest_bytes,
                 what="manifest file size (bytes)", kind=ErrorType.INVALID_MANIFEST)
+
+
+def check_stats_bytes(nbytes: int, limits: Limits, **details: Any) -> None:
+    """The memory one split-statistics request holds (its columns' finite values)."""
+    check_limit("max_stats_bytes", nbytes, limits.max_stats_bytes,
+                what="the values these statistics hold for exact quantiles (bytes)",
+                **details)

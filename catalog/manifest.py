@@ -4,8 +4,13 @@ Required columns: ``set_id``, ``cell_id`` (strings), ``cidx`` (integer),
 ``protocol`` (lower-case string), ``segment_path`` (relative to the storage root).
 Optional ``row_count`` (the segment's claimed rows, checked at registration).
 Every other column is metadata. Shape problems raise
-``WindpipeError(invalid_manifest)`` whose ``details["problems"]`` lists each
-problem with the 0-based manifest ``row`` (``None`` for a whole column) and ``column``.
+``WindpipeError(invalid_manifest)`` whose ``details["problems"]`` lists the first
+problems with the 0-based manifest ``row`` (``None`` for a whole column) and ``column``
+(``details["problem_count"]`` counts them all; ``catalog.problems``).
+
+A manifest file is bounded before it is decoded: its size (``WINDPIPE_MAX_MANIFEST_BYTES``,
+from the store's listing) and its rows (``WINDPIPE_MAX_MANIFEST_ROWS``: a parquet file's
+footer, a CSV file's records counted without decoding them).
 """
 
 from __future__ import annotations
@@ -15,7 +20,10 @@ from typing import Any
 
 import polars as pl
 
+from catalog.limits import check_manifest_bytes, check_manifest_rows
+from catalog.problems import ProblemLog, manifest_error
 from services.contract.errors import ErrorType, WindpipeError
+from services.contract.limits import Limits
 from services.logging import get_logger
 from services.storage.store import PathEscapeError, Storage
 
@@ -39,22 +47,6 @@ RESERVED_COLUMNS: frozenset[str] = frozenset(
      "manifest_position", "format", "chunk_rows", "fingerprint", "path"}
 )
 _STRING_COLUMNS = ("set_id", "cell_id", "protocol", "segment_path")
-_MAX_LISTED = 100
-
-
-def manifest_error(problems: list[dict[str, Any]]) -> WindpipeError:
-    """The ``invalid_manifest`` error listing ``problems`` (dicts with ``row``, ``problem``)."""
-    first = problems[0]
-    where = f"row {first['row']}" if first.get("row") is not None else "manifest"
-    column = f", column {first['column']!r}" if first.get("column") else ""
-    if first.get("segment_path"):
-        column += f" (segment {first['segment_path']!r})"
-    return WindpipeError(
-        ErrorType.INVALID_MANIFEST,
-        f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in manifest: "
-        f"first: {where}{column}: {first['problem']}",
-        details={"problems": problems[:_MAX_LISTED], "problem_count": len(problems)},
-    )
 
 
 def metadata_columns(frame: pl.DataFrame) -> tuple[str, ...]:
@@ -63,27 +55,27 @@ def metadata_columns(frame: pl.DataFrame) -> tuple[str, ...]:
 
 
 def _row_problems(
-    mask: pl.Series, column: str, problem: str, values: pl.Series | None = None
-) -> list[dict[str, Any]]:
-    rows = mask.arg_true().to_list()
-    out = []
-    for r in rows[:_MAX_LISTED]:
-        # The offending value is not echoed: it may come from a file the caller cannot read.
-        text = problem if values is None else f"{problem} (a {values.dtype} value)"
-        out.append({"row": int(r), "column": column, "problem": text})
-    return out
+    log: ProblemLog, mask: pl.Series, column: str, problem: str,
+    values: pl.Series | None = None,
+) -> None:
+    """Add the rows where ``mask`` holds (the first ``log.listed`` built, the rest counted)."""
+    rows = mask.arg_true()
+    # The offending value is not echoed: it may come from a file the caller cannot read.
+    text = problem if values is None else f"{problem} (a {values.dtype} value)"
+    log.extend(({"row": int(r), "column": column, "problem": text}
+                for r in rows.head(log.listed).to_list()),
+               more=max(len(rows) - log.listed, 0))
 
 
 def _integer_column(
-    frame: pl.DataFrame, name: str, *, allow_null: bool
-) -> tuple[pl.Series, list[dict[str, Any]]]:
+    frame: pl.DataFrame, name: str, log: ProblemLog, *, allow_null: bool
+) -> pl.Series:
     raw = frame.get_column(name)
-    problems: list[dict[str, Any]] = []
     if raw.dtype == pl.Null:
         cast = pl.Series(name, [None] * len(raw), dtype=pl.Int64)
     elif raw.dtype.is_integer():
         cast = raw.cast(pl.Int64, strict=False)
-        problems += _row_problems(cast.is_null() & raw.is_not_null(), name, "out of int64 range")
+        _row_problems(log, cast.is_null() & raw.is_not_null(), name, "out of int64 range")
     elif raw.dtype.is_float() or raw.dtype in (pl.String, pl.Boolean):
         if raw.dtype == pl.Boolean:
             as_float = pl.Series(name, [None] * len(raw), dtype=pl.Float64)
@@ -91,18 +83,19 @@ def _integer_column(
             as_float = raw.cast(pl.Float64, strict=False)
         ok = as_float.is_finite().fill_null(value=False) & (as_float == as_float.round(0))
         bad = raw.is_not_null() & ~ok.fill_null(value=False)
-        problems += _row_problems(bad, name, "is not an integer", raw)
+        _row_problems(log, bad, name, "is not an integer", raw)
         keep = ok.fill_null(value=False)
         cast = pl.select(pl.when(keep).then(as_float).otherwise(None)).to_series()
         cast = cast.cast(pl.Int64)
     else:
-        return raw, [{"row": None, "column": name,
-                      "problem": f"must hold integers, has type {raw.dtype}"}]
+        log.add({"row": None, "column": name,
+                 "problem": f"must hold integers, has type {raw.dtype}"})
+        return raw
     if not allow_null:
-        problems += _row_problems(raw.is_null(), name, "is null")
+        _row_problems(log, raw.is_null(), name, "is null")
     elif name == "row_count":
-        problems += _row_problems(cast.fill_null(0) < 0, name, "is negative", raw)
-    return cast.alias(name), problems
+        _row_problems(log, cast.fill_null(0) < 0, name, "is negative", raw)
+    return cast.alias(name)
 
 
 def normalize_manifest(frame: pl.DataFrame) -> pl.DataFrame:
@@ -112,53 +105,48 @@ def normalize_manifest(frame: pl.DataFrame) -> pl.DataFrame:
     """
     if frame.height == 0:
         raise manifest_error([{"row": None, "column": None, "problem": "manifest has no rows"}])
-    problems: list[dict[str, Any]] = []
+    problems = ProblemLog()
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
-    problems += [{"row": None, "column": c, "problem": "required column is missing"}
-                 for c in missing]
+    problems.extend({"row": None, "column": c, "problem": "required column is missing"}
+                    for c in missing)
     for col in frame.columns:
         if col in RESERVED_COLUMNS:
-            problems.append({"row": None, "column": col,
-                             "problem": "column name is reserved for catalog-computed values"})
+            problems.add({"row": None, "column": col,
+                          "problem": "column name is reserved for catalog-computed values"})
         elif col not in REQUIRED_COLUMNS and col != "row_count" and frame.schema[col].is_nested():
-            problems.append({"row": None, "column": col,
-                             "problem": f"metadata must be scalar, has type {frame.schema[col]}"})
+            problems.add({"row": None, "column": col,
+                          "problem": f"metadata must be scalar, has type {frame.schema[col]}"})
     if problems:
-        raise manifest_error(problems)
+        raise problems.error()
 
     out: dict[str, pl.Series] = {}
     for name in _STRING_COLUMNS:
         raw = frame.get_column(name)
         if raw.dtype.is_nested():
-            problems.append({"row": None, "column": name,
-                             "problem": f"must hold strings, has type {raw.dtype}"})
+            problems.add({"row": None, "column": name,
+                          "problem": f"must hold strings, has type {raw.dtype}"})
             continue
         values = raw.cast(pl.String)
-        problems += _row_problems(values.is_null(), name, "is null")
-        problems += _row_problems(
-            values.is_not_null() & (values.str.strip_chars() == ""), name, "is empty"
+        _row_problems(problems, values.is_null(), name, "is null")
+        _row_problems(
+            problems, values.is_not_null() & (values.str.strip_chars() == ""), name, "is empty"
         )
         if name == "protocol":
             bad = values.is_not_null() & (
                 (values != values.str.to_lowercase()) | (values != values.str.strip_chars())
                 | (values.str.strip_chars() == "")
             )
-            problems += _row_problems(
-                bad & (values.str.strip_chars() != ""), name,
+            _row_problems(
+                problems, bad & (values.str.strip_chars() != ""), name,
                 "bad protocol name: protocol names are lower-case strings without "
                 "surrounding spaces", values,
             )
         out[name] = values
-    cidx, found = _integer_column(frame, "cidx", allow_null=False)
-    problems += found
-    out["cidx"] = cidx
+    out["cidx"] = _integer_column(frame, "cidx", problems, allow_null=False)
     if "row_count" in frame.columns:
-        rc, found = _integer_column(frame, "row_count", allow_null=True)
-        problems += found
-        out["row_count"] = rc
+        out["row_count"] = _integer_column(frame, "row_count", problems, allow_null=True)
     if problems:
-        problems.sort(key=lambda p: (p["row"] if p["row"] is not None else -1))
-        raise manifest_error(problems)
+        raise problems.error()
     ordered = [*REQUIRED_COLUMNS] + (["row_count"] if "row_count" in out else [])
     return pl.DataFrame(
         [out[c] for c in ordered] + [frame.get_column(c) for c in metadata_columns(frame)]
@@ -180,8 +168,13 @@ def manifest_from_rows(rows: list[dict[str, Any]]) -> pl.DataFrame:
     return normalize_manifest(frame)
 
 
-def load_manifest(storage: Storage, path: str) -> pl.DataFrame:
-    """Read ``path`` (``.parquet`` or ``.csv``, relative to the root) and normalize it."""
+def load_manifest(storage: Storage, path: str, *, limits: Limits | None = None) -> pl.DataFrame:
+    """Read ``path`` (``.parquet`` or ``.csv``, relative to the root) and normalize it.
+
+    Its size is checked against ``limits`` before it is read, its rows before they are
+    decoded (a parquet file's footer; a CSV file's records, counted).
+    """
+    limits = limits or Limits()
     try:
         rel = storage.validate_relative_path(path)
     except PathEscapeError as exc:
@@ -192,22 +185,52 @@ def load_manifest(storage: Storage, path: str) -> pl.DataFrame:
             ErrorType.INVALID_MANIFEST,
             f"manifest {rel!r} must be a .parquet or .csv file",
         )
+    csv = lower.endswith(".csv")
     try:
+        check_manifest_bytes(storage.head(rel).size, limits)
+        if not csv:
+            check_manifest_rows(_footer_rows(storage, rel), limits)
         data = storage.get(rel)
     except FileNotFoundError as exc:
         raise WindpipeError(
             ErrorType.INVALID_MANIFEST, f"manifest {rel!r} does not exist under the root"
         ) from exc
     try:
-        if lower.endswith(".csv"):
+        if csv:
+            check_manifest_rows(_csv_rows(data), limits)
             frame = pl.read_csv(io.BytesIO(data), infer_schema_length=None)
         else:
             frame = pl.read_parquet(io.BytesIO(data))
+    except WindpipeError:
+        raise
     except Exception as exc:
-        _log.warning("manifest.unreadable", path=rel, error=f"{type(exc).__name__}: {exc}")
-        raise WindpipeError(
-            ErrorType.INVALID_MANIFEST,
-            f"manifest {rel!r} cannot be read as {'CSV' if lower.endswith('.csv') else 'parquet'} "
-            f"({type(exc).__name__}; the server log has the details)",
-        ) from exc
+        raise _unreadable(rel, exc, kind="CSV" if csv else "parquet") from exc
+    del data
+    check_manifest_rows(frame.height, limits)
     return normalize_manifest(frame)
+
+
+def _csv_rows(data: bytes) -> int:
+    """A CSV file's rows, counted without decoding them (a streaming count of records)."""
+    counted = pl.scan_csv(io.BytesIO(data), infer_schema_length=0).select(pl.len()).collect()
+    return int(counted.item())
+
+
+def _footer_rows(storage: Storage, rel: str) -> int:
+    """The rows a parquet file's footer declares (only the footer is read)."""
+    try:
+        with storage.open_parquet(rel) as file:
+            return int(file.metadata.num_rows)
+    except (FileNotFoundError, WindpipeError):
+        raise
+    except Exception as exc:
+        raise _unreadable(rel, exc, kind="parquet") from exc
+
+
+def _unreadable(rel: str, exc: Exception, *, kind: str) -> WindpipeError:
+    _log.warning("manifest.unreadable", path=rel, error=f"{type(exc).__name__}: {exc}")
+    return WindpipeError(
+        ErrorType.INVALID_MANIFEST,
+        f"manifest {rel!r} cannot be read as {kind} "
+        f"({type(exc).__name__}; the server log has the details)",
+    )

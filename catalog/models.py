@@ -1,7 +1,8 @@
 """The catalog's tables (SQLAlchemy 2 typed ORM), shared by SQLite and PostgreSQL.
 
 Everything the catalog stores is immutable once written: a version, its manifest
-rows and segments, a split and its assignments, a plan with its artifact. The one
+rows, segments and profile, a split with its assignments and the statistics of its
+sides, a plan with its artifact. The one
 exception is ``retired_at`` of versions, splits and plans (``catalog/retire.py``):
 set once when retired, it hides the row from listings and refuses new work on it. Ids of
 versions, splits and plans are content digests, so writing the same thing twice
@@ -37,6 +38,7 @@ __all__ = [
     "Segment",
     "Split",
     "SplitAssignment",
+    "SplitStatsRow",
     "Version",
     "utcnow",
 ]
@@ -103,6 +105,10 @@ class Version(Base):
     metadata_columns: Mapped[list[Any]] = mapped_column(sa.JSON)
     created_at: Mapped[datetime] = mapped_column(_TS, default=utcnow)
     retired_at: Mapped[datetime | None] = mapped_column(_TS, nullable=True, default=None)
+    # what registration learned about the values (services.contract.stats.VersionProfile
+    # as JSON; None for versions registered before profiles existed)
+    profile: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON, nullable=True,
+                                                           default=None)
 
     dataset: Mapped[Dataset] = relationship(lazy="joined")
 
@@ -172,6 +178,22 @@ class SplitAssignment(Base):
     )
     manifest_row_id: Mapped[int] = mapped_column(sa.BigInteger, primary_key=True)
     split: Mapped[str] = mapped_column(sa.String(20))
+
+
+class SplitStatsRow(Base):
+    """Statistics of one side of a split (``services.contract.stats.SplitStats`` as JSON),
+    computed once per split, side and columns (``columns_key``: ``*`` for every numeric
+    column, else a digest of the sorted names; ``catalog/stats.py``)."""
+
+    __tablename__ = "split_stats"
+
+    split_id: Mapped[str] = mapped_column(
+        sa.String(80), sa.ForeignKey("splits.id", ondelete="CASCADE"), primary_key=True
+    )
+    side: Mapped[str] = mapped_column(sa.String(20), primary_key=True)
+    columns_key: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    stats: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
+    created_at: Mapped[datetime] = mapped_column(_TS, default=utcnow)
 
 
 class Plan(Base):

@@ -22,6 +22,7 @@ import hmac
 import re
 import secrets
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -31,6 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from catalog.access_repository import AccessRepository
 from catalog.models import ApiToken, AuditEvent, as_utc, utcnow
+from catalog.scopes import SCOPE_RULE, audit_target, scope_within
 from catalog.service import CatalogContext
 from services.contract.errors import ErrorType, WindpipeError
 from services.database import session_scope
@@ -41,8 +43,10 @@ __all__ = [
     "MAX_TOKEN_LIFETIME_S",
     "MIN_TOKEN_LIFETIME_S",
     "TOKEN_PREFIX",
+    "AuditPage",
     "Principal",
     "Role",
+    "audit_page",
     "authenticate",
     "authorize",
     "create_token",
@@ -63,6 +67,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 MIN_TOKEN_LIFETIME_S = 60
 MAX_TOKEN_LIFETIME_S = 10 * 365 * 86400
 _GLOB = re.compile(r"^[A-Za-z0-9._\-*?\[\]!]{1,200}$")
+_AUDIT_CHUNK = 500  # audit rows read at a time for a scoped principal
+_AUDIT_SCAN = 20_000  # most audit rows one page of a scoped principal reads
 
 
 class Role(StrEnum):
@@ -92,6 +98,11 @@ class Principal:
             return False
         return dataset is None or self.datasets is None or fnmatch.fnmatchcase(
             dataset, self.datasets)
+
+    def holds(self, datasets: str | None) -> bool:
+        """Whether a token scoped to ``datasets`` lies within this principal's scope
+        (:func:`catalog.scopes.scope_within`)."""
+        return scope_within(datasets, self.datasets)
 
     def as_dict(self) -> dict[str, Any]:
         """``{"name", "role", "datasets"}`` (what ``/v1/whoami`` answers)."""
@@ -153,8 +164,9 @@ def authorize(principal: Principal, role: Role, dataset: str | None = None) -> N
         return
     if principal.role.rank < role.rank:
         message = f"this call needs the {role} role; token {principal.name!r} is a {principal.role}"
-    else:
-        message = f"token {principal.name!r} is not scoped to dataset {dataset!r}"
+    else:  # the dataset is not named: the caller may have sent only an id of it
+        message = (f"token {principal.name!r} is not scoped to the dataset of this call "
+                   f"(its scope: {principal.datasets!r})")
     raise WindpipeError(ErrorType.FORBIDDEN, message,
                         details={"required_role": str(role), "role": str(principal.role)})
 
@@ -171,14 +183,24 @@ def dataset_of(ctx: CatalogContext, kind: str, key: str) -> str | None:
 # -- tokens -------------------------------------------------------------------------
 
 
+def _outside_scope(principal: Principal, message: str, **details: Any) -> WindpipeError:
+    return WindpipeError(ErrorType.FORBIDDEN, f"{message}: {SCOPE_RULE}",
+                         details={"scope": principal.datasets, "role": str(principal.role),
+                                  **details})
+
+
 def create_token(ctx: CatalogContext, *, name: str, role: Role | str,
                  datasets: str | None = None, created_by: str,
-                 expires_in_s: int | None = None) -> tuple[ApiToken, str]:
+                 expires_in_s: int | None = None,
+                 creator: Principal | None = None) -> tuple[ApiToken, str]:
     """Store a new token; returns the row and the token text (shown once, never stored).
 
     ``expires_in_s``: the token is refused that many seconds from now (None: never;
     between a minute and :data:`MAX_TOKEN_LIFETIME_S`). An expired token still counts
     as a stored token: a catalog that has minted tokens never falls back to open access.
+    ``creator`` (the caller over REST; None: the operator's CLI) may hand out at most
+    its own role, and only a scope within its own (:data:`catalog.scopes.SCOPE_RULE`):
+    otherwise ``forbidden``.
     """
     if not _NAME.match(name) or name in (BOOTSTRAP, LOCAL):
         raise WindpipeError(ErrorType.INVALID_REQUEST,
@@ -193,6 +215,13 @@ def create_token(ctx: CatalogContext, *, name: str, role: Role | str,
         raise WindpipeError(ErrorType.INVALID_REQUEST,
                             f"dataset scope {datasets!r} is not a glob of dataset names",
                             details={"datasets": datasets})
+    if creator is not None and creator.role.rank < role.rank:
+        raise _outside_scope(creator, f"token {creator.name!r} is a {creator.role} and may "
+                             f"not create a {role} token", requested_role=str(role))
+    if creator is not None and not creator.holds(datasets):
+        raise _outside_scope(
+            creator, f"token {creator.name!r} is scoped to {creator.datasets!r}; the new "
+            f"token's scope {datasets!r} does not lie within it", datasets=datasets)
     if expires_in_s is not None and not (
             MIN_TOKEN_LIFETIME_S <= expires_in_s <= MAX_TOKEN_LIFETIME_S):
         raise WindpipeError(ErrorType.INVALID_REQUEST,
@@ -214,16 +243,29 @@ def create_token(ctx: CatalogContext, *, name: str, role: Role | str,
     return row, text
 
 
-def list_tokens(ctx: CatalogContext) -> list[ApiToken]:
-    """Every token, revoked ones included (never their text)."""
+def list_tokens(ctx: CatalogContext, *, visible_to: Principal | None = None) -> list[ApiToken]:
+    """Every token, revoked ones included (never their text); for ``visible_to``, only
+    those whose scope lies within its own (an unscoped principal sees all)."""
     with session_scope(ctx.sessions) as session:
-        return AccessRepository(session).list_tokens()
+        rows = AccessRepository(session).list_tokens()
+    if visible_to is None:
+        return rows
+    return [row for row in rows if visible_to.holds(row.datasets)]
 
 
-def revoke_token(ctx: CatalogContext, name: str) -> None:
-    """Revoke the active token ``name`` (``not_found`` if there is none)."""
+def revoke_token(ctx: CatalogContext, name: str, *, by: Principal | None = None) -> None:
+    """Revoke the active token ``name`` (``not_found`` if there is none). ``by`` (the
+    caller; None: the operator's CLI) may revoke only tokens whose scope lies within its
+    own: any other name, existing or not, is the same ``forbidden``."""
     with session_scope(ctx.sessions) as session:
-        if not AccessRepository(session).revoke_token(name, utcnow()):
+        repo = AccessRepository(session)
+        if by is not None and by.datasets is not None:
+            row = repo.token_by_name(name)
+            if row is None or not by.holds(row.datasets):
+                raise _outside_scope(by, f"token {by.name!r} is scoped to {by.datasets!r} "
+                                     f"and holds no token named {name!r} within it",
+                                     token=name)
+        if not repo.revoke_token(name, utcnow()):
             raise WindpipeError(ErrorType.NOT_FOUND, f"no active token named {name!r}",
                                 details={"token": name})
 
@@ -246,3 +288,74 @@ def list_audit(ctx: CatalogContext, *, after_id: int, limit: int) -> list[AuditE
     """Audit events after ``after_id``, oldest first."""
     with session_scope(ctx.sessions) as session:
         return AccessRepository(session).list_audit(after_id=after_id, limit=limit)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditPage:
+    """One page of the audit trail; ``next_after`` is the cursor of the next page (the
+    last id this page read), None at the end."""
+
+    items: list[AuditEvent]
+    next_after: int | None
+
+
+def audit_page(ctx: CatalogContext, *, after_id: int, limit: int,
+               visible_to: Principal) -> AuditPage:
+    """The audit events after ``after_id`` that ``visible_to`` may read, oldest first.
+
+    An unscoped principal reads every event. A scoped one reads its own events and
+    those about a dataset in its scope (the dataset named, or the one the version,
+    split or plan id belongs to) or about a token within its scope; events naming
+    nothing it can see (another dataset, an unknown id, a token creation by someone
+    else) are left out. Such a page reads at most ``_AUDIT_SCAN`` rows, so it may hold
+    fewer than ``limit`` events and still have a next page.
+    """
+    with session_scope(ctx.sessions) as session:
+        repo = AccessRepository(session)
+        if visible_to.datasets is None:
+            rows = repo.list_audit(after_id=after_id, limit=limit + 1)
+            return AuditPage(rows[:limit], rows[limit - 1].id if len(rows) > limit else None)
+        items: list[AuditEvent] = []
+        cursor, scanned = after_id, 0
+        while scanned < _AUDIT_SCAN:
+            chunk = repo.list_audit(after_id=cursor, limit=_AUDIT_CHUNK)
+            scanned += len(chunk)
+            visible = _visible_ids(repo, chunk, visible_to)
+            for row in chunk:
+                if row.id in visible:
+                    if len(items) == limit:
+                        return AuditPage(items, items[-1].id)
+                    items.append(row)
+                cursor = row.id
+            if len(chunk) < _AUDIT_CHUNK:
+                return AuditPage(items, None)
+        return AuditPage(items, cursor)
+
+
+def _visible_ids(repo: AccessRepository, rows: Sequence[AuditEvent],
+                 principal: Principal) -> set[int]:
+    """The ids of ``rows`` a scoped ``principal`` may read (see :func:`audit_page`)."""
+    targets = {row.id: audit_target(row.target) for row in rows}
+    wanted: dict[str, set[str]] = {}
+    for target in targets.values():
+        if target is not None:
+            wanted.setdefault(target[0], set()).add(target[1])
+    datasets = {(kind, key): name for kind in ("version", "split", "plan")
+                for key, name in repo.datasets_of(kind, wanted.get(f"{kind}_id", ())).items()}
+    scopes = repo.token_scopes(wanted.get("token_name", ()))
+    visible: set[int] = set()
+    for row in rows:
+        target = targets[row.id]
+        if row.principal == principal.name:
+            visible.add(row.id)
+        elif target is None:
+            continue
+        elif target[0] == "token_name":
+            if target[1] in scopes and principal.holds(scopes[target[1]]):
+                visible.add(row.id)
+        else:
+            name = target[1] if target[0] == "name" else datasets.get(
+                (target[0].removesuffix("_id"), target[1]))
+            if name is not None and principal.may(Role.READER, name):
+                visible.add(row.id)
+    return visible

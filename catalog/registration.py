@@ -1,10 +1,17 @@
 """Registration: validate a manifest and every segment it lists, before anything is stored.
 
-:func:`prepare_version` collects *all* problems (paths, missing or corrupt
+:func:`prepare_version` collects the problems (paths, missing or corrupt
 segments, row counts, segments of one manifest row with different columns, duplicate segments,
 metadata that disagrees within an identity) and raises one
-``WindpipeError(invalid_manifest)`` listing them, each naming its 0-based manifest
-row. On success the caller stores the returned :class:`PreparedVersion` as is.
+``WindpipeError(invalid_manifest)`` listing the first (``catalog.problems``), each naming
+its 0-based manifest row, and counting them all. On success the caller stores the
+returned :class:`PreparedVersion` as is.
+
+Segments are inspected in manifest order, a few at a time; once
+:data:`catalog.problems.MAX_LISTED` of them failed, no more are opened (a manifest
+naming a million missing files is answered after about a hundred look-ups), and the
+answer says the count is a lower bound (``details.problems_complete``). Nothing kept
+per segment outlives its inspection but its description or its one-line problem.
 
 A manifest *row* of SEMANTICS section 1 is an identity ``(set_id, cell_id, cidx,
 protocol)``: all segment rows sharing it, in listed order, even when they are not
@@ -15,18 +22,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
-from catalog.manifest import (
-    IDENTITY_COLUMNS,
-    manifest_error,
-    metadata_columns,
-    normalize_manifest,
-)
+from catalog.manifest import IDENTITY_COLUMNS, metadata_columns, normalize_manifest
+from catalog.problems import ProblemLog
 from services.contract.identity import canonical_json, manifest_row_id
 from services.storage.segments import ColumnInfo, SegmentInfo, SegmentProblem, inspect_segment
 from services.storage.store import PathEscapeError, Storage
@@ -35,6 +38,7 @@ __all__ = ["PreparedVersion", "prepare_version"]
 
 _IDENT = list(IDENTITY_COLUMNS)
 _MAX_WORKERS = 8
+_IN_FLIGHT = 2 * _MAX_WORKERS  # inspections submitted ahead, in manifest order
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,10 +92,9 @@ def _problem(row: int, path: Any, text: str) -> dict[str, Any]:
     return {"row": int(row), "segment_path": path, "problem": text}
 
 
-def _metadata_problems(frame: pl.DataFrame, meta: tuple[str, ...]) -> list[dict[str, Any]]:
-    problems: list[dict[str, Any]] = []
+def _metadata_problems(frame: pl.DataFrame, meta: tuple[str, ...], log: ProblemLog) -> None:
     if not meta:
-        return problems
+        return
     indexed = frame.with_row_index("_row")
     flags = indexed.select(
         "_row",
@@ -103,22 +106,20 @@ def _metadata_problems(frame: pl.DataFrame, meta: tuple[str, ...]) -> list[dict[
     )
     for c in meta:
         bad = flags.filter(pl.col(f"_bad_{c}"))
-        for rec in bad.iter_rows(named=True):
-            problems.append(_problem(
-                rec["_row"], rec["segment_path"],
-                f"metadata {c!r} is {rec[c]!r} here but {rec[f'_first_{c}']!r} in row "
-                f"{rec['_first_row']} of the same identity",
-            ))
-    return problems
+        log.extend((_problem(
+            rec["_row"], rec["segment_path"],
+            f"metadata {c!r} is {rec[c]!r} here but {rec[f'_first_{c}']!r} in row "
+            f"{rec['_first_row']} of the same identity",
+        ) for rec in bad.head(log.listed).iter_rows(named=True)),
+            more=max(bad.height - log.listed, 0))
 
 
 def _column_problems(
     frame: pl.DataFrame, canon: list[str | None],
-    infos: dict[str, SegmentInfo | SegmentProblem], raw_paths: list[Any],
-) -> list[dict[str, Any]]:
+    infos: dict[str, SegmentInfo | str], raw_paths: list[Any], log: ProblemLog,
+) -> None:
     """Segments of one manifest row must hold the same column names (types may differ):
     a manifest row is one measurement, with one set of sensors."""
-    problems: list[dict[str, Any]] = []
     first: dict[tuple[Any, ...], tuple[int, frozenset[str]]] = {}
     for row, (ident, cpath) in enumerate(zip(frame.select(_IDENT).iter_rows(), canon,
                                              strict=True)):
@@ -133,12 +134,11 @@ def _column_problems(
                 parts.append(f"missing columns {missing}")
             if extra := sorted(names - seen[1]):
                 parts.append(f"extra columns {extra}")
-            problems.append(_problem(
+            log.add(_problem(
                 row, raw_paths[row],
                 f"columns differ from the segment in row {seen[0]} of the same manifest row "
                 f"(segments of one manifest row hold the same columns): {'; '.join(parts)}",
             ))
-    return problems
 
 
 def _protocol_schema(
@@ -170,23 +170,48 @@ def _protocol_schema(
     return schema
 
 
+def _inspect(storage: Storage, path: str) -> SegmentInfo | str:
+    """The segment's description, or its problem's text (the exception, its traceback and
+    what that holds are dropped here)."""
+    try:
+        return inspect_segment(storage, path)
+    except SegmentProblem as exc:
+        return exc.message
+
+
 def _inspect_all(
-    storage: Storage, paths: list[str], progress: Callable[[int, int], None] | None
-) -> dict[str, SegmentInfo | SegmentProblem]:
-    results: dict[str, SegmentInfo | SegmentProblem] = {}
+    storage: Storage, paths: list[str], progress: Callable[[int, int], None] | None,
+    *, stop_after: int,
+) -> dict[str, SegmentInfo | str]:
+    """Inspect ``paths`` in order, at most :data:`_IN_FLIGHT` at a time; no new one is
+    started once ``stop_after`` have failed (the rest are missing from the answer)."""
+    results: dict[str, SegmentInfo | str] = {}
     total = len(paths)
     if not paths:
         return results
+    failed = 0
+    pending: dict[Future[SegmentInfo | str], str] = {}
+    todo = iter(paths)
     with ThreadPoolExecutor(max_workers=min(_MAX_WORKERS, total)) as pool:
-        futures = {pool.submit(inspect_segment, storage, p): p for p in paths}
-        for done, fut in enumerate(as_completed(futures), start=1):
-            path = futures[fut]
-            try:
-                results[path] = fut.result()
-            except SegmentProblem as exc:
-                results[path] = exc
-            if progress is not None:
-                progress(done, total)
+        try:
+            while True:
+                while failed < stop_after and len(pending) < _IN_FLIGHT:
+                    path = next(todo, None)
+                    if path is None:
+                        break
+                    pending[pool.submit(_inspect, storage, path)] = path
+                if not pending:
+                    break
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    info = fut.result()
+                    results[pending.pop(fut)] = info
+                    failed += isinstance(info, str)
+                    if progress is not None:
+                        progress(len(results), total)
+        finally:
+            for fut in pending:
+                fut.cancel()
     return results
 
 
@@ -200,7 +225,8 @@ def prepare_version(
 
     ``progress(done, total)`` is called after each segment is inspected. Raises
     ``WindpipeError(invalid_manifest)`` with ``details["problems"]`` (``row``,
-    ``segment_path``, ``problem``) when anything is wrong; nothing is partial.
+    ``segment_path``, ``problem``: the first :data:`catalog.problems.MAX_LISTED`) and
+    ``details["problem_count"]`` when anything is wrong; nothing is partial.
     """
     frame = normalize_manifest(manifest)
     meta = metadata_columns(frame)
@@ -209,49 +235,48 @@ def prepare_version(
         frame.get_column("row_count").to_list() if "row_count" in frame.columns
         else [None] * frame.height
     )
-    problems: list[dict[str, Any]] = []
+    problems = ProblemLog()
     canon: list[str | None] = []
     first_row: dict[str, int] = {}
     for row, raw in enumerate(raw_paths):
-        try:
-            path = storage.validate_relative_path(raw)
+        try:  # syntax only: inspecting the segment checks symlinks
+            path = storage.normalize_relative_path(raw)
         except PathEscapeError as exc:
-            problems.append(_problem(row, raw, f"invalid segment path: {exc}"))
+            problems.add(_problem(row, raw, f"invalid segment path: {exc}"))
             canon.append(None)
             continue
         if path in first_row:
-            problems.append(_problem(
+            problems.add(_problem(
                 row, raw, f"segment listed twice (first in row {first_row[path]})"
             ))
             canon.append(None)
             continue
         first_row[path] = row
         canon.append(path)
-    problems += _metadata_problems(frame, meta)
+    _metadata_problems(frame, meta, problems)
 
-    infos = _inspect_all(storage, list(first_row), progress)
-    protocols = frame.get_column("protocol").to_list()
-    by_protocol: dict[str, list[tuple[int, SegmentInfo]]] = {}
+    infos = _inspect_all(storage, list(first_row), progress, stop_after=problems.listed)
+    if len(infos) < len(first_row):
+        problems.stop(f"segment checks stopped after {problems.listed} failed "
+                      f"({len(infos)} of {len(first_row)} segments checked)")
     for row, cpath in enumerate(canon):
-        if cpath is None:
+        info = infos.get(cpath) if cpath is not None else None
+        if info is None:
             continue
-        info = infos[cpath]
-        if isinstance(info, SegmentProblem):
-            problems.append(_problem(row, raw_paths[row], info.message))
+        if isinstance(info, str):
+            problems.add(_problem(row, raw_paths[row], info))
             continue
         want = claimed[row]
         if want is not None and int(want) != info.row_count:
-            problems.append(_problem(
+            problems.add(_problem(
                 row, raw_paths[row],
                 f"row_count is {want} in the manifest but the segment has "
                 f"{info.row_count} rows",
             ))
-        by_protocol.setdefault(protocols[row], []).append((row, info))
 
-    problems += _column_problems(frame, canon, infos, raw_paths)
+    _column_problems(frame, canon, infos, raw_paths, problems)
     if problems:
-        problems.sort(key=lambda p: p["row"])
-        raise manifest_error(problems)
+        raise problems.error()
 
     good: list[SegmentInfo] = [infos[p] for p in canon]  # type: ignore[misc,index]
     return _build(storage, frame, meta, good)

@@ -33,6 +33,7 @@ from catalog.models import (
     Segment,
     Split,
     SplitAssignment,
+    SplitStatsRow,
     Version,
 )
 from services.contract.errors import ErrorType, WindpipeError
@@ -293,6 +294,17 @@ class Repository:
             [tuple(r) for r in rows],
             schema={"manifest_row_id": pl.Int64, "split": pl.String}, orient="row",
         )
+
+    def get_split_stats(self, split_id: str, side: str, key: str) -> dict[str, Any] | None:
+        """The stored statistics of a split's side and columns (JSON), if computed."""
+        row = self.session.get(SplitStatsRow, (split_id, side, key))
+        return None if row is None else row.stats
+
+    def add_split_stats(self, split_id: str, side: str, key: str, stats: dict[str, Any]) -> None:
+        """Store a side's statistics (flushed; a second writer hits the primary key)."""
+        self.session.add(SplitStatsRow(split_id=split_id, side=side, columns_key=key,
+                                       stats=stats))
+        self.session.flush()
 
     # -- plans ------------------------------------------------------------------------
 

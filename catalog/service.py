@@ -10,7 +10,6 @@ content-addressed, so repeating a request returns the existing resource
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +24,6 @@ from catalog.index import build_index
 from catalog.limits import (
     check_description,
     check_int64,
-    check_manifest_bytes,
     check_manifest_rows,
 )
 from catalog.manifest import load_manifest, manifest_from_rows
@@ -41,7 +39,8 @@ from services.contract.identity import canonical_json
 from services.contract.limits import Limits
 from services.database import session_scope
 from services.memo import Memo, deep_nbytes
-from services.storage.store import PathEscapeError, StorageOptions, open_root
+from services.storage.roots import RootScopes
+from services.storage.store import StorageOptions, open_root
 
 __all__ = [
     "CatalogContext",
@@ -65,18 +64,21 @@ _RETRIES = 3
 
 @dataclass
 class CatalogContext:
-    """What the rules need: sessions, storage options and a cache of immutable values
-    (index frames, segment tables, decoded plans, epoch schedules)."""
+    """What the rules need: sessions, storage options, the operator's root scopes and a
+    cache of immutable values (index frames, segment tables, decoded plans, epoch
+    schedules)."""
 
     sessions: sessionmaker[Session]
     storage: StorageOptions = field(default_factory=StorageOptions)
     cache: Memo[tuple[Any, ...], Any] = field(default_factory=lambda: _cache(32, 512 << 20))
     limits: Limits = field(default_factory=Limits)
+    root_scopes: RootScopes = field(default_factory=RootScopes)
 
     @classmethod
     def from_engine(
         cls, engine: Engine, *, storage: StorageOptions | None = None, cache_size: int = 32,
         cache_bytes: int = 512 << 20, limits: Limits | None = None,
+        root_scopes: RootScopes | None = None,
     ) -> CatalogContext:
         """A context over ``engine`` (sessions keep loaded rows usable after commit)."""
         return cls(
@@ -84,6 +86,7 @@ class CatalogContext:
             storage=storage or StorageOptions(),
             cache=_cache(cache_size, cache_bytes),
             limits=limits or Limits(),
+            root_scopes=root_scopes or RootScopes(),
         )
 
 
@@ -160,12 +163,16 @@ def get_version(ctx: CatalogContext, version_id: str) -> Version:
 def register_version(
     ctx: CatalogContext, name: str, *, root: str, manifest: str | None = None,
     rows: list[dict[str, Any]] | None = None, description: str | None = None,
+    visible: Callable[[str], bool] | None = None,
 ) -> Created[Version]:
     """Validate a manifest and all its segments, then store the version in one transaction.
 
-    Exactly one of ``manifest`` (a path under ``root``) and ``rows`` is given. The
-    same content again returns the existing version (``created=False``); content
-    already registered under another dataset is a ``conflict``.
+    Exactly one of ``manifest`` (a path under ``root``) and ``rows`` is given. A root
+    the operator does not allow, or one bound to other dataset names
+    (``ctx.root_scopes``), is ``forbidden`` before anything is read. The same content
+    again returns the existing version (``created=False``); content already registered
+    under another dataset is a ``conflict``, naming that dataset and version only when
+    ``visible(dataset)`` (None: the caller sees every dataset).
     """
     if (manifest is None) == (rows is None):
         raise WindpipeError(
@@ -174,18 +181,18 @@ def register_version(
     check_description(description, ctx.limits)
     if rows is not None:
         check_manifest_rows(len(rows), ctx.limits)
+    if ctx.storage.allowed is not None:
+        ctx.storage.allowed.check(root)  # the same answer for every root not allowed
+    ctx.root_scopes.check(root, dataset=name)
     storage = open_root(root, ctx.storage)
-    if manifest is not None:
-        with contextlib.suppress(FileNotFoundError, PathEscapeError):  # load_manifest says
-            check_manifest_bytes(storage.head(manifest).size, ctx.limits)
-    frame = load_manifest(storage, manifest) if manifest is not None else manifest_from_rows(
-        rows or []
-    )
+    # a manifest file's size and rows are checked before it is read and decoded
+    frame = (load_manifest(storage, manifest, limits=ctx.limits) if manifest is not None
+             else manifest_from_rows(rows or []))
     check_manifest_rows(frame.height, ctx.limits)
     prepared = prepare_version(storage, frame)
     for attempt in range(_RETRIES):
         try:
-            return _store_version(ctx, name, prepared, description)
+            return _store_version(ctx, name, prepared, description, visible)
         except IntegrityError:
             if attempt == _RETRIES - 1:
                 raise
@@ -193,12 +200,19 @@ def register_version(
 
 
 def _store_version(
-    ctx: CatalogContext, name: str, prepared: PreparedVersion, description: str | None
+    ctx: CatalogContext, name: str, prepared: PreparedVersion, description: str | None,
+    visible: Callable[[str], bool] | None,
 ) -> Created[Version]:
     with session_scope(ctx.sessions) as session:
         repo = Repository(session)
         existing = repo.get_version(prepared.version_id)
         if existing is not None:
+            if existing.dataset.name != name and visible is not None \
+                    and not visible(existing.dataset.name):
+                raise WindpipeError(
+                    ErrorType.CONFLICT,
+                    "this content is already registered under a dataset name outside "
+                    "your scope", details={"dataset": name})
             if existing.dataset.name != name:
                 raise WindpipeError(
                     ErrorType.CONFLICT,

@@ -31,11 +31,14 @@ from catalog.principals import Principal, Role
 from catalog.service import CatalogContext
 from services.contract.auth import http_headers
 from services.contract.errors import ErrorType, WindpipeError
+from services.contract.shapes import check_plan_id
+from services.database import translate_outage
 from services.logging import get_logger
 
 __all__ = ["CachedAccess", "DatabaseAccess", "FlightAccess", "RestAccess", "StaticAccess"]
 
 _log = get_logger("windpipe.flight.access")
+_WHO = "this Flight server's catalog"
 _NEEDS_TOKEN = ("this Flight server requires a bearer token: send the header "
                 "'authorization: Bearer <token>' (sdk: Catalog(url, token=...))")
 
@@ -80,14 +83,18 @@ class DatabaseAccess:
         self._loopback = loopback
 
     def authenticate(self, token: str | None) -> Principal:
-        """:func:`catalog.principals.authenticate` against the database."""
-        return principals.authenticate(self._ctx, token, bootstrap=self._bootstrap,
-                                       loopback=self._loopback)
+        """:func:`catalog.principals.authenticate` against the database (``unavailable``
+        while it is down)."""
+        with translate_outage(who=_WHO, checking="the caller's token"):
+            return principals.authenticate(self._ctx, token, bootstrap=self._bootstrap,
+                                           loopback=self._loopback)
 
     def authorize_plan(self, token: str | None, principal: Principal, plan_id: str) -> None:
-        """A reader scoped to the plan's dataset (an unknown plan is left to not_found)."""
-        dataset = (principals.dataset_of(self._ctx, "plan", plan_id)
-                   if principal.datasets is not None else None)
+        """A reader scoped to the plan's dataset (an unknown plan is left to not_found;
+        ``unavailable`` while the database is down)."""
+        with translate_outage(who=_WHO, plan_id=plan_id):
+            dataset = (principals.dataset_of(self._ctx, "plan", plan_id)
+                       if principal.datasets is not None else None)
         principals.authorize(principal, Role.READER, dataset)
 
 
@@ -124,11 +131,21 @@ class RestAccess:
         body = resp.json()
         return Principal(str(body["name"]), Role(body["role"]), body.get("datasets"))
 
+    def requires_tokens(self) -> bool:
+        """Whether the catalog refuses an anonymous ``GET /v1/whoami`` (401); False when it
+        answers one (with the open ``local`` admin); ``unavailable`` when it cannot be
+        asked (the start-up check of a REST-backed server, ``services.exposure``)."""
+        resp = self._get("/v1/whoami", None)
+        if resp.status_code in (200, 401):
+            return resp.status_code == 401
+        raise WindpipeError(ErrorType.UNAVAILABLE,
+                            f"the catalog answered {resp.status_code} to GET /v1/whoami")
+
     def authorize_plan(self, token: str | None, principal: Principal, plan_id: str) -> None:
         """``GET /v1/plans/{id}`` with the caller's token: 200 or 404 pass, else refused."""
         if principal.datasets is None:
             return  # an unscoped principal reads every plan
-        resp = self._get(f"/v1/plans/{plan_id}", token)
+        resp = self._get(f"/v1/plans/{check_plan_id(plan_id)}", token)
         if resp.status_code not in (200, 404):
             raise self._refusal(resp)
 

@@ -4,9 +4,11 @@ With an access layer (:mod:`flight_server.access`; every served deployment has o
 :class:`PrincipalAuthFactory` turns ``authorization: Bearer <token>`` into a
 :class:`catalog.principals.Principal` in ``start_call`` and refuses a call without a
 valid one with ``FlightUnauthenticatedError`` (the ``unauthenticated`` envelope in
-``extra_info``). ``DoAction`` is the exception: the action's type is not known when a
-call starts, so the factory only records the outcome and ``do_action`` refuses every
-action but ``health`` (liveness probes carry no secrets) through :func:`caller`.
+``extra_info``). The open ``local`` principal (no tokens anywhere) is refused to a
+caller on another host (:func:`caller`). ``DoAction`` is the exception: the action's
+type is not known when a call starts, so the factory only records the outcome and
+``do_action`` refuses every action but ``health`` (liveness probes carry no secrets)
+through :func:`caller`.
 
 Tickets stay HMAC-signed and carry the principal they were issued to: a valid bearer
 token does not make a forged or foreign ticket acceptable, and a valid ticket does
@@ -22,6 +24,7 @@ import pyarrow.flight as fl
 
 from catalog.principals import LOCAL, Principal, Role
 from flight_server.access import FlightAccess
+from flight_server.calls import peer_is_local
 from services.contract.auth import AUTH_HEADER, bearer_token
 from services.contract.errors import ErrorType, WindpipeError
 from services.logging import get_logger
@@ -86,13 +89,18 @@ class PrincipalAuthFactory(fl.ServerMiddlewareFactory):  # type: ignore[misc]
 
 def caller(context: Any) -> Principal:
     """The call's principal; ``unauthenticated`` when it has none. A server without an
-    access layer (a library user's, on loopback) serves everyone as ``local``."""
+    access layer (a library user's, on loopback) serves everyone as ``local``; ``local``
+    (the open embedded admin, also what a catalog without tokens answers for an
+    anonymous call) is granted only to a caller on this host, never to a remote one."""
     call = context.get_middleware(AUTH_MIDDLEWARE)
-    if call is None:
-        return Principal(LOCAL, Role.ADMIN)
-    if call.principal is None:
+    principal = Principal(LOCAL, Role.ADMIN) if call is None else call.principal
+    if principal is None:
         raise _unauthenticated(call.reason)
-    return call.principal  # type: ignore[no-any-return]
+    if principal.name == LOCAL and not peer_is_local(context):
+        raise _unauthenticated(
+            "this Flight server serves calls without a token only to callers on its own "
+            "host: send 'authorization: Bearer <token>' (sdk: Catalog(url, token=...))")
+    return principal  # type: ignore[no-any-return]
 
 
 def caller_token(context: Any) -> str | None:

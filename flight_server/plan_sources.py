@@ -20,7 +20,6 @@ from datetime import datetime
 from typing import Protocol
 
 import httpx
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
 from catalog.plans import plan_artifact_bytes
@@ -28,6 +27,8 @@ from catalog.retire import check_plan_live
 from catalog.service import CatalogContext
 from services.contract.auth import http_headers
 from services.contract.errors import ErrorType, WindpipeError, retired_error
+from services.contract.shapes import check_plan_id
+from services.database import translate_outage
 from services.logging import get_logger
 from services.materialize.plan import PlanContext
 from services.memo import Memo, deep_nbytes
@@ -36,6 +37,7 @@ from services.planning.artifact import ARTIFACT_MEDIA_TYPE, PlanArtifact
 __all__ = ["DatabasePlanSource", "PlanCache", "PlanSource", "RestPlanSource"]
 
 _log = get_logger("windpipe.flight.plans")
+_WHO = "this Flight server's catalog"
 
 
 class PlanSource(Protocol):
@@ -58,19 +60,16 @@ class DatabasePlanSource:
 
     def load(self, plan_id: str) -> PlanArtifact:
         """Read and decode the stored artifact; ``unavailable`` while the database is down."""
-        try:
+        with translate_outage(who=_WHO, plan_id=plan_id):
             data = plan_artifact_bytes(self._ctx, plan_id)
-        except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError) as exc:
-            raise WindpipeError(
-                ErrorType.UNAVAILABLE,
-                f"this Flight server cannot reach its catalog database: {type(exc).__name__}",
-                details={"plan_id": plan_id, "retryable": True},
-            ) from exc
         return PlanArtifact.from_ipc(data)
 
     def check_live(self, plan_id: str) -> None:
-        """One query: is the plan, its split or its version retired?"""
-        check_plan_live(self._ctx.sessions, plan_id)
+        """One query: is the plan, its split or its version retired? ``unavailable`` while
+        the database is down (also for a plan this server holds: its retirement cannot be
+        known)."""
+        with translate_outage(who=_WHO, plan_id=plan_id):
+            check_plan_live(self._ctx.sessions, plan_id)
 
 
 class RestPlanSource:
@@ -86,11 +85,12 @@ class RestPlanSource:
     def load(self, plan_id: str) -> PlanArtifact:
         """Fetch and decode the artifact; ``unavailable`` when the catalog cannot be reached
         (a connection error, not a server bug)."""
-        return PlanArtifact.from_ipc(self._get(plan_id, f"/v1/plans/{plan_id}/artifact"))
+        path = f"/v1/plans/{check_plan_id(plan_id)}/artifact"  # never x/../p-1, p-1%2F
+        return PlanArtifact.from_ipc(self._get(plan_id, path))
 
     def check_live(self, plan_id: str) -> None:
         """``GET /v1/plans/{id}``: ``conflict`` when its ``retired_at`` is set."""
-        body = json.loads(self._get(plan_id, f"/v1/plans/{plan_id}"))
+        body = json.loads(self._get(plan_id, f"/v1/plans/{check_plan_id(plan_id)}"))
         if body.get("retired_at"):
             when = datetime.fromisoformat(str(body["retired_at"]).replace("Z", "+00:00"))
             raise retired_error("plan", plan_id, when)

@@ -85,7 +85,9 @@ def start_flight_server(
     access: FlightAccess | None = StaticAccess(token) if token else None
     if plan_source is None:
         if engine is None and not settings.catalog_url:
-            engine = owned = create_engine(settings.resolved_database_url())
+            engine = owned = create_engine(
+                settings.resolved_database_url(),
+                sqlite_busy_timeout_s=settings.sqlite_busy_timeout_s)
         if engine is not None:
             plan_source = DatabasePlanSource(engine)
             access = DatabaseAccess(engine, bootstrap=token,
@@ -97,10 +99,12 @@ def start_flight_server(
     elif engine is not None:
         access = DatabaseAccess(engine, bootstrap=token,
                                 loopback=is_loopback(host) or settings.insecure)
+    rest = access if isinstance(access, RestAccess) else None
     try:
         check_exposure(
             settings, service="Flight server", host=host, signs_tickets=True,
-            tokens_configured=lambda: isinstance(access, RestAccess) or (
+            catalog_decides=rest is not None,  # only the catalog's tokens admit callers
+            tokens_configured=rest.requires_tokens if rest is not None else lambda: (
                 engine is not None
                 and stored_tokens_exist(CatalogContext.from_engine(engine))),
         )

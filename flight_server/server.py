@@ -7,8 +7,10 @@
   paths), the others listed as fallbacks.
 * ``DoGet``: a ticket -> one record batch per training batch, the batch's
   :class:`services.contract.wire.BatchMetadata` as ``app_metadata``.
-* ``DoAction``: ``health``, ``cache-stats``, ``warm`` (progress results streamed as
-  the chunks load).
+* ``DoAction``: ``health``, ``cache-stats``, ``tier-info``, ``warm`` (progress results
+  streamed as the chunks load).
+* ``GetSchema``, ``DoPut``, ``DoExchange``, ``ListFlights``, ``Handshake``: refused with
+  a typed ``invalid_request`` before any handler runs (``flight_server.calls``).
 
 With an access layer (``flight_server.access``), every call but the ``health`` action
 needs ``authorization: Bearer <token>`` of a principal that may read the plan it
@@ -27,7 +29,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,16 +40,33 @@ from catalog.limits import check_world_size
 from catalog.principals import Principal
 from flight_server.access import FlightAccess
 from flight_server.auth import AUTH_MIDDLEWARE, PrincipalAuthFactory, caller, caller_token
+from flight_server.calls import (
+    CALL_FILTER,
+    CallFilterFactory,
+    command_of,
+    guard,
+    internal_error,
+    peer_text,
+    warm_plan_id,
+)
 from flight_server.config import FlightServerConfig
 from flight_server.locality import endpoint_ranges
 from flight_server.plan_sources import PlanCache
+from flight_server.stream_checks import StreamAuth, check_cache_fit
 from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
 from flight_server.warm import warm_results
 from services.contract.errors import ErrorType, WindpipeError
-from services.contract.reports import CacheCounters, FlightHealth, TierStatus, WarmProgress
+from services.contract.reports import (
+    CacheCounters,
+    FlightHealth,
+    FlightTierInfo,
+    TierStatus,
+    WarmProgress,
+)
 from services.contract.wire import (
     ACTION_CACHE_STATS,
     ACTION_HEALTH,
+    ACTION_TIER_INFO,
     ACTION_WARM,
     ACTIONS,
     WIRE_VERSION,
@@ -62,7 +80,7 @@ from services.materialize.cache import ChunkCache
 from services.materialize.pipeline import BatchPipeline
 from services.materialize.plan import PlanContext
 from services.materialize.tier import Tier
-from services.planning.ranks import rank_batches
+from services.planning.ranks import pass_start, rank_batches
 from services.planning.schedule import Schedule
 from services.planning.sizes import channel_counts, token_bytes
 from services.storage.store import Storage, StorageRoots
@@ -71,29 +89,6 @@ __all__ = ["WindpipeFlightServer"]
 
 _I64 = np.int64
 _log = get_logger("windpipe.flight")
-
-
-def _internal(exc: BaseException) -> fl.FlightError:
-    """The Flight error of ``exc``: a ``WindpipeError`` as itself, anything else as a bare
-    ``internal`` with a request id (the details and traceback go to the log only)."""
-    if isinstance(exc, WindpipeError):
-        return to_flight_error(exc)
-    request_id = uuid.uuid4().hex[:16]
-    _log.error("flight.internal_error", request_id=request_id, error=type(exc).__name__,
-               exc_info=exc)
-    return to_flight_error(WindpipeError(
-        ErrorType.INTERNAL,
-        f"internal server error (request id {request_id}: the server log has the details)",
-        details={"request_id": request_id}))
-
-
-def _guard(fn: Callable[[], Any]) -> Any:
-    try:
-        return fn()
-    except fl.FlightError:
-        raise
-    except Exception as exc:
-        raise _internal(exc) from None
 
 
 class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
@@ -111,9 +106,10 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         access: FlightAccess | None = None,
         **kwargs: Any,
     ) -> None:
+        middleware = {**kwargs.get("middleware", {}), CALL_FILTER: CallFilterFactory()}
         if access is not None:
-            kwargs["middleware"] = {**kwargs.get("middleware", {}),
-                                    AUTH_MIDDLEWARE: PrincipalAuthFactory(access)}
+            middleware[AUTH_MIDDLEWARE] = PrincipalAuthFactory(access)
+        kwargs["middleware"] = middleware
         super().__init__(config.bind_location, **kwargs)
         self.config = config
         self._access = access
@@ -161,16 +157,17 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def get_flight_info(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
         """Schema, totals and endpoints of one rank's pass (see ``docs/wire.md``)."""
-        return _guard(lambda: self._flight_info(context, descriptor))
+        return guard(lambda: self._flight_info(context, descriptor))
 
     def _flight_info(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
-        cmd = _command(descriptor)
+        cmd = command_of(descriptor)
         check_world_size(cmd.world_size, self.config.limits)
         principal = self._authorize(context, cmd.plan_id)
         plan = self.plans.live(cmd.plan_id)
         schedule, batches = self._rank_pass(plan, cmd.epoch, cmd.rank, cmd.world_size)
         # positions count part batches (an aligned batch is one per protocol); tickets too
-        start = min(cmd.start_batch * schedule.parts, int(batches.shape[0]))
+        start = pass_start(schedule, batches, start_batch=cmd.start_batch, rank=cmd.rank,
+                           world_size=cmd.world_size)  # past the end: invalid_request
         rest = batches[start:]
         lanes = (schedule.batch_lane_ptr[rest + 1] - schedule.batch_lane_ptr[rest]).astype(_I64)
         seq = schedule.batch_seq_len[rest].astype(_I64)
@@ -197,31 +194,6 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             total_records=int(lanes.sum()), total_bytes=int(per_batch.sum()), ordered=True,
         )
 
-    def get_schema(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.SchemaResult:
-        """The batch schema of the plan named by the descriptor."""
-        result = self._schema_or_error(context, descriptor)
-        if isinstance(result, BaseException):
-            raise result.with_traceback(None) from None
-        return result
-
-    # pyarrow (26) turns an exception of GetSchema into an answer holding its traceback
-    # (its GetSchema lacks the FlightError clause of the other methods): the raise happens
-    # in a frame with a neutral file name, of an exception without a traceback of its own,
-    # so the answer names no path of this host.
-    get_schema.__code__ = get_schema.__code__.replace(co_filename="<windpipe-flight>")
-
-    def _schema_or_error(self, context: Any,
-                         descriptor: fl.FlightDescriptor) -> fl.SchemaResult | fl.FlightError:
-        def run() -> fl.SchemaResult:
-            cmd = _command(descriptor)
-            self._authorize(context, cmd.plan_id)
-            return fl.SchemaResult(self._schema(self.plans.get(cmd.plan_id)))
-
-        try:
-            return _guard(run)  # type: ignore[no-any-return]
-        except fl.FlightError as exc:
-            return exc
-
     def do_get(self, context: Any, ticket: fl.Ticket) -> fl.GeneratorStream:
         """Stream the batches a ticket grants, one record batch each."""
         def setup() -> fl.GeneratorStream:
@@ -247,16 +219,20 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             )
             fields = {"plan": payload.plan_id, "epoch": payload.epoch, "rank": payload.rank,
                       "world_size": payload.world_size, "start_batch": start,
-                      "end_batch": end, "peer": _peer(context)}
+                      "end_batch": end, "peer": peer_text(context)}
+            check_cache_fit(plan, schedule, batches[start:end], start=start,
+                            budget_bytes=self.cache.budget_bytes)
+            auth = StreamAuth(self._access, token=caller_token(context), principal=principal,
+                              plan_id=payload.plan_id, trust_s=self.config.auth_cache_s)
             gen = self._stream(context, builder, schedule, batches,
-                               start=start, end=end, fields=fields)
+                               start=start, end=end, fields=fields, auth=auth)
             return fl.GeneratorStream(schema, gen)
 
-        return _guard(setup)
+        return guard(setup)
 
     def _stream(self, context: Any, builder: BatchBuilder, schedule: Schedule,
                 batches: np.ndarray, *, start: int, end: int,
-                fields: dict[str, Any]) -> Iterator[Any]:
+                fields: dict[str, Any], auth: StreamAuth) -> Iterator[Any]:
         with self._active_lock:
             self._active += 1
             self._streams += 1
@@ -276,6 +252,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                     raise WindpipeError(ErrorType.UNAVAILABLE,
                                         "the Flight server is shutting down; resume elsewhere",
                                         details={"next_batch": i})
+                auth.check(next_batch=i // schedule.parts)  # revocation, within a bound
                 meta = built.meta
                 if meta.skipped_lanes:
                     _log.warning("flight.segment.skipped", plan=fields["plan"], batch_idx=i,
@@ -305,7 +282,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             raise
         except Exception as exc:
             outcome, error_type = "error", type(exc).__name__
-            raise _internal(exc) from None
+            raise internal_error(exc) from None
         finally:
             with self._active_lock:
                 self._active -= 1
@@ -320,13 +297,14 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         """The actions of ``docs/wire.md``."""
         return [
-            (ACTION_HEALTH, "liveness: {status, version}"),
+            (ACTION_HEALTH, "liveness, no token: {status, version, active_streams, streams}"),
             (ACTION_CACHE_STATS, "chunk cache counters"),
+            (ACTION_TIER_INFO, "where the host tier is, for same-host readers: {tier}"),
             (ACTION_WARM, "load a plan's chunks into the cache: body {plan_id}"),
         ]
 
     def do_action(self, context: Any, action: fl.Action) -> Iterator[bytes]:
-        """``health``, ``cache-stats`` and ``warm``."""
+        """``health``, ``cache-stats``, ``tier-info`` and ``warm``."""
         kind = action.type
         body = action.body.to_pybytes() if action.body is not None else b""
         if kind != ACTION_HEALTH:
@@ -335,13 +313,15 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             except fl.FlightError:
                 raise
             except Exception as exc:
-                raise _internal(exc) from None
-        if kind == ACTION_HEALTH:
+                raise internal_error(exc) from None
+        if kind == ACTION_HEALTH:  # anonymous: nothing about the host (tier-info has it)
+            health = FlightHealth(version=WIRE_VERSION, active_streams=self._active,
+                                  streams=self._streams)
+            return iter([json.dumps(health.model_dump(mode="json")).encode()])
+        if kind == ACTION_TIER_INFO:
             tier = (TierStatus.model_validate(self.tier.info().as_dict())
                     if self.tier is not None else None)
-            health = FlightHealth(version=WIRE_VERSION, active_streams=self._active,
-                                  streams=self._streams, tier=tier)
-            return iter([json.dumps(health.model_dump(mode="json")).encode()])
+            return iter([json.dumps(FlightTierInfo(tier=tier).model_dump(mode="json")).encode()])
         if kind == ACTION_CACHE_STATS:
             counters = CacheCounters.model_validate(self.cache.stats().as_dict())
             return iter([json.dumps(counters.model_dump(mode="json")).encode()])
@@ -354,13 +334,13 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def _warm(self, context: Any, body: bytes) -> Iterator[bytes]:
         try:
-            plan_id = _warm_plan_id(body)
+            plan_id = warm_plan_id(body)
             self._authorize(context, plan_id)
             plan = self.plans.live(plan_id)
             results = warm_results(plan, self._storage_for(plan.root_uri), self.cache,
                                    self.tier)
         except Exception as exc:
-            raise _internal(exc) from None
+            raise internal_error(exc) from None
         return self._warm_steps(results)
 
     def _warm_steps(self, results: Iterator[WarmProgress]) -> Iterator[bytes]:
@@ -369,7 +349,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             for last in results:
                 yield json.dumps(last.model_dump(mode="json", exclude_unset=True)).encode()
         except Exception as exc:
-            raise _internal(exc) from None
+            raise internal_error(exc) from None
         _log.info("flight.warm", chunks=last.loaded if last else None,
                   bytes=last.bytes if last else None, seconds=last.seconds if last else None)
 
@@ -394,26 +374,3 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         self.cache.close()
         return ok
 
-
-def _warm_plan_id(body: bytes) -> str:
-    """The plan id of a ``warm`` action body ``{"plan_id": ...}``, else ``invalid_request``."""
-    try:
-        args = json.loads(body or b"{}")
-    except ValueError:
-        args = None
-    plan_id = args.get("plan_id") if isinstance(args, dict) else None
-    if not isinstance(plan_id, str) or not plan_id:
-        raise WindpipeError(ErrorType.INVALID_REQUEST, 'warm needs a JSON body {"plan_id": ...}')
-    return plan_id
-
-
-def _command(descriptor: fl.FlightDescriptor) -> FlightCommand:
-    if descriptor.descriptor_type != fl.DescriptorType.CMD:
-        raise WindpipeError(ErrorType.INVALID_REQUEST,
-                            "windpipe descriptors are commands (FlightCommand JSON)")
-    return FlightCommand.decode(descriptor.command)
-
-
-def _peer(context: Any) -> str:
-    peer = context.peer()
-    return peer.decode() if isinstance(peer, bytes) else str(peer)

@@ -1,7 +1,8 @@
 """The same-host path: a plan's batches built in this process from the host's shared tier.
 
-When a Flight server of the deployment runs on this host, it advertises its tier of
-decoded blocks (``health`` action: path and id). A reader that finds that tier here
+When a Flight server of the deployment runs on this host, it tells an authenticated
+caller where its tier of decoded blocks is (``tier-info`` action: path and id; the
+anonymous ``health`` action names nothing of the host). A reader that finds that tier here
 asks the server to warm the plan (the server decodes each block once per host, into
 the tier, or finds it there), maps the blocks read-only and builds every batch with
 the same materializer the server runs: the same lanes, values, padding and
@@ -19,11 +20,20 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from sdk._exceptions import InvalidConfig, ResourceExhausted, Unavailable
+from sdk._exceptions import (
+    Forbidden,
+    InvalidConfig,
+    InvalidRequest,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+    as_sdk_error,
+)
 from sdk._stream import FlightStream
 from sdk._warm import warm_plan
 from services.contract.configs import TRANSPORTS
-from services.contract.wire import ACTION_HEALTH, BatchMetadata, batch_schema
+from services.contract.errors import WindpipeError as ContractError
+from services.contract.wire import ACTION_TIER_INFO, BatchMetadata, batch_schema
 from services.materialize.blocks import block_key, block_layouts
 from services.materialize.builder import BatchBuilder, BuiltBatch
 from services.materialize.cache import ChunkCache
@@ -32,7 +42,7 @@ from services.materialize.plan import PlanContext
 from services.materialize.tier import Tier, TierInfo, tier_bytes
 from services.memo import Memo
 from services.planning.artifact import PlanArtifact
-from services.planning.ranks import rank_batches
+from services.planning.ranks import pass_start, rank_batches
 
 __all__ = ["LocalReader", "LocalReaders"]
 
@@ -80,10 +90,13 @@ class LocalReader:
             batch_schema(plan_id=plan.plan_id, version_id=plan.version_id),
             tier=self.tier, blocks="always", lazy_provenance=True,
         )
-        end = int(batches.shape[0])  # positions count parts (aligned: one per protocol)
-        pipeline = BatchPipeline(builder, schedule, batches,
-                                 start=min(start_batch * schedule.parts, end), end=end,
-                                 readahead_batches=0)
+        try:  # positions count parts (aligned: one per protocol); past the end: refused
+            start = pass_start(schedule, batches, start_batch=start_batch, rank=rank,
+                               world_size=world_size)
+        except ContractError as exc:
+            raise as_sdk_error(exc) from None
+        pipeline = BatchPipeline(builder, schedule, batches, start=start,
+                                 end=int(batches.shape[0]), readahead_batches=0)
         for _, built in pipeline:
             yield built, built.meta
 
@@ -151,11 +164,11 @@ class LocalReaders:
         stream = self._stream()
         found = None
         for location in stream.locations:
-            try:
-                health = next(iter(stream.action(location, ACTION_HEALTH)), {})
-            except Unavailable:
+            try:  # refused or unknown (an older server): no tier there, stream instead
+                answer = next(iter(stream.action(location, ACTION_TIER_INFO)), {})
+            except (Unavailable, InvalidRequest, Unauthenticated, Forbidden):
                 continue
-            info = TierInfo.from_dict(health.get("tier"))
+            info = TierInfo.from_dict(answer.get("tier"))
             tier = Tier.attach(info) if info is not None else None
             if tier is not None:
                 found = (tier, location)

@@ -62,6 +62,12 @@ class Settings(BaseSettings):
         default=None, description="any SQLAlchemy URL of the catalog database",
         json_schema_extra={"flag": "--database-url", "default_text": "SQLite in the data dir"},
     )
+    sqlite_busy_timeout_s: float = Field(
+        default=2.0, gt=0,
+        description="how long a SQLite statement waits for another writer's lock before "
+                    "the call answers 503 unavailable",
+        json_schema_extra={"flag": "--sqlite-busy-timeout-s"},
+    )
     host: str = Field(
         default="127.0.0.1",
         description="bind address of the catalog (and of the Flight server unless "
@@ -175,6 +181,14 @@ class Settings(BaseSettings):
                     "/abs/dir or s3://bucket/prefix (comma-separated in the variable)",
         json_schema_extra={"flag": "--allow-root", "default_text": "the data dir only"},
     )
+    root_scopes: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="bind an allowed root to dataset names: glob=/abs/dir or "
+                    "glob=s3://bucket/prefix; a root inside or around a bound one registers "
+                    "only datasets a glob bound to it matches (comma-separated in the variable)",
+        json_schema_extra={"flag": "--root-scope",
+                           "default_text": "none: any dataset from any allowed root"},
+    )
     s3_endpoint: str | None = Field(
         default=None, description="S3-compatible endpoint URL (MinIO, ...)",
         json_schema_extra={"default_text": "AWS"},
@@ -200,6 +214,18 @@ class Settings(BaseSettings):
     s3_max_retries: int = Field(
         default=2, ge=0, description="retries of a failed object-store request (with backoff)"
     )
+    storage_workers: int = Field(
+        default=8, ge=1,
+        description="threads the catalog runs registrations on (their manifest and segment "
+                    "reads), apart from the threads serving other calls",
+        json_schema_extra={"flag": "--storage-workers"},
+    )
+    storage_queue: int = Field(
+        default=32, ge=0,
+        description="registrations waiting for a storage thread; past it a registration "
+                    "answers 503 unavailable at once",
+        json_schema_extra={"flag": "--storage-queue"},
+    )
     max_batch_size: int = Field(default=65_536, ge=1, description="largest batch_size of a plan")
     max_seq_len: int = Field(default=1 << 20, ge=1, description="largest seq_len of a plan")
     max_world_size: int = Field(
@@ -223,6 +249,11 @@ class Settings(BaseSettings):
     max_manifest_bytes: int = Field(
         default=256 << 20, ge=1024, description="largest manifest file"
     )
+    max_stats_bytes: int = Field(
+        default=1 << 30, ge=1024,
+        description="memory one split-statistics request may hold: the finite values of "
+                    "its columns (4 or 8 bytes each) for exact quantiles",
+    )
     schedule_cache_bytes: int = Field(
         default=512 << 20, ge=0,
         description="decoded plans and epoch schedules the catalog keeps in memory",
@@ -233,12 +264,35 @@ class Settings(BaseSettings):
         default=10.0, description="how long open streams and requests get at shutdown"
     )
 
-    @field_validator("allowed_roots", mode="before")
+    @field_validator("allowed_roots", "root_scopes", mode="before")
     @classmethod
     def _split_roots(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(v.strip() for v in value.split(",") if v.strip())
         return value
+
+    @field_validator("root_scopes")
+    @classmethod
+    def _check_root_scopes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            glob, sep, root = entry.partition("=")
+            if not sep or not glob.strip() or not root.strip():
+                msg = f"root scope {entry!r}: write glob=/abs/dir or glob=s3://bucket/prefix"
+                raise ValueError(msg)
+            scheme = root.strip().partition("://")[0] if "://" in root else ""
+            if scheme not in ("s3", "s3a", "file") and not Path(root.strip()).is_absolute():
+                msg = f"root scope {entry!r}: the root must be absolute or s3://bucket/prefix"
+                raise ValueError(msg)
+        return value
+
+    @field_validator("allowed_roots")
+    @classmethod
+    def _absolute_roots(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """A relative directory (``--allow-root demo-data``) is resolved against the
+        working directory, as the data dir is; URIs (``s3://``, ``file://``) stay."""
+        return tuple(entry if "://" in entry or entry.startswith("file:")
+                     or Path(entry).is_absolute() else str(Path(entry).absolute())
+                     for entry in value)
 
     def resolved_allowed_roots(self) -> tuple[str, ...]:
         """``allowed_roots`` and the data directory (absolute)."""

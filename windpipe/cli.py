@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--expires-in", type=_duration, default=None, metavar="DURATION",
                         help="refuse the token after this long: seconds, or a number with "
                              "s, m, h or d (90d, 12h; default: never)")
+    create.add_argument("--create", action="store_true",
+                        help="make a new catalog database when none exists at --data-dir / "
+                             "--database-url (default: refuse, naming where it looked)")
     listing = token_sub.add_parser("list", help="every token (never its text)")
     revoke = token_sub.add_parser("revoke", help="revoke a token by name")
     revoke.add_argument("name")
@@ -199,6 +202,7 @@ def _serve_until_stopped(args: argparse.Namespace) -> int:
     from services.logging import configure_logging  # noqa: PLC0415
 
     settings = _settings(args)
+    _check_roots(settings)
     if args.service in ("all", "flight"):
         _check_port(settings.resolved_flight_host(), settings.flight_port,
                     flag="--flight-port", variable="WINDPIPE_FLIGHT_PORT")
@@ -226,8 +230,20 @@ def _serve_until_stopped(args: argparse.Namespace) -> int:
     finally:
         for service in reversed(running):
             service.stop(grace_s=settings.shutdown_grace_s)
-        print("windpipe stopped", flush=True)
+        if running:  # nothing to say for a server that never started
+            print("windpipe stopped", flush=True)
     return 0
+
+
+def _check_roots(settings: Settings) -> None:
+    """Refuse an allowed root the servers could not use, in one line (a relative
+    directory was already taken from the working directory by ``Settings``)."""
+    from services.storage.roots import AllowedRoots  # noqa: PLC0415
+
+    try:
+        AllowedRoots.parse(settings.resolved_allowed_roots())
+    except ValueError as exc:
+        raise CliError(f"--allow-root / WINDPIPE_ALLOWED_ROOTS: {exc}") from None
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -255,17 +271,46 @@ def _duration(text: str) -> int:
     return int(value)
 
 
+def _open_catalog_database(settings: Settings, *, create: bool) -> Any:
+    """The token commands' catalog database, upgraded. One without a catalog (no SQLite
+    file, no tables) is made only with ``create``: a typo in ``--data-dir`` (or the wrong
+    directory) would else mint tokens into a new, empty catalog no server reads."""
+    import sqlalchemy as sa  # noqa: PLC0415
+
+    from migrations import upgrade_engine  # noqa: PLC0415
+    from services.database import create_engine  # noqa: PLC0415
+
+    url = sa.engine.make_url(settings.resolved_database_url())
+    sqlite = url.get_backend_name() == "sqlite"
+    where = (url.database or "?") if sqlite else url.render_as_string(hide_password=True)
+    missing = (f"no catalog database at {where}: point --data-dir or --database-url "
+               "(WINDPIPE_DATABASE_URL) at the catalog's (`windpipe token create --create` "
+               "makes a new one)")
+    if sqlite and url.database not in (None, "", ":memory:") and not create and not Path(
+            url.database).exists():
+        raise CliError(missing)
+    engine = create_engine(url.render_as_string(hide_password=False))
+    try:
+        if not create and not sa.inspect(engine).has_table("alembic_version"):
+            raise CliError(missing.replace("no catalog database", "no catalog in the database"))
+        upgrade_engine(engine)
+    except (sa.exc.SQLAlchemyError, CliError) as exc:
+        engine.dispose()
+        if isinstance(exc, CliError):
+            raise
+        raise CliError(f"cannot open the catalog database at {where} "
+                       f"({type(exc).__name__}; is it running?)") from None
+    return engine
+
+
 def _token(args: argparse.Namespace) -> int:
     from catalog import principals  # noqa: PLC0415
     from catalog.service import CatalogContext  # noqa: PLC0415
-    from migrations import upgrade_engine  # noqa: PLC0415
     from services.contract.errors import WindpipeError  # noqa: PLC0415
-    from services.database import create_engine  # noqa: PLC0415
 
     settings = _settings(args)
-    engine = create_engine(settings.resolved_database_url())
+    engine = _open_catalog_database(settings, create=getattr(args, "create", False))
     try:
-        upgrade_engine(engine)
         ctx = CatalogContext.from_engine(engine)
         if args.token_command == "create":
             row, text = principals.create_token(ctx, name=args.name, role=args.role,

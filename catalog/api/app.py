@@ -3,7 +3,9 @@
 Nothing connects at import. On start-up the lifespan creates the engine (unless one
 is passed in, as tests do), migrates the database to the newest schema (Alembic
 ``upgrade head``; a no-op when it is current) and builds the :class:`CatalogContext`
-the routes use; on shut-down it disposes of the engine it created.
+the routes use and the registrations' own threads
+(:class:`catalog.api.storage_pool.StoragePool`); on shut-down it disposes of the engine
+it created.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from catalog.api.auth import authenticate
 from catalog.api.body import BodyLimitMiddleware
 from catalog.api.errors import install_error_handlers
 from catalog.api.routes import access, datasets, flight, health, plans, splits, versions
+from catalog.api.storage_pool import StoragePool
 from catalog.flight_stats import RequestCounter
 from catalog.service import CatalogContext
 from migrations import upgrade_engine
 from services.database import create_engine
 from services.settings import Settings
+from services.storage.roots import RootScopes
 from services.storage.store import StorageOptions
 
 __all__ = ["RequestCountMiddleware", "create_app", "server_version"]
@@ -94,19 +98,24 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = engine is None
         bound = engine if engine is not None else create_engine(
-            settings.resolved_database_url()
+            settings.resolved_database_url(),
+            sqlite_busy_timeout_s=settings.sqlite_busy_timeout_s,
         )
         app.state.ready_pool = ThreadPoolExecutor(2, thread_name_prefix="windpipe-readyz")
+        app.state.storage_pool = StoragePool(workers=settings.storage_workers,
+                                             queue=settings.storage_queue)
         try:
             upgrade_engine(bound)
             app.state.engine = bound
             app.state.catalog = CatalogContext.from_engine(
                 bound, storage=StorageOptions.from_settings(settings),
                 cache_bytes=settings.schedule_cache_bytes, limits=settings.limits(),
+                root_scopes=RootScopes.parse(settings.root_scopes),
             )
             yield
         finally:
             app.state.ready_pool.shutdown(wait=False, cancel_futures=True)
+            app.state.storage_pool.shutdown()
             if own:
                 bound.dispose()
 

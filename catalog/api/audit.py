@@ -19,6 +19,7 @@ import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from catalog import principals
+from services.database import is_database_down
 from services.logging import get_logger
 
 __all__ = ["REQUEST_ID_HEADER", "AuditMiddleware", "RequestIdMiddleware", "request_id_of"]
@@ -93,6 +94,10 @@ class AuditMiddleware:
                 ctx, principal=principal.name if principal is not None else "anonymous",
                 action=action, target=target, status=status,
                 request_id=str(state.get("request_id", ""))))
-        except Exception:
+        except Exception as exc:
+            if is_database_down(exc):  # expected in an outage: no traceback on the event loop
+                _log.warning("audit.write_failed", action=action, status=status,
+                             request_id=state.get("request_id"), error=type(exc).__name__)
+                return
             _log.exception("audit.write_failed", action=action, status=status,
                            request_id=state.get("request_id"))

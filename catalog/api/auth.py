@@ -2,7 +2,9 @@
 
 ``authenticate`` (on every ``/v1`` router) turns the bearer header into a
 :class:`catalog.principals.Principal` (401 for none or an unknown token, unless the
-catalog is the open, loopback ``local`` one) and keeps it in ``request.state``;
+catalog is the open, loopback ``local`` one and the caller is on its host: ``local`` is
+never granted to a remote caller, ``--insecure`` or not) and keeps it in
+``request.state``;
 ``require(role, dataset=...)`` is the reusable per-route check (403 for a role or a
 dataset scope that does not allow the call)::
 
@@ -25,6 +27,7 @@ from catalog import principals
 from catalog.principals import Principal, Role
 from catalog.service import CatalogContext
 from services.contract.auth import AUTH_HEADER, bearer_token
+from services.exposure import is_local_peer
 from services.settings import Settings, is_loopback
 
 __all__ = [
@@ -45,9 +48,11 @@ def authenticate(request: Request) -> Principal:
     """The caller's principal (401 ``unauthenticated`` when there is none)."""
     settings: Settings = request.app.state.settings
     bootstrap = settings.token.get_secret_value() if settings.token is not None else None
-    principal = principals.authenticate(
+    peer = request.client.host if request.client is not None else None
+    principal = principals.authenticate(  # `local` only for a caller on this host
         request.app.state.catalog, bearer_token(request.headers.get(AUTH_HEADER)),
-        bootstrap=bootstrap, loopback=is_loopback(settings.host) or settings.insecure,
+        bootstrap=bootstrap,
+        loopback=(is_loopback(settings.host) or settings.insecure) and is_local_peer(peer),
     )
     request.state.principal = principal
     return principal

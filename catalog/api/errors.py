@@ -5,9 +5,10 @@
 body (``ValidationConfig``, ``LoaderConfig``) that parses as JSON but breaks the
 config's own rules: that is ``invalid_config``, as when the data rejects it. Unknown
 paths are ``not_found``, wrong methods ``invalid_request``, a database that cannot be
-reached ``unavailable`` (503), a value the database cannot store (NUL, an integer
-out of range) ``invalid_request``, and anything unexpected is ``internal`` (500)
-without a traceback on the wire (it goes to the log).
+reached or a SQLite file locked past its busy timeout ``unavailable`` (503), a value
+the database cannot store (NUL, an integer out of range) ``invalid_request``, and
+anything unexpected is ``internal`` (500) without a traceback on the wire (it goes to
+the log).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from catalog.api.audit import request_id_of
 from services.contract.configs import LoaderOptions
 from services.contract.errors import ErrorType, WindpipeError, error_envelope
+from services.database import DATABASE_DOWN, database_unavailable
 from services.logging import get_logger
 
 __all__ = ["CONFIG_BODY_OPERATIONS", "error_response", "install_error_handlers"]
@@ -160,13 +162,11 @@ class InternalErrorMiddleware:
 
 
 async def _database_down(_request: Request, exc: Exception) -> JSONResponse:
-    """The database cannot be reached or dropped the connection: 503, retry later."""
+    """The database cannot be reached, dropped the connection or (SQLite) stayed locked
+    past the busy timeout: 503, retry later."""
     _log.warning("database unavailable", error=type(exc).__name__)
-    return error_response(
-        ErrorType.UNAVAILABLE,
-        f"the catalog database is unavailable ({type(exc).__name__}); retry later",
-        {"retryable": True}, status=503,
-    )
+    err = database_unavailable(exc)
+    return error_response(err.type, err.message, err.details, status=503)
 
 
 async def _database_refused(_request: Request, exc: Exception) -> JSONResponse:
@@ -180,8 +180,7 @@ async def _database_refused(_request: Request, exc: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     """Install the envelope handlers and the 500 middleware on ``app``."""
-    for down in (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError,
-                 sa_exc.TimeoutError):
+    for down in DATABASE_DOWN:
         app.add_exception_handler(down, _database_down)
     app.add_exception_handler(sa_exc.DataError, _database_refused)
     app.add_exception_handler(WindpipeError, _windpipe_error)

@@ -33,6 +33,7 @@ class Limits:
     max_description_chars: int = 4096
     max_manifest_rows: int = 1_000_000
     max_manifest_bytes: int = 256 << 20
+    max_stats_bytes: int = 1 << 30
     cache_bytes: int = 1 << 30
 
     @classmethod

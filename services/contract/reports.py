@@ -10,8 +10,9 @@ report still loads and nothing it says is lost. :class:`ScheduleBatch` is one it
 
 The Flight actions' results (``docs/wire.md`` section 6): :class:`FlightHealth`
 (``health``), :class:`CacheCounters` (``cache-stats``, also what
-``GET /v1/flight/stats`` lists per server) and :class:`WarmProgress` (each ``warm``
-result); :class:`TierStatus` is the host tier both ``health`` and ``warm`` name.
+``GET /v1/flight/stats`` lists per server), :class:`FlightTierInfo` (``tier-info``) and
+:class:`WarmProgress` (each ``warm`` result); :class:`TierStatus` is the host tier both
+``tier-info`` and ``warm`` name.
 
 Every model here dumps to exactly the JSON the wire carries (``model_dump(mode="json")``;
 ``aligned`` is left out for a plan that is not aligned, a warm step dumps
@@ -29,6 +30,7 @@ __all__ = [
     "CacheCounters",
     "DroppedReport",
     "FlightHealth",
+    "FlightTierInfo",
     "PlanReport",
     "ProtocolReport",
     "ScheduleBatch",
@@ -53,7 +55,9 @@ class DroppedReport(_Wire):
     incomplete_windows: int = Field(description="windows/lanes left out by drop_incomplete")
     incomplete_window_rows: int = Field(description="rows of those windows")
     incomplete_groups: int = Field(
-        description="groups with fewer than B segments dropped by drop_incomplete_batches")
+        description="groups with fewer than B segments (aligned: keys) dropped by "
+                    "drop_incomplete_batches (an aligned group without any window is not "
+                    "a drop: it yields nothing)")
     incomplete_group_batches: int = Field(description="batches of those groups")
     tail_rows: int = Field(
         description="rows after the last row any kept lane reads (overlaps the above)")
@@ -108,7 +112,8 @@ class PlanReport(_Wire):
     lanes: int = Field(description="lanes over all batches")
     padding_lanes: int = Field(description="padding lanes among them")
     tokens: int = Field(description="lane time steps (lanes x T)")
-    real_tokens: int = Field(description="time steps with a real target (mask true)")
+    real_tokens: int = Field(description="time steps with a real target: the mask's true "
+                                         "count (a stream lacking a target column: none)")
     bytes: int = Field(description="float32 inputs + targets + mask bytes of all batches")
     max_batch_bytes: int = Field(description="bytes of the largest batch")
     dropped: DroppedReport
@@ -117,7 +122,8 @@ class PlanReport(_Wire):
         default=None, exclude_if=lambda value: value is None,
         description="only for aligned plans (absent otherwise)")
     cache_working_set_bytes: int = Field(
-        description="upper bound of the chunk bytes one batch pins in a Flight server's cache")
+        description="the most chunk bytes one batch pins in a Flight server's cache (the "
+                    "distinct chunks its lanes read; an aligned plan: the worst part)")
 
 
 class ScheduleLane(_Wire):
@@ -172,12 +178,19 @@ class TierStatus(_Wire):
 
 
 class FlightHealth(_Wire):
-    """The ``health`` action: liveness, the wire version, streams and the host tier."""
+    """The ``health`` action, the one call without a token: liveness, the wire version and
+    stream counts; nothing about the host (its tier is :class:`FlightTierInfo`)."""
 
     status: Literal["ok"] = "ok"
     version: int = Field(description="the wire version (docs/wire.md)")
     active_streams: int = Field(description="streams being served now")
     streams: int = Field(description="streams started since the server started")
+
+
+class FlightTierInfo(_Wire):
+    """The ``tier-info`` action (authenticated): where the server's host tier is, so a
+    reader on the same host can map its blocks."""
+
     tier: TierStatus | None = Field(description="the server's host tier, or null")
 
 

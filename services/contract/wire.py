@@ -34,11 +34,13 @@ import pyarrow.flight as fl
 from services.contract.errors import ERROR_TABLE, ErrorType, WindpipeError
 from services.contract.limits import INT64_MAX
 from services.contract.ranks import check_rank
+from services.contract.shapes import check_plan_id, loads_bounded
 
 __all__ = [
     "ACTIONS",
     "ACTION_CACHE_STATS",
     "ACTION_HEALTH",
+    "ACTION_TIER_INFO",
     "ACTION_WARM",
     "COLUMNS",
     "COMMAND_KIND",
@@ -62,9 +64,11 @@ COMMAND_KIND = "windpipe.batches"
 INPUT_PAD = -2.0
 
 ACTION_CACHE_STATS = "cache-stats"
-ACTION_HEALTH = "health"
+ACTION_HEALTH = "health"  # the only call without a token: liveness, nothing about the host
+ACTION_TIER_INFO = "tier-info"  # where the host tier is (same-host readers; authenticated)
 ACTION_WARM = "warm"
-ACTIONS: tuple[str, ...] = (ACTION_HEALTH, ACTION_CACHE_STATS, ACTION_WARM)  # DoAction types
+ACTIONS: tuple[str, ...] = (  # DoAction types
+    ACTION_HEALTH, ACTION_CACHE_STATS, ACTION_TIER_INFO, ACTION_WARM)
 
 META_WIRE_VERSION = b"windpipe.wire_version"
 META_PLAN_ID = b"windpipe.plan_id"
@@ -111,9 +115,6 @@ def batch_schema(*, plan_id: str | None = None, version_id: str | None = None) -
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
-_MAX_ID_CHARS = 200
-
-
 def _bad(message: str, **details: Any) -> WindpipeError:
     return WindpipeError(ErrorType.INVALID_REQUEST, message, details=details)
 
@@ -147,8 +148,7 @@ class FlightCommand:
     start_batch: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.plan_id, str) or not self.plan_id:
-            raise _bad("flight command: 'plan_id' must be a non-empty string")
+        check_plan_id(self.plan_id, what="flight command: 'plan_id'")
         check_rank(self.rank, self.world_size)
         if self.epoch < 0 or self.start_batch < 0:
             raise _bad("flight command: epoch and start_batch must be >= 0")
@@ -161,10 +161,7 @@ class FlightCommand:
     @classmethod
     def decode(cls, raw: bytes) -> FlightCommand:
         """Parse and validate a descriptor command; raises ``invalid_request``."""
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise _bad(f"flight command is not JSON: {exc}") from None
+        body = loads_bounded(raw, what="flight command")
         if not isinstance(body, dict):
             raise _bad("flight command must be a JSON object")
         if body.get("kind", COMMAND_KIND) != COMMAND_KIND:
@@ -175,12 +172,8 @@ class FlightCommand:
                                       "start_batch"})
         if unknown:
             raise _bad(f"flight command has unknown fields {unknown}", fields=unknown)
-        plan_id = body.get("plan_id")
-        if not isinstance(plan_id, str) or not plan_id or len(plan_id) > _MAX_ID_CHARS:
-            raise _bad(f"flight command: 'plan_id' must be a string of 1 to {_MAX_ID_CHARS} "
-                       "characters")
         return cls(
-            plan_id=plan_id,
+            plan_id=check_plan_id(body.get("plan_id"), what="flight command: 'plan_id'"),
             epoch=_int_field(body, "epoch", default=0, minimum=0),
             rank=_int_field(body, "rank", default=0, minimum=0),
             world_size=_int_field(body, "world_size", default=1, minimum=1),

@@ -29,11 +29,23 @@ from typing import Any, Generic, TypeVar
 
 from services.contract.errors import ErrorType, WindpipeError
 
-__all__ = ["CacheStats", "ChunkCache", "ChunkRequest", "PinSet"]
+__all__ = ["CacheStats", "ChunkCache", "ChunkRequest", "PinSet", "working_set_error"]
 
 V = TypeVar("V")
 
 Loader = Callable[[], tuple[Any, int]]
+
+
+def working_set_error(need: int, budget: int, **details: int) -> WindpipeError:
+    """``resource_exhausted``: a batch pins ``need`` bytes (the plan report's
+    ``cache_working_set_bytes`` figure, :mod:`services.planning.working_set`), more than
+    the cache budget; ``details`` say which batch."""
+    return WindpipeError(
+        ErrorType.RESOURCE_EXHAUSTED,
+        f"one batch needs {need} bytes of chunks but the cache budget is {budget} bytes: "
+        f"raise --cache-bytes to at least {need}",
+        details={"working_set_bytes": need, "budget_bytes": budget, **details},
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,12 +173,7 @@ class ChunkCache:
             unique.setdefault(req.key, req)
         total = sum(r.nbytes for r in unique.values())
         if total > self.budget_bytes:
-            raise WindpipeError(
-                ErrorType.RESOURCE_EXHAUSTED,
-                f"one batch needs {total} bytes of chunks but the cache budget is "
-                f"{self.budget_bytes} bytes: raise --cache-bytes to at least {total}",
-                details={"working_set_bytes": total, "budget_bytes": self.budget_bytes},
-            )
+            raise working_set_error(total, self.budget_bytes)
         owned: list[tuple[_Entry, ChunkRequest]] = []
         pinned: dict[Hashable, _Entry] = {}
         deadline = time.monotonic() + self.wait_timeout_s

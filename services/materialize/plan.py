@@ -21,6 +21,7 @@ from services.planning.aligned import aligned_keys
 from services.planning.artifact import PlanArtifact
 from services.planning.schedule import Schedule
 from services.planning.streams import Streams
+from services.planning.working_set import batch_chunk_bytes
 from services.storage.segments import ColumnInfo, SegmentInfo
 
 __all__ = ["PlanContext"]
@@ -65,6 +66,8 @@ class PlanContext:
     key_json: tuple[str, ...] = ()  # aligned plans: each key (``Schedule.lane_key``)
     _schedules: Memo[int, Schedule] = field(
         default_factory=lambda: Memo(_EPOCHS_KEPT), repr=False)
+    _chunk_bytes: Memo[int, np.ndarray] = field(
+        default_factory=lambda: Memo(_EPOCHS_KEPT), repr=False)
 
     @property
     def plan_id(self) -> str:
@@ -95,6 +98,12 @@ class PlanContext:
         """The global schedule of ``epoch`` (the last few epochs are kept; concurrent
         streams of one epoch compute it once)."""
         return self._schedules.get(epoch, lambda: self.artifact.epoch_schedule(epoch))
+
+    def chunk_bytes(self, epoch: int) -> np.ndarray:
+        """The distinct chunk bytes each global batch of ``epoch`` pins on the chunk path
+        (:func:`services.planning.working_set.batch_chunk_bytes`; the last few epochs kept)."""
+        return self._chunk_bytes.get(epoch, lambda: batch_chunk_bytes(
+            self.streams, self.artifact.chunk_table, self.schedule(epoch)))
 
     def piece_info(self, piece: int) -> SegmentInfo:
         """The segment of piece ``piece``."""

@@ -46,8 +46,9 @@ class AlignedSchedule:
     (NB+1). Lanes (NL): ``lane_key``; ``lane_stream`` / ``lane_offset`` ``[P, NL]``
     (offset -1: padding; stream -1: the key has no data of that protocol).
     Units: ``unit_batch_ptr`` (a unit is one group of keys). ``dropped_groups``: groups
-    left out (``drop_incomplete_batches``, or keys without any window);
-    ``dropped_group_batches``: the batches the former would have yielded.
+    with a window that ``drop_incomplete_batches`` left out (a group whose keys have no
+    window yields nothing and is not counted: its streams are ``short_streams``);
+    ``dropped_group_batches``: the batches they would have yielded.
     """
 
     epoch: int
@@ -134,10 +135,10 @@ def aligned_epoch(streams: Streams, windows: WindowTable, rules: OrderRules,
     most = key_windows[order].max(axis=1) if n_keys else np.zeros(0, _I64)
     steps = np.zeros(n_groups, dtype=_I64)
     np.maximum.at(steps, group_of, most)
-    keep = steps > 0
+    keep = steps > 0  # a group whose keys have no window yields nothing: not a drop
     if rules.drop_incomplete_batches:
         keep &= group_size == b
-    dropped = int(n_groups - keep.sum())
+    dropped = int(((steps > 0) & ~keep).sum())  # what drop_incomplete_batches left out
     dropped_batches = int(steps[~keep].sum())
     group_lo = np.concatenate([[0], np.cumsum(group_size)])[:-1][keep]
     group_size, steps = group_size[keep], steps[keep]

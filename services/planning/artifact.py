@@ -21,6 +21,7 @@ every column.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from services.planning.report import plan_report
 from services.planning.schedule import SCHEDULE_ARRAYS, DropCounts, Schedule
 from services.planning.strategies import Strategy, epoch_schedule, strategy_for
 from services.planning.streams import Streams
+from services.planning.working_set import ChunkTable, protocol_row_bytes
 
 __all__ = [
     "ARTIFACT_MEDIA_TYPE",
@@ -109,18 +111,6 @@ class PieceLayout:
         """Rows of each chunk of ``piece``."""
         return self.chunk_rows[self.chunk_ptr[piece]: self.chunk_ptr[piece + 1]]
 
-    def max_chunk_rows(self, streams: Streams) -> dict[str, int]:
-        """The largest chunk of each protocol's pieces (the report's working-set bound)."""
-        lengths = np.diff(self.chunk_ptr)
-        owner = np.repeat(np.arange(lengths.shape[0], dtype=_I64), lengths)
-        proto = streams.protocol[streams.piece_stream[owner]] if owner.shape[0] else owner
-        out: dict[str, int] = {}
-        for code, name in enumerate(streams.protocols):
-            mine = self.chunk_rows[proto == code]
-            if mine.shape[0] and int(mine.max()) > 0:
-                out[name] = int(mine.max())
-        return out
-
 
 @dataclass(frozen=True, eq=False)
 class PlanArtifact:
@@ -154,12 +144,20 @@ class PlanArtifact:
         return self.schedule if epoch == self.schedule.epoch else dataclasses.replace(
             self.schedule, epoch=epoch)
 
+    @functools.cached_property
+    def chunk_table(self) -> ChunkTable:
+        """Every chunk the plan's pieces hold, with its cached size (the working set's
+        unit, :mod:`services.planning.working_set`)."""
+        return ChunkTable.of(self.streams, chunk_ptr=self.pieces.chunk_ptr,
+                             chunk_rows=self.pieces.chunk_rows,
+                             row_bytes=protocol_row_bytes(self.spec, self.streams.protocols))
+
     def report(self, *, world_size: int = 1, schedule: Schedule | None = None) -> PlanReport:
         """The plan report of epoch 0 (or of ``schedule``) for ``world_size`` ranks."""
         return plan_report(
             self.streams, self.spec,
             schedule if schedule is not None else self.epoch_schedule(0),
-            world_size=world_size, chunk_rows=self.pieces.max_chunk_rows(self.streams),
+            world_size=world_size, chunks=self.chunk_table, channels=self.channels,
         )
 
     # -- the stored form --------------------------------------------------------------

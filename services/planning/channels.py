@@ -18,7 +18,9 @@ import numpy as np
 from services.contract.configs import PlanSpec
 from services.planning.streams import Streams
 
-__all__ = ["absent_channel_problems", "missing_by_column", "stream_channels"]
+__all__ = [
+    "absent_channel_problems", "lacks_target", "missing_by_column", "stream_channels",
+]
 
 
 def missing_by_column(schema: Mapping[str, Any]) -> dict[str, dict[str, list[int]]]:
@@ -52,6 +54,21 @@ def stream_channels(
             if hit.any():
                 has[np.unique(streams.piece_stream[hit]), c] = False
     return None if bool(has.all()) else has
+
+
+def lacks_target(streams: Streams, spec: PlanSpec, has: np.ndarray | None) -> np.ndarray:
+    """bool ``[S]``: stream ``s`` lacks a target column its own protocol names, so every
+    lane of it has its mask all False (SEMANTICS 5a). ``has``: :func:`stream_channels`."""
+    out = np.zeros(streams.count, dtype=np.bool_)
+    if has is None:
+        return out
+    columns = {name: c for c, name in enumerate(spec.columns())}
+    for code, protocol in enumerate(streams.protocols):
+        targets = [columns[name] for name in spec.targets.get(protocol, ())]
+        if targets:
+            mine = streams.protocol == code
+            out[mine] = ~has[mine][:, targets].all(axis=1)
+    return out
 
 
 def absent_channel_problems(

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from services.contract.errors import ErrorType, WindpipeError
 from services.contract.ranks import check_rank
 from services.planning.arrays import expand_counts
 from services.planning.schedule import Schedule
 
-__all__ = ["min_rank_batches", "rank_batch_counts", "rank_batches", "trimmed_batches"]
+__all__ = [
+    "min_rank_batches", "pass_start", "rank_batch_counts", "rank_batches", "trimmed_batches",
+]
 
 _I64 = np.int64
 
@@ -55,3 +58,29 @@ def rank_batches(
 def trimmed_batches(schedule: Schedule, world_size: int) -> int:
     """Batches that ``drop_incomplete_distributed`` trims over all ranks."""
     return schedule.n_batches - min_rank_batches(schedule, world_size) * world_size
+
+
+def pass_start(schedule: Schedule, batches: np.ndarray, *, start_batch: int, rank: int,
+               world_size: int) -> int:
+    """Where a pass resumed at ``start_batch`` begins in ``batches`` (rank ``rank``'s pass:
+    :func:`rank_batches`), counted in part batches (an aligned batch is ``parts`` of them).
+
+    ``start_batch`` runs from 0 to the pass's batch count ``n``: ``n`` is the position
+    after the last batch (a pass resumed there yields nothing, as a cursor saved after the
+    last batch expects). Past it is ``invalid_request`` naming ``n`` (``details.problem``
+    ``"out_of_range"``), before anything is read.
+    """
+    n = int(batches.shape[0]) // schedule.parts
+    if start_batch > n:
+        total = schedule.n_consumer_batches
+        whose = (f"rank {rank} of {world_size} has {n} of the epoch's {total} batches"
+                 if world_size > 1 else f"it has {n} batches")
+        raise WindpipeError(
+            ErrorType.INVALID_REQUEST,
+            f"start_batch {start_batch} is past the end of the pass of epoch "
+            f"{schedule.epoch}: {whose} (start_batch may be 0 to {n})",
+            details={"problem": "out_of_range", "start_batch": start_batch, "n_batches": n,
+                     "plan_batches": total, "epoch": schedule.epoch, "rank": rank,
+                     "world_size": world_size},
+        )
+    return start_batch * schedule.parts

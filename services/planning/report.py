@@ -14,43 +14,27 @@ import numpy as np
 
 from services.contract.configs import PlanSpec
 from services.contract.reports import AlignedReport, DroppedReport, PlanReport, ProtocolReport
+from services.planning.channels import lacks_target
 from services.planning.ranks import rank_batch_counts, trimmed_batches
 from services.planning.schedule import Schedule
-from services.planning.sizes import channel_counts, chunk_row_bytes, token_bytes
+from services.planning.sizes import channel_counts, token_bytes
 from services.planning.streams import Streams
+from services.planning.working_set import ChunkTable, protocol_row_bytes, working_set_bytes
 
 __all__ = ["plan_report"]
 
 
-def _real_rows(streams: Streams, schedule: Schedule, seq_len: np.ndarray) -> np.ndarray:
-    """Mask-true positions of each lane: ``min(T, N-1-o)`` for real lanes, else 0."""
+def _real_rows(streams: Streams, schedule: Schedule, seq_len: np.ndarray,
+               lacking: np.ndarray) -> np.ndarray:
+    """Mask-true positions of each lane: ``min(T, N-1-o)`` for real lanes of streams that
+    have their protocol's targets, else 0 (padding; SEMANTICS 5a: a stream lacking a
+    target column has its mask all False)."""
     off = schedule.lane_offset
-    n = streams.n_rows[schedule.lane_stream] if off.shape[0] else np.zeros(0, np.int64)
-    return np.where(off >= 0, np.minimum(seq_len, n - 1 - off), 0)
-
-
-def _working_set(
-    streams: Streams, spec: PlanSpec, schedule: Schedule, lane_t: np.ndarray, *,
-    row_bytes: np.ndarray, chunk_rows: dict[str, int] | None,
-) -> int:
-    """Upper bound of the chunk bytes one batch touches, max over batches.
-
-    A lane reads ``T+1`` rows, which touch at most ``ceil((T+1)/R) + 1`` chunks of
-    ``R`` rows plus one more per piece boundary it crosses (bounded by 1 here, as
-    lanes rarely span more than two pieces; ``R`` defaults to ``T+1``).
-    """
-    if schedule.n_batches == 0:
-        return 0
-    rows = np.asarray(
-        [(chunk_rows or {}).get(p, spec.window_for(p).seq_len + 1) for p in streams.protocols],
-        dtype=np.int64,
-    )
-    proto = schedule.lane_protocol.astype(np.int64)
-    r = rows[proto]
-    chunks = -(-(lane_t + 1) // r) + 2
-    lane_bytes = np.where(schedule.lane_offset >= 0, chunks * r * row_bytes[proto], 0)
-    per_batch = np.add.reduceat(lane_bytes, schedule.batch_lane_ptr[:-1])
-    return int(per_batch.reshape(-1, schedule.parts).sum(axis=1).max())
+    if not off.shape[0]:
+        return np.zeros(0, np.int64)
+    s = np.maximum(schedule.lane_stream, 0)
+    real = (off >= 0) & ~lacking[s]
+    return np.where(real, np.minimum(seq_len, streams.n_rows[s] - 1 - off), 0)
 
 
 def plan_report(
@@ -59,21 +43,26 @@ def plan_report(
     schedule: Schedule,
     *,
     world_size: int = 1,
-    chunk_rows: dict[str, int] | None = None,
+    chunks: ChunkTable | None = None,
+    channels: np.ndarray | None = None,
 ) -> PlanReport:
     """Batches, lanes, tokens, bytes and drops of ``schedule`` for ``world_size`` ranks.
 
-    ``chunk_rows`` is the largest chunk (rows) of each protocol's segments, for the
-    cache working-set bound (default ``T+1``).
+    ``chunks``: the plan's chunk layout, for ``cache_working_set_bytes``
+    (:mod:`services.planning.working_set`; default: each piece one chunk). ``channels``:
+    which streams have which of ``spec.columns()``
+    (:func:`services.planning.channels.stream_channels`; None: every stream has all).
     """
     names = streams.protocols
     lanes_per_batch = schedule.batch_lanes
     lane_batch = np.repeat(np.arange(schedule.n_batches), lanes_per_batch)
     lane_t = schedule.batch_seq_len.astype(np.int64)[lane_batch]
-    real = _real_rows(streams, schedule, lane_t)
-    channels = {p: channel_counts(spec, p) for p in names}
-    per_token = np.asarray([token_bytes(*channels[p]) for p in names], dtype=np.int64)
-    row_bytes = np.asarray([chunk_row_bytes(*channels[p]) for p in names], dtype=np.int64)
+    real = _real_rows(streams, schedule, lane_t, lacks_target(streams, spec, channels))
+    counts_of = {p: channel_counts(spec, p) for p in names}
+    per_token = np.asarray([token_bytes(*counts_of[p]) for p in names], dtype=np.int64)
+    if chunks is None:
+        chunks = ChunkTable.whole_pieces(streams,
+                                         row_bytes=protocol_row_bytes(spec, names))
     batch_bytes = (
         lanes_per_batch * schedule.batch_seq_len.astype(np.int64)
         * per_token[schedule.batch_protocol.astype(np.int64)]
@@ -88,7 +77,7 @@ def plan_report(
         w = spec.window_for(p)
         in_b = schedule.batch_protocol == code
         in_l = schedule.lane_protocol == code
-        c_in, c_out = channels[p]
+        c_in, c_out = counts_of[p]
         protocols[p] = ProtocolReport(
             streams=int((streams.protocol == code).sum()),
             rows=int(streams.n_rows[streams.protocol == code].sum()),
@@ -132,7 +121,5 @@ def plan_report(
         ),
         protocols=protocols,
         aligned=aligned,
-        cache_working_set_bytes=_working_set(
-            streams, spec, schedule, lane_t, row_bytes=row_bytes, chunk_rows=chunk_rows,
-        ),
+        cache_working_set_bytes=working_set_bytes(streams, chunks, schedule),
     )

@@ -25,6 +25,7 @@ from services.storage.formats.base import (
     SegmentInfo,
     SegmentProblem,
 )
+from services.storage.formats.parquet import footer_null_counts
 from services.storage.store import PathEscapeError, Storage
 from services.storage.zarr_chunks import ChunkFileChanged
 
@@ -38,6 +39,7 @@ __all__ = [
     "read_chunk",
     "read_rows",
     "segment_format",
+    "unread_null_counts",
     "verify_segment",
 ]
 
@@ -84,6 +86,17 @@ def verify_segment(storage: Storage, info: SegmentInfo) -> dict[str, int] | None
     its registered size (returned: ``{file: size}``).
     """
     return format_named(info.format, path=info.path).verify(storage, info)
+
+
+def unread_null_counts(storage: Storage, info: SegmentInfo, names: list[str]) -> dict[str, int]:
+    """Null counts of ``names`` known without reading a value: a parquet segment's footer
+    statistics (where the writer kept them); a zarr segment's integer and boolean arrays,
+    which cannot hold a null. Columns missing from the answer must be read to be counted
+    (a float column's NaN is never in a footer)."""
+    if info.format == "parquet":
+        return footer_null_counts(storage, info, names)
+    floating = ("float", "double", "mixed")
+    return {n: 0 for n in names if not any(f in info.column(n).dtype for f in floating)}
 
 
 def _check_columns(info: SegmentInfo, columns: tuple[str, ...] | list[str]) -> list[str]:

@@ -292,6 +292,12 @@ class Storage:
                 )
         return norm
 
+    def normalize_relative_path(self, path: str) -> str:
+        """:meth:`validate_relative_path` without touching the file system: the syntactic
+        checks and the normalized form, for many paths at once (a symlink escaping the
+        root is refused when the path is read: every read validates it)."""
+        return self._normalized(path)
+
     @staticmethod
     def _normalized(path: str) -> str:
         """The syntactic checks of :meth:`validate_relative_path` (no file system access)."""

@@ -92,16 +92,15 @@ def test_flight_internal_errors_carry_only_a_request_id(tmp_path: Path) -> None:
         assert err.type == ErrorType.INTERNAL
         assert re.fullmatch(r"[0-9a-f]{16}", err.details["request_id"])
         assert err.details["request_id"] in err.message
-        # GetSchema: pyarrow sends a traceback along (see WindpipeFlightServer.get_schema),
-        # which names no file of this host.
+        # GetSchema is not served (flight_server.calls): refused before any handler, so
+        # without the traceback text pyarrow would attach to a handler's error.
         for desc_ in (desc, fl.FlightDescriptor.for_path("x")):
-            with pytest.raises(pa.ArrowException) as schema:
+            with pytest.raises((OSError, pa.ArrowException)) as schema:
                 client.get_schema(desc_, options)
             text = str(schema.value)
-            assert "request id" in text or "descriptors are commands" in text, text
-            assert str(tmp_path) not in text
-            assert "10.1.2.3" not in text
-            assert not re.search(r'File "/|\.py"', text), text
+            assert "does not serve GetSchema" in text, text
+            assert "Traceback" not in text
+            assert not re.search(r'File "|\.py"|\.pyx"', text), text
     finally:
         client.close()
         running.stop(grace_s=5)

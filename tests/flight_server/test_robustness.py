@@ -8,6 +8,7 @@ memory; forged-but-signed tickets and unknown plan ids leave nothing behind.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -145,7 +146,8 @@ def test_unknown_plan_ids_leave_nothing_behind(dataset: Dataset) -> None:
                 client.get_flight_info(FlightCommand(f"p-unknown-{i}").descriptor())
             kinds.add(error_from_flight(exc.value).type)
         with pytest.raises(fl.FlightError) as long_id:
-            client.get_flight_info(FlightCommand("x" * 5000).descriptor())
+            client.get_flight_info(fl.FlightDescriptor.for_command(  # the client refuses it
+                json.dumps({"plan_id": "x" * 5000}).encode()))
         client.close()
         plans = running.server.plans
         assert (len(plans), plans.pending) == (0, 0)

@@ -257,6 +257,8 @@ def reference_rank(
 def _scale(x: float, spec: ScalingSpec | None) -> float:
     if spec is None or math.isnan(x):
         return x
+    if spec.transform == "standard":
+        return (x - spec.mean) / spec.std
     lo, hi, v = spec.input_min, spec.input_max, x
     if spec.transform == "log1p":
         if x <= -1.0:

@@ -10,9 +10,14 @@ import pyarrow.flight as fl
 import pytest
 
 from sdk import Catalog, LoaderConfig, PlanReport, ValidationConfig, WindowConfig
-from services.contract.reports import CacheCounters, FlightHealth, WarmProgress
+from services.contract.reports import CacheCounters, FlightHealth, FlightTierInfo, WarmProgress
 from services.contract.reports import PlanReport as ReportModel
-from services.contract.wire import ACTION_CACHE_STATS, ACTION_HEALTH, ACTION_WARM
+from services.contract.wire import (
+    ACTION_CACHE_STATS,
+    ACTION_HEALTH,
+    ACTION_TIER_INFO,
+    ACTION_WARM,
+)
 from tests.catalog.api_support import write_small_dataset
 from tests.sdk.deployment import deployment
 
@@ -66,8 +71,9 @@ def test_report_fields_read_as_attributes(sqlite_url: str, tmp_path: Path) -> No
         location = dep.locations[0]
         health = FlightHealth.model_validate_json(_action(location, ACTION_HEALTH)[0])
         assert health.status == "ok"
-        assert health.tier is not None
-        assert health.tier.budget_bytes == 64 << 20
+        tier = FlightTierInfo.model_validate_json(_action(location, ACTION_TIER_INFO)[0]).tier
+        assert tier is not None
+        assert tier.budget_bytes == 64 << 20
         counters = CacheCounters.model_validate_json(_action(location, ACTION_CACHE_STATS)[0])
         assert counters.budget_bytes > 0
 
@@ -78,6 +84,6 @@ def test_report_fields_read_as_attributes(sqlite_url: str, tmp_path: Path) -> No
         last = progress[-1]
         assert last.loaded == last.total > 0
         assert last.tier is not None
-        assert last.tier.id == health.tier.id
+        assert last.tier.id == tier.id
         warmed = plan.warm(progress=False)
         assert warmed[location]["bytes"] == last.bytes

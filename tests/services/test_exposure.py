@@ -8,14 +8,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+import pyarrow.flight as fl
 import pytest
 from pydantic import SecretStr
 from structlog.testing import capture_logs
 
 from catalog.api.server import start_catalog_server
+from catalog.principals import LOCAL, Principal, Role
+from flight_server.access import RestAccess
+from flight_server.auth import CallAuth, caller
 from flight_server.runner import start_flight_server
-from services.exposure import InsecureDeploymentError, check_exposure
+from services.contract.errors import ErrorType
+from services.contract.wire import error_from_flight
+from services.exposure import InsecureDeploymentError, check_exposure, is_local_peer
 from services.settings import Settings, is_loopback
+from tests.fixtures.servers import free_port, run_catalog_server
 
 
 def test_loopback_hosts() -> None:
@@ -62,3 +70,89 @@ def test_cli_refusal_says_what_to_set(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert "WINDPIPE_TOKEN" in out.stderr
     assert "--insecure" in out.stderr
+
+
+# TEST-NET-1 (RFC 5737): a non-loopback address no host has, so a server that passed the
+# check by mistake fails to bind instead of listening on a reachable address.
+UNREACHABLE_HOST = "192.0.2.1"
+
+
+def test_a_rest_backed_flight_server_asks_its_catalog(tmp_path: Path) -> None:
+    """Only the catalog's tokens admit a REST-backed Flight server's callers: an open
+    catalog (no tokens: anonymous calls are its `local` admin) keeps it from starting on
+    a network address, whatever WINDPIPE_TOKEN the Flight server itself holds."""
+    flight = Settings(flight_host=UNREACHABLE_HOST, ticket_secret=SecretStr("x" * 32),
+                      data_dir=tmp_path / "flight", tier_bytes=0, log_level="WARNING")
+    with run_catalog_server(Settings(data_dir=tmp_path / "open", log_level="WARNING")) as url:
+        for own_token in (None, SecretStr("flight-only")):
+            settings = flight.model_copy(update={"catalog_url": url, "token": own_token})
+            with pytest.raises(InsecureDeploymentError, match="answers calls without a token"):
+                start_flight_server(settings, port=0)
+        asks = RestAccess(url)
+        assert asks.requires_tokens() is False
+    closed = Settings(data_dir=tmp_path / "closed", log_level="WARNING",
+                      token=SecretStr("catalog-bootstrap"))
+    with run_catalog_server(closed) as url:
+        asks = RestAccess(url)
+        assert asks.requires_tokens() is True
+        check_exposure(flight.model_copy(update={"catalog_url": url}), service="Flight server",
+                       host=UNREACHABLE_HOST, signs_tickets=True, catalog_decides=True,
+                       tokens_configured=asks.requires_tokens)  # no raise
+    dead = flight.model_copy(update={"catalog_url": f"http://127.0.0.1:{free_port()}"})
+    with pytest.raises(InsecureDeploymentError, match="cannot tell whether callers need"):
+        start_flight_server(dead, port=0)
+    start_flight_server(dead.model_copy(update={"insecure": True, "flight_host": "127.0.0.1"}),
+                        port=0).stop(grace_s=5)  # loopback: nothing to ask
+
+
+def test_local_is_never_granted_to_a_remote_caller(tmp_path: Path) -> None:
+    """An open catalog (no tokens) serves anonymous calls as `local` only to callers on its
+    host, even under --insecure. The remote caller arrives through a reverse proxy on this
+    host: uvicorn takes its address from X-Forwarded-For (sent from loopback), as it
+    would for a proxied user."""
+    for insecure in (False, True):
+        settings = Settings(data_dir=tmp_path / str(insecure), log_level="WARNING",
+                            insecure=insecure)
+        with run_catalog_server(settings) as url, httpx.Client(base_url=url) as client:
+            assert client.get("/v1/whoami").json()["name"] == "local"
+            remote = client.get("/v1/whoami", headers={"x-forwarded-for": "203.0.113.9"})
+            assert remote.status_code == 401, remote.text
+            assert remote.json()["error"]["type"] == "unauthenticated"
+            refused = client.post("/v1/tokens", json={"name": "x", "role": "admin"},
+                                  headers={"x-forwarded-for": "198.51.100.7"})
+            assert refused.status_code == 401
+
+
+class _Context:
+    """What ``flight_server.auth.caller`` reads of a pyarrow ``ServerCallContext``."""
+
+    def __init__(self, peer: str, call: CallAuth | None) -> None:
+        self._peer, self._call = peer, call
+
+    def peer(self) -> str:
+        return self._peer
+
+    def get_middleware(self, _name: str) -> CallAuth | None:
+        return self._call
+
+
+def test_flight_grants_local_only_to_callers_on_its_host() -> None:
+    """``local`` (a Flight server without an access layer, or one whose database or
+    catalog has no tokens) is refused to a caller on another host; any other principal
+    is served from anywhere."""
+    local = CallAuth(principal=Principal(LOCAL, Role.ADMIN), token=None)
+    alice = CallAuth(principal=Principal("alice", Role.READER), token="t")
+    for peer in ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000", "ipv6:[::ffff:127.0.0.1]:5",
+                 "unix:/tmp/s"):
+        assert caller(_Context(peer, local)).name == LOCAL
+        assert caller(_Context(peer, None)).name == LOCAL
+    for peer in ("ipv4:10.1.2.3:5000", "ipv6:[2001:db8::1]:5000", "ipv6:[::ffff:10.0.0.1]:5",
+                 "garbage"):
+        for call in (local, None):
+            with pytest.raises(fl.FlightUnauthenticatedError) as info:
+                caller(_Context(peer, call))
+            assert error_from_flight(info.value).type == ErrorType.UNAUTHENTICATED
+        assert caller(_Context(peer, alice)).name == "alice"
+    assert is_local_peer("127.0.0.1")
+    assert is_local_peer("localhost")
+    assert not any(is_local_peer(h) for h in (None, "", "testclient", "10.0.0.5", "0.0.0.0"))

@@ -77,6 +77,8 @@ SERVER_FLAGS = {
     "--insecure": "insecure", "--tier-dir": "tier_dir", "--tier-bytes": "tier_bytes",
     "--auto-blocks": "auto_blocks", "--build-ahead-bytes": "build_ahead_bytes",
     "--catalog-url": "catalog_url", "--flight-location": "flight_locations",
+    "--root-scope": "root_scopes", "--sqlite-busy-timeout-s": "sqlite_busy_timeout_s",
+    "--storage-workers": "storage_workers", "--storage-queue": "storage_queue",
 }
 
 

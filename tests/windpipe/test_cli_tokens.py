@@ -25,7 +25,7 @@ def _run(*args: str, database_url: str) -> subprocess.CompletedProcess[str]:
 
 def test_token_commands(database_url: str, tmp_path: Path) -> None:
     made = _run("create", "--role", "writer", "--name", "ci-bot", "--datasets", "lab-*",
-                database_url=database_url)
+                "--create", database_url=database_url)
     assert made.returncode == 0, made.stderr
     token = made.stdout.strip().splitlines()[-1]
     assert token.startswith("wpk_")
@@ -59,7 +59,7 @@ def test_token_commands(database_url: str, tmp_path: Path) -> None:
 
 def test_token_create_with_an_expiry(database_url: str) -> None:
     made = _run("create", "--role", "reader", "--name", "temp", "--expires-in", "2h",
-                database_url=database_url)
+                "--create", database_url=database_url)
     assert made.returncode == 0, made.stderr
     assert "expires 20" in made.stdout
     listed = _run("list", database_url=database_url).stdout
@@ -72,3 +72,34 @@ def test_token_create_with_an_expiry(database_url: str) -> None:
                  database_url=database_url)
     assert short.returncode == 1
     assert "between 60 and" in short.stderr
+
+
+def test_token_commands_never_make_a_catalog_unasked(database_url: str, tmp_path: Path) -> None:
+    """In the wrong directory (or with a typo in --data-dir), a token command names where
+    it looked, in one line, and leaves no new database behind; ``--create`` makes one."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WINDPIPE_")}
+    wrong = tmp_path / "not-the-catalog"
+    for args in (("list",), ("revoke", "x"), ("create", "--role", "reader", "--name", "a")):
+        out = subprocess.run([*WINDPIPE, "token", *args], cwd=tmp_path, env=env, check=False,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2, out
+        assert out.stderr.count("\n") == 1, out.stderr
+        assert "Traceback" not in out.stderr
+        assert "no catalog database at" in out.stderr
+        assert str((tmp_path / ".windpipe" / "catalog.db").resolve()) in out.stderr
+        listed = subprocess.run([*WINDPIPE, "token", *args, "--data-dir", str(wrong)],
+                                env=env, check=False, capture_output=True, text=True,
+                                timeout=120)
+        assert listed.returncode == 2
+        assert str((wrong / "catalog.db").resolve()) in listed.stderr
+    assert not (tmp_path / ".windpipe").exists()
+    assert not wrong.exists()
+    # an empty database (PostgreSQL: it exists, but holds no catalog) is refused alike
+    empty = _run("list", database_url=database_url)
+    assert empty.returncode == 2, empty
+    assert "no catalog" in empty.stderr
+    assert "--create" in empty.stderr
+    made = _run("create", "--role", "reader", "--name", "a", "--create",
+                database_url=database_url)
+    assert made.returncode == 0, made.stderr
+    assert _run("list", database_url=database_url).stdout.split()[:2] == ["a", "reader"]

@@ -24,8 +24,8 @@ def index_response(
     """``{"items", "next_page_token"}`` (rows in index order; NaN as null) or Arrow IPC."""
     if fmt == "arrow":
         return Response(content=index_to_arrow_ipc(frame), media_type=ARROW_STREAM)
-    key = decode_page_token(page_token, shape=(int,))
-    start = key[0] if key else 0
+    key = decode_page_token(page_token, shape=(int,))  # a bounded int (0 .. 2**63-1)
+    start = min(key[0], frame.height) if key else 0  # past the end: an empty last page
     end = min(start + page_size, frame.height)
     token = encode_page_token([end]) if end < frame.height else None
     page = frame.slice(start, end - start).with_columns(cs.float().fill_nan(None))

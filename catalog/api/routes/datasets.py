@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Response, status
+from fastapi import APIRouter, Depends, Path, Request, Response, status
 
 from catalog import service
 from catalog.api.auth import CurrentPrincipal, dataset_param, require
 from catalog.api.deps import Context, PageSize, PageToken
+from catalog.api.manifest_body import ManifestBodyRoute
 from catalog.api.schemas import (
     DEFAULT_PAGE_SIZE,
     DatasetOut,
@@ -17,7 +19,9 @@ from catalog.api.schemas import (
     RegisterVersionIn,
     VersionOut,
 )
+from catalog.api.storage_pool import StoragePool
 from catalog.principals import Role
+from catalog.service import CatalogContext
 
 __all__ = ["v1"]
 
@@ -54,24 +58,46 @@ def get_dataset(ctx: Context, name: DatasetName) -> DatasetOut:
     return DatasetOut.from_row(service.get_dataset(ctx, name))
 
 
-@v1.post(
+# Registrations wait on storage (the manifest, every segment): they run on the catalog's
+# own bounded pool (catalog/api/storage_pool.py), not on the threads serving other calls,
+# and their inline rows are counted before the body is decoded (ManifestBodyRoute).
+_register = APIRouter(route_class=ManifestBodyRoute)
+
+
+@_register.post(
     "/datasets/{name}/versions",
     operation_id="register_version", dependencies=_WRITE,
     status_code=status.HTTP_201_CREATED,
     response_model=VersionOut,
     responses={200: {"model": VersionOut, "description": "this content was already registered"}},
 )
-def register_version(
-    ctx: Context, name: DatasetName, body: RegisterVersionIn, response: Response
+async def register_version(
+    *, ctx: Context, name: DatasetName, body: RegisterVersionIn, response: Response,
+    principal: CurrentPrincipal, request: Request,
 ) -> VersionOut:
-    """Validate a manifest and every segment, then store the version (201; 200 if known)."""
+    """Validate a manifest and every segment, then store the version (201; 200 if known;
+    409 for content registered under another name, named only if the caller sees it)."""
+    visible = None if principal.datasets is None else functools.partial(
+        principal.may, Role.READER)
+    pool: StoragePool = request.app.state.storage_pool
+    version, created = await pool.run(_register_version, ctx, name, body, visible)
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return version
+
+
+def _register_version(
+    ctx: CatalogContext, name: str, body: RegisterVersionIn,
+    visible: Callable[[str], bool] | None,
+) -> tuple[VersionOut, bool]:
     result = service.register_version(
         ctx, name, root=body.root, manifest=body.manifest, rows=body.rows,
-        description=body.description,
+        description=body.description, visible=visible,
     )
-    if not result.created:
-        response.status_code = status.HTTP_200_OK
-    return VersionOut.from_row(result.value, warnings=result.warnings)
+    return VersionOut.from_row(result.value, warnings=result.warnings), result.created
+
+
+v1.include_router(_register)
 
 
 @v1.get(

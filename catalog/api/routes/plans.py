@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Response, status
+from fastapi import APIRouter, Depends, Path, Query, Response, status
 
 from catalog import plans, retire
 from catalog.api.auth import plan_dataset, require, split_dataset
@@ -15,6 +15,7 @@ from catalog.repository import decode_page_token, encode_page_token
 from services.contract.configs import PlanSpec
 from services.contract.limits import INT64_MAX
 from services.contract.reports import PlanReport, ScheduleBatch
+from services.contract.shapes import ID_PATTERN
 from services.planning.artifact import ARTIFACT_MEDIA_TYPE
 
 __all__ = ["v1"]
@@ -23,6 +24,7 @@ v1 = APIRouter(tags=["plans"])
 _WRITE = [Depends(require(Role.WRITER, dataset=split_dataset))]
 _READ = [Depends(require(Role.READER, dataset=plan_dataset))]
 
+PlanId = Annotated[str, Path(pattern=ID_PATTERN, description="a plan id (p-...)")]
 Epoch = Annotated[int, Query(ge=0, le=INT64_MAX, description="epoch")]
 Rank = Annotated[int, Query(ge=0, le=INT64_MAX, description="rank of the consumer")]
 WorldSize = Annotated[int, Query(
@@ -50,7 +52,7 @@ def create_plan(ctx: Context, split_id: str, body: PlanSpec, response: Response)
 
 
 @v1.get("/plans/{plan_id}", operation_id="get_plan", dependencies=_READ, response_model=PlanOut)
-def get_plan(ctx: Context, plan_id: str) -> PlanOut:
+def get_plan(ctx: Context, plan_id: PlanId) -> PlanOut:
     """One plan (``retired_at``: when it, its split or its version was retired)."""
     row = plans.get_plan(ctx, plan_id)
     return PlanOut.from_row(row, retired_at=retire.plan_retired_at(ctx.sessions, plan_id))
@@ -58,7 +60,7 @@ def get_plan(ctx: Context, plan_id: str) -> PlanOut:
 
 @v1.delete("/plans/{plan_id}", operation_id="retire_plan", response_model=PlanOut,
            dependencies=[Depends(require(Role.ADMIN, dataset=plan_dataset))])
-def retire_plan(ctx: Context, plan_id: str) -> PlanOut:
+def retire_plan(ctx: Context, plan_id: PlanId) -> PlanOut:
     """Retire a plan (soft): Flight servers refuse its tickets from now on; streams
     already running finish."""
     row = retire.retire_plan(ctx.sessions, plan_id)
@@ -71,7 +73,7 @@ def retire_plan(ctx: Context, plan_id: str) -> PlanOut:
     responses={200: {"description": "the stored plan, Arrow IPC (docs/wire.md section 8)",
                      "content": {ARTIFACT_MEDIA_TYPE: {}}}},
 )
-def get_plan_artifact(ctx: Context, plan_id: str) -> Response:
+def get_plan_artifact(ctx: Context, plan_id: PlanId) -> Response:
     """The stored plan as Arrow IPC: what every Flight server and in-process reader loads."""
     return Response(content=plans.plan_artifact_bytes(ctx, plan_id),
                     media_type=ARTIFACT_MEDIA_TYPE)
@@ -79,7 +81,7 @@ def get_plan_artifact(ctx: Context, plan_id: str) -> Response:
 
 @v1.get("/plans/{plan_id}/report", operation_id="get_plan_report", dependencies=_READ,
         response_model=PlanReport)
-def get_plan_report(ctx: Context, plan_id: str, world_size: WorldSize = 1) -> PlanReport:
+def get_plan_report(ctx: Context, plan_id: PlanId, world_size: WorldSize = 1) -> PlanReport:
     """Batches, tokens, bytes and everything the plan drops, for ``world_size`` ranks
     (``aligned`` only for an aligned plan)."""
     return plans.plan_report_for(ctx, plan_id, world_size=world_size)
@@ -90,7 +92,7 @@ def get_plan_report(ctx: Context, plan_id: str, world_size: WorldSize = 1) -> Pl
     response_model=PageOut[ScheduleBatch],
 )
 def get_plan_schedule(
-    *, ctx: Context, plan_id: str, epoch: Epoch = 0, rank: Rank = 0, world_size: WorldSize = 1,
+    *, ctx: Context, plan_id: PlanId, epoch: Epoch = 0, rank: Rank = 0, world_size: WorldSize = 1,
     page_size: PageSize = DEFAULT_PAGE_SIZE, page_token: PageToken = None,
 ) -> PageOut[ScheduleBatch]:
     """The batches of one rank's pass of ``epoch``, in order, as lanes (paged)."""

@@ -22,7 +22,7 @@ from services.storage.formats.base import (
 )
 from services.storage.store import Storage
 
-__all__ = ["PARQUET", "ParquetFormat"]
+__all__ = ["PARQUET", "ParquetFormat", "footer_null_counts"]
 
 _TAIL_BYTES = 64 * 1024
 
@@ -129,6 +129,31 @@ class ParquetFormat:
             for name in names:
                 parts[name].append(chunk[name][lo:hi])
         return {name: np.concatenate(parts[name]) for name in names}
+
+
+def footer_null_counts(storage: Storage, info: SegmentInfo, names: list[str]) -> dict[str, int]:
+    """Null counts of columns ``names`` from the footer's statistics, without reading a
+    value: a column is in the answer only when every row group's statistics count its
+    nulls (writers may leave them out)."""
+    meta = cache_get(("pq", storage.uri, info.path, info.fingerprint))
+    if meta is None:
+        with storage.open_parquet(info.path) as pf:
+            meta = pf.metadata
+    where = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
+    out: dict[str, int] = {}
+    for name in names:
+        j = where.get(name)
+        if j is None:
+            continue
+        total = 0
+        for group in range(meta.num_row_groups):
+            stats = meta.row_group(group).column(j).statistics
+            if stats is None or not stats.has_null_count:
+                break
+            total += int(stats.null_count)
+        else:
+            out[name] = total
+    return out
 
 
 PARQUET = ParquetFormat()

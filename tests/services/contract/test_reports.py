@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from services.contract.reports import FlightHealth, PlanReport, WarmProgress
+from services.contract.reports import FlightHealth, FlightTierInfo, PlanReport, WarmProgress
 
 _PROTOCOL = {"streams": 1, "rows": 40, "batch_size": 2, "seq_len": 8, "input_channels": 2,
              "target_channels": 1, "bytes_per_full_batch": 208, "batches": 3, "lanes": 5,
@@ -55,6 +55,7 @@ def test_warm_steps_and_health_keep_their_keys() -> None:
     for body in (step, last):
         assert WarmProgress.model_validate(body).model_dump(mode="json",
                                                             exclude_unset=True) == body
-    health = {"status": "ok", "version": 1, "active_streams": 0, "streams": 2,
-              "tier": {"path": "/t", "id": "t1", "host": "h", "budget_bytes": 8}}
+    health = {"status": "ok", "version": 1, "active_streams": 0, "streams": 2}
     assert FlightHealth.model_validate(health).model_dump(mode="json") == health
+    tier = {"tier": {"path": "/t", "id": "t1", "host": "h", "budget_bytes": 8}}
+    assert FlightTierInfo.model_validate(tier).model_dump(mode="json") == tier

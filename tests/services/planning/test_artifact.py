@@ -102,7 +102,7 @@ def test_roundtrip_keeps_everything_and_epochs_match_the_planner(
     for epoch in (0, 1, 5):
         _same_schedule(back.epoch_schedule(epoch), epoch_schedule(streams, spec, epoch))
     assert back.report() == plan_report(streams, spec, epoch_schedule(streams, spec, 0),
-                                        chunk_rows=made.pieces.max_chunk_rows(streams))
+                                        chunks=made.chunk_table)
 
 
 def test_epoch_dependence_follows_the_strategy(streams: Streams) -> None:
@@ -152,7 +152,6 @@ def test_piece_layout(streams: Streams) -> None:
     layout = _layout(streams)
     assert layout.chunks_of(4).tolist() == [4, 4, 4, 4, 4, 4, 4, 2]  # the 30-row piece
     assert layout.chunks_of(1).tolist() == [4, 4, 0]  # an empty chunk stays listed
-    assert layout.max_chunk_rows(streams) == {"cycling": 4, "hppc": 4}
     with pytest.raises(WindpipeError, match="no segment record"):
         PieceLayout.from_records([*streams.piece_path, "missing.parquet"],
                                  {p: PieceRecord("parquet", "x", [1]) for p in streams.piece_path})
