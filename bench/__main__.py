@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from bench.report import HEADLINE_RATIOS, write_markdown, write_plot_if_possible
+from bench.report import HEADLINE_RATIOS, ratio_table, write_markdown, write_plot_if_possible
 
 __all__ = ["CONTENDERS", "HEADLINE_RATIOS", "main", "ratios", "run_contender"]
 
@@ -78,6 +78,11 @@ def ratios(contenders: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def _say(line: str) -> None:
+    """A progress line, shown at once (a contender runs silently for seconds)."""
+    print(line, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
@@ -109,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     max_batches = args.max_batches or (300 if args.quick else 3000)
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    _say(f"preparing the dataset ({rows:,} cycling rows; written once, then reused) ...")
     root = ensure_dataset(args.out / f"data-{rows}", cycling_rows=rows)
     workload = build_workload(root)
     workload_path = args.out / "workload.npz"
@@ -117,19 +123,22 @@ def main(argv: list[str] | None = None) -> int:
           f"of {workload.batch_size}x{workload.seq_len} ({time.perf_counter() - t0:.1f} s)")
 
     contenders: dict[str, Any] = {}
-    for name in args.only or CONTENDERS:
+    names = args.only or CONTENDERS
+    for i, name in enumerate(names, 1):
         slow = name in ("windowed_parquet", "rowgroup_parquet", "torch_dataloader")
         limit = min(max_batches, 60) if slow else max_batches
+        _say(f"[{i}/{len(names)}] {name}: up to {limit} batches or {seconds:g} s "
+             f"({time.perf_counter() - t0:.0f} s so far) ...")
         result = run_contender(name, workload_path, max_batches=limit, max_seconds=seconds,
                                tokens_per_batch=workload.tokens_per_batch)
         contenders[name] = result
         if "error" in result:
-            print(f"{name:24s} FAILED: {result['error'][-300:]}")
+            _say(f"{name:24s} FAILED: {result['error'][-300:]}")
         else:
             print(f"{name:32s} {result['tokens_per_s'] / 1e6:8.2f} M tokens/s "
                   f"{result['batches_per_s']:8.1f} batches/s "
                   f"{result['tokens_per_cpu_s'] / 1e6:7.2f} M tokens/cpu-s "
-                  f"peak {result['peak_rss_bytes'] / 2**20:7.0f} MiB")
+                  f"peak {result['peak_rss_bytes'] / 2**20:7.0f} MiB", flush=True)
 
     record: dict[str, Any] = {
         "contenders": contenders, "concurrency": None, "local_concurrency": None,
@@ -144,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         from bench.windpipe_contenders import concurrency, local_concurrency  # noqa: PLC0415
 
         window = min(seconds, 4.0 if args.quick else 10.0)
+        _say(f"concurrency: 1, 2 and 4 consumers over Flight, then on the same host "
+             f"({window:g} s each, {time.perf_counter() - t0:.0f} s so far) ...")
         record["concurrency"] = concurrency(workload, consumers=(1, 2, 4), max_seconds=window)
         record["local_concurrency"] = local_concurrency(workload, consumers=(1, 2, 4),
                                                         max_seconds=window)
@@ -151,12 +162,17 @@ def main(argv: list[str] | None = None) -> int:
         from bench.planning import planning_times  # noqa: PLC0415
 
         sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
+        _say(f"planning: plans of {', '.join(f'{n:,}' for n in sizes)} windows on SQLite "
+             f"and PostgreSQL ({time.perf_counter() - t0:.0f} s so far) ...")
         record["planning"] = planning_times(sizes=sizes, work_dir=args.out / "planning")
     json_path = args.json_path or args.out / "bench.json"
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(record, indent=2))
     write_markdown(record, json_path.with_suffix(".md"))
     plotted = write_plot_if_possible(record, json_path.with_suffix(".png"))
+    table = ratio_table(record)
+    if table:
+        print("\n".join(["", *table, ""]))
     wrote = ".md, .png" if plotted else ".md"
     print(f"wrote {json_path} (+ {wrote}) in {time.perf_counter() - t0:.0f} s")
     return 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HEADLINE_RATIOS", "write_markdown", "write_plot", "write_plot_if_possible"]
+__all__ = ["HEADLINE_RATIOS", "ratio_rows", "ratio_table", "verdict", "write_markdown",
+           "write_plot", "write_plot_if_possible"]
 
 # (numerator, denominator, target) of the ratios the record reports first
 HEADLINE_RATIOS: tuple[tuple[str, str, float | None], ...] = (
@@ -16,6 +17,41 @@ HEADLINE_RATIOS: tuple[tuple[str, str, float | None], ...] = (
     ("windpipe_flight_warm", "windowed_parquet", None),
     ("windpipe_flight_warm", "torch_dataloader", None),
 )
+
+
+def verdict(value: float, target: float | None) -> str:
+    """``"pass"`` when a ratio meets its target, ``"FAIL"`` when it does not, ``""``
+    when it has none (reported for context)."""
+    if target is None:
+        return ""
+    return "pass" if value >= target else "FAIL"
+
+
+def ratio_rows(record: dict[str, Any]) -> list[tuple[str, float, float | None, str, str]]:
+    """``(ratio, tokens/s ratio, tokens per CPU-s ratio or None, target, verdict)`` of each
+    headline ratio the record has, in :data:`HEADLINE_RATIOS` order."""
+    ratios = record.get("ratios", {})
+    rows = []
+    for num, den, target in HEADLINE_RATIOS:
+        key = f"{num}/{den}"
+        if key in ratios:
+            goal = f">= {target}x" if target is not None else ""
+            rows.append((key, ratios[key], ratios.get(f"cpu/{key}"), goal,
+                         verdict(ratios[key], target)))
+    return rows
+
+
+def ratio_table(record: dict[str, Any]) -> list[str]:
+    """The headline ratios as markdown lines, each target marked pass or FAIL."""
+    rows = ratio_rows(record)
+    if not rows:
+        return []
+    lines = ["| ratio (same run) | tokens/s | tokens per CPU-s | target | verdict |",
+             "|---|---:|---:|---|---|"]
+    for key, value, cpu, goal, mark in rows:
+        lines.append(f"| {key} | {value:.2f}x | {'' if cpu is None else f'{cpu:.2f}x'} | "
+                     f"{goal} | {mark} |")
+    return lines
 
 
 def _ok(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -43,17 +79,9 @@ def write_markdown(record: dict[str, Any], path: Path) -> None:
     for name, r in record["contenders"].items():
         if "error" in r:
             lines.append(f"| {name} | failed | | | | |")
-    ratios = record.get("ratios", {})
-    if ratios:
-        lines += ["", "| ratio (same run) | tokens/s | tokens per CPU-s | target |",
-                  "|---|---:|---:|---|"]
-        for num, den, target in HEADLINE_RATIOS:
-            key = f"{num}/{den}"
-            if key in ratios:
-                cpu = ratios.get(f"cpu/{key}")
-                goal = f">= {target}x" if target is not None else ""
-                lines.append(f"| {key} | {ratios[key]:.2f}x | "
-                             f"{'' if cpu is None else f'{cpu:.2f}x'} | {goal} |")
+    table = ratio_table(record)
+    if table:
+        lines += ["", *table]
     if record.get("concurrency"):
         lines += ["", "Flight: N consumer processes of one server.", "",
                   "| consumers | aggregate M tokens/s | bytes read from storage (MiB) |",

@@ -36,6 +36,7 @@ __all__ = [
     "manifest_from_rows",
     "metadata_columns",
     "normalize_manifest",
+    "read_table",
 ]
 
 _log = get_logger("catalog.manifest")
@@ -174,26 +175,35 @@ def load_manifest(storage: Storage, path: str, *, limits: Limits | None = None) 
     Its size is checked against ``limits`` before it is read, its rows before they are
     decoded (a parquet file's footer; a CSV file's records, counted).
     """
+    return normalize_manifest(read_table(storage, path, limits=limits))
+
+
+def read_table(
+    storage: Storage, path: str, *, limits: Limits | None = None, what: str = "manifest",
+) -> pl.DataFrame:
+    """The table at ``path`` (``.parquet`` or ``.csv`` under the root), bounded as a
+    manifest is (bytes before it is read, rows before they are decoded) and not
+    normalized; ``what`` names it in the errors (``invalid_manifest``)."""
     limits = limits or Limits()
     try:
         rel = storage.validate_relative_path(path)
     except PathEscapeError as exc:
-        raise WindpipeError(ErrorType.INVALID_MANIFEST, f"manifest path: {exc}") from exc
+        raise WindpipeError(ErrorType.INVALID_MANIFEST, f"{what} path: {exc}") from exc
     lower = rel.lower()
     if not lower.endswith((".parquet", ".pq", ".csv")):
         raise WindpipeError(
             ErrorType.INVALID_MANIFEST,
-            f"manifest {rel!r} must be a .parquet or .csv file",
+            f"{what} {rel!r} must be a .parquet or .csv file",
         )
     csv = lower.endswith(".csv")
     try:
         check_manifest_bytes(storage.head(rel).size, limits)
         if not csv:
-            check_manifest_rows(_footer_rows(storage, rel), limits)
+            check_manifest_rows(_footer_rows(storage, rel, what=what), limits)
         data = storage.get(rel)
     except FileNotFoundError as exc:
         raise WindpipeError(
-            ErrorType.INVALID_MANIFEST, f"manifest {rel!r} does not exist under the root"
+            ErrorType.INVALID_MANIFEST, f"{what} {rel!r} does not exist under the root"
         ) from exc
     try:
         if csv:
@@ -204,10 +214,10 @@ def load_manifest(storage: Storage, path: str, *, limits: Limits | None = None) 
     except WindpipeError:
         raise
     except Exception as exc:
-        raise _unreadable(rel, exc, kind="CSV" if csv else "parquet") from exc
+        raise _unreadable(rel, exc, kind="CSV" if csv else "parquet", what=what) from exc
     del data
     check_manifest_rows(frame.height, limits)
-    return normalize_manifest(frame)
+    return frame
 
 
 def _csv_rows(data: bytes) -> int:
@@ -216,7 +226,7 @@ def _csv_rows(data: bytes) -> int:
     return int(counted.item())
 
 
-def _footer_rows(storage: Storage, rel: str) -> int:
+def _footer_rows(storage: Storage, rel: str, *, what: str) -> int:
     """The rows a parquet file's footer declares (only the footer is read)."""
     try:
         with storage.open_parquet(rel) as file:
@@ -224,13 +234,13 @@ def _footer_rows(storage: Storage, rel: str) -> int:
     except (FileNotFoundError, WindpipeError):
         raise
     except Exception as exc:
-        raise _unreadable(rel, exc, kind="parquet") from exc
+        raise _unreadable(rel, exc, kind="parquet", what=what) from exc
 
 
-def _unreadable(rel: str, exc: Exception, *, kind: str) -> WindpipeError:
+def _unreadable(rel: str, exc: Exception, *, kind: str, what: str) -> WindpipeError:
     _log.warning("manifest.unreadable", path=rel, error=f"{type(exc).__name__}: {exc}")
     return WindpipeError(
         ErrorType.INVALID_MANIFEST,
-        f"manifest {rel!r} cannot be read as {kind} "
+        f"{what} {rel!r} cannot be read as {kind} "
         f"({type(exc).__name__}; the server log has the details)",
     )

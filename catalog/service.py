@@ -28,6 +28,8 @@ from catalog.limits import (
 )
 from catalog.manifest import load_manifest, manifest_from_rows
 from catalog.models import Dataset, Split, Version
+from catalog.pattern import PatternSource, manifest_from_pattern
+from catalog.profile import profile_for, profile_warnings
 from catalog.protocol_warnings import protocol_warnings
 from catalog.registration import PreparedVersion, prepare_version
 from catalog.repository import Page, Repository
@@ -37,6 +39,7 @@ from services.contract.configs import ValidationConfig
 from services.contract.errors import ErrorType, WindpipeError
 from services.contract.identity import canonical_json
 from services.contract.limits import Limits
+from services.contract.stats import VersionProfile
 from services.database import session_scope
 from services.memo import Memo, deep_nbytes
 from services.storage.roots import RootScopes
@@ -162,22 +165,22 @@ def get_version(ctx: CatalogContext, version_id: str) -> Version:
 
 def register_version(
     ctx: CatalogContext, name: str, *, root: str, manifest: str | None = None,
-    rows: list[dict[str, Any]] | None = None, description: str | None = None,
-    visible: Callable[[str], bool] | None = None,
+    rows: list[dict[str, Any]] | None = None, pattern: PatternSource | None = None,
+    description: str | None = None, visible: Callable[[str], bool] | None = None,
 ) -> Created[Version]:
     """Validate a manifest and all its segments, then store the version in one transaction.
 
-    Exactly one of ``manifest`` (a path under ``root``) and ``rows`` is given. A root
+    Exactly one of ``manifest`` (a path under ``root``), ``rows`` and ``pattern`` (the
+    manifest built from the files under ``root``, ``catalog.pattern``) is given. A root
     the operator does not allow, or one bound to other dataset names
     (``ctx.root_scopes``), is ``forbidden`` before anything is read. The same content
     again returns the existing version (``created=False``); content already registered
     under another dataset is a ``conflict``, naming that dataset and version only when
     ``visible(dataset)`` (None: the caller sees every dataset).
     """
-    if (manifest is None) == (rows is None):
-        raise WindpipeError(
-            ErrorType.INVALID_REQUEST, "give exactly one of 'manifest' (a path) and 'rows'"
-        )
+    if sum(source is not None for source in (manifest, rows, pattern)) != 1:
+        raise WindpipeError(ErrorType.INVALID_REQUEST,
+                            "give exactly one of 'manifest' (a path), 'rows' and 'pattern'")
     check_description(description, ctx.limits)
     if rows is not None:
         check_manifest_rows(len(rows), ctx.limits)
@@ -187,12 +190,14 @@ def register_version(
     storage = open_root(root, ctx.storage)
     # a manifest file's size and rows are checked before it is read and decoded
     frame = (load_manifest(storage, manifest, limits=ctx.limits) if manifest is not None
-             else manifest_from_rows(rows or []))
+             else manifest_from_pattern(storage, pattern, dataset=name, limits=ctx.limits)
+             if pattern is not None else manifest_from_rows(rows or []))
     check_manifest_rows(frame.height, ctx.limits)
     prepared = prepare_version(storage, frame)
+    profile = profile_for(ctx.sessions, storage, prepared)  # nulls, infinities, sampling
     for attempt in range(_RETRIES):
         try:
-            return _store_version(ctx, name, prepared, description, visible)
+            return _store_version(ctx, name, prepared, description, visible, profile=profile)
         except IntegrityError:
             if attempt == _RETRIES - 1:
                 raise
@@ -201,7 +206,7 @@ def register_version(
 
 def _store_version(
     ctx: CatalogContext, name: str, prepared: PreparedVersion, description: str | None,
-    visible: Callable[[str], bool] | None,
+    visible: Callable[[str], bool] | None, *, profile: VersionProfile,
 ) -> Created[Version]:
     with session_scope(ctx.sessions) as session:
         repo = Repository(session)
@@ -221,7 +226,7 @@ def _store_version(
                     details={"version_id": existing.id, "dataset": existing.dataset.name},
                 )
             return Created(existing, created=False,
-                           warnings=_registration_warnings(repo, prepared))
+                           warnings=_registration_warnings(repo, prepared, profile))
         dataset = repo.get_dataset(name) or repo.add_dataset(name)
         manifest_rows = prepared.manifest_rows
         metadata = list(prepared.metadata_columns)
@@ -238,22 +243,25 @@ def _store_version(
             metadata_columns=[
                 {"name": c, "dtype": str(manifest_rows.schema[c])} for c in metadata
             ],
+            profile=profile.model_dump(mode="json"),
         )
         repo.add_version(version)
         repo.insert_manifest_rows(version.id, _with_metadata_json(manifest_rows, metadata))
         repo.insert_segments(version.id, prepared.segments)
         session.flush()
         session.refresh(version)
-        return Created(version, created=True, warnings=_registration_warnings(repo, prepared))
+        return Created(version, created=True,
+                       warnings=_registration_warnings(repo, prepared, profile))
 
 
 def _registration_warnings(
-    repo: Repository, prepared: PreparedVersion,
+    repo: Repository, prepared: PreparedVersion, profile: VersionProfile,
 ) -> tuple[dict[str, Any], ...]:
     counts = prepared.manifest_rows.get_column("protocol").value_counts()
     rows = {str(p): int(n) for p, n in counts.iter_rows()}
     elsewhere, others = repo.protocols_elsewhere(prepared.version_id)
-    return tuple(protocol_warnings(rows, elsewhere=elsewhere, other_versions=others))
+    return (*protocol_warnings(rows, elsewhere=elsewhere, other_versions=others),
+            *profile_warnings(profile))
 
 
 def _plain_schema(schema: dict[str, Any]) -> dict[str, Any]:

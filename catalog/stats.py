@@ -27,8 +27,6 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +35,7 @@ import polars as pl
 from sqlalchemy.exc import IntegrityError
 
 from catalog.limits import check_stats_bytes
+from catalog.profile import bounded_map
 from catalog.repository import Repository
 from catalog.retire import check_split_live
 from catalog.service import (
@@ -63,7 +62,6 @@ from services.storage.store import Storage, open_root
 __all__ = ["columns_key", "split_stats", "stored_split_stats", "summarize"]
 
 _WORKERS = 4
-_IN_FLIGHT = 2 * _WORKERS
 _BLOCK = 1 << 20  # values per block of the float64 passes (8 MiB of temporaries)
 # source types whose every value a float32 holds exactly (others are kept as float64)
 _FLOAT32_EXACT = frozenset({"float", "halffloat", "bool", "int8", "int16", "uint8", "uint16"})
@@ -105,7 +103,8 @@ def split_stats(ctx: CatalogContext, split_id: str, request: StatsRequest,
     stats = SplitStats(
         split_id=split_id, version_id=version.id, side=request.side,
         columns=None if request.columns is None else list(request.columns),
-        rows=work.rows, stats=[summarize(t) for t in work.targets],
+        rows=work.rows, stats=[entry for _t, entry in bounded_map(
+            summarize, work.targets, workers=_WORKERS)],  # numpy releases the GIL
         seconds=round(time.perf_counter() - started, 6),
     )
     try:
@@ -129,10 +128,16 @@ class _Target:
     column: str
     rows: int
     absent_rows: int
-    values: np.ndarray
+    dtype: type[np.floating[Any]]
+    values: np.ndarray = field(default_factory=lambda: np.empty(0))
     filled: int = 0
     nulls: int = 0
     non_finite: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        """The memory its values need at most (every row finite)."""
+        return self.rows * np.dtype(self.dtype).itemsize
 
     def add(self, values: np.ndarray) -> None:
         """Count one segment's values and keep the finite ones."""
@@ -179,16 +184,18 @@ class _Work:
                 dtype = np.float32 if entry["dtype"] in _FLOAT32_EXACT else np.float64
                 key = (protocol, entry["name"])
                 missing[key] = lack
-                targets[key] = _Target(protocol, entry["name"], total - absent, absent,
-                                       np.empty(total - absent, dtype=dtype))
+                targets[key] = _Target(protocol, entry["name"], total - absent, absent, dtype)
         reads: list[tuple[SegmentInfo, list[_Target]]] = []
+        by_protocol: dict[str, list[_Target]] = {}
+        for (p, _c), t in sorted(targets.items()):
+            by_protocol.setdefault(p, []).append(t)
         chosen = segments.join(side.select("manifest_row_id", "protocol"),
                                on="manifest_row_id", how="inner")
         for mrid, protocol, path, fmt, n, chunks, fp in chosen.select(
                 "manifest_row_id", "protocol", "path", "format", "row_count", "chunk_rows",
                 "fingerprint").iter_rows():
-            mine_t = [t for (p, _c), t in targets.items()
-                      if p == protocol and mrid not in missing[(p, t.column)]]
+            mine_t = [t for t in by_protocol.get(protocol, ())
+                      if mrid not in missing[(protocol, t.column)]]
             if not mine_t or not n:
                 continue
             info = SegmentInfo(
@@ -196,13 +203,20 @@ class _Work:
                 columns=tuple(ColumnInfo(t.column, "double", numeric=True) for t in mine_t),
                 chunk_rows=tuple(int(r) for r in chunks), fingerprint=fp)
             reads.append((info, mine_t))
-        out = cls(targets=list(targets.values()), reads=reads, rows=rows)
-        out.nbytes = sum(t.values.nbytes for t in out.targets)
+        out = cls(targets=[targets[k] for k in sorted(targets)], reads=reads, rows=rows)
+        out.nbytes = sum(t.nbytes for t in out.targets)
         return out
 
     def read(self, storage: Storage) -> None:
-        """Read every segment once (a few at a time) and feed its columns' targets."""
-        for targets, arrays in _read_all(storage, self.reads):
+        """Allocate the values (after the bound was checked), read every segment once (a
+        few at a time) and feed its columns' targets."""
+        for t in self.targets:
+            t.values = np.empty(t.rows, dtype=t.dtype)
+        def columns(item: tuple[SegmentInfo, list[_Target]]) -> dict[str, np.ndarray]:
+            info, targets = item
+            return read_rows(storage, info, 0, info.row_count, [t.column for t in targets])
+
+        for (_info, targets), arrays in bounded_map(columns, self.reads, workers=_WORKERS):
             for t in targets:
                 t.add(arrays[t.column])
 
@@ -225,32 +239,6 @@ def _wanted_columns(schema: dict[str, Any], columns: tuple[str, ...] | None,
             details={"unknown": unknown, "non_numeric": plain, "columns": sorted(have)})
     picked = {p: [c for c in cols if c["name"] in columns] for p, cols in numeric.items()}
     return {p: cols for p, cols in picked.items() if cols}
-
-
-def _read_all(storage: Storage, reads: list[tuple[SegmentInfo, list[_Target]]],
-              ) -> Iterator[tuple[list[_Target], dict[str, np.ndarray]]]:
-    """Each segment's columns, read on a few threads, at most :data:`_IN_FLIGHT` ahead."""
-    if not reads:
-        return
-    todo = iter(reads)
-    pending: dict[Future[dict[str, np.ndarray]], list[_Target]] = {}
-    with ThreadPoolExecutor(max_workers=min(_WORKERS, len(reads)),
-                            thread_name_prefix="windpipe-stats") as pool:
-        try:
-            while True:
-                while len(pending) < _IN_FLIGHT and (item := next(todo, None)) is not None:
-                    info, targets = item
-                    names = [t.column for t in targets]
-                    pending[pool.submit(read_rows, storage, info, 0, info.row_count,
-                                        names)] = targets
-                if not pending:
-                    return
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    yield pending.pop(fut), fut.result()
-        finally:
-            for fut in pending:
-                fut.cancel()
 
 
 def summarize(target: _Target) -> ColumnStats:
@@ -292,8 +280,12 @@ def _moments(v: np.ndarray) -> tuple[float, float]:
     total = math.fsum(float(v[i:i + _BLOCK].sum(dtype=np.float64))
                       for i in range(0, n, _BLOCK))
     mean = total / n
-    square = math.fsum(float(np.square(v[i:i + _BLOCK].astype(np.float64) - mean).sum())
-                       for i in range(0, n, _BLOCK))
+    square = 0.0
+    for i in range(0, n, _BLOCK):
+        d = v[i:i + _BLOCK].astype(np.float64)
+        d -= mean
+        d *= d
+        square += float(d.sum())
     return mean, math.sqrt(square / n)
 
 

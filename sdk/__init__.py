@@ -25,6 +25,7 @@ from sdk._batch import Batch, BatchSegmentRef, BatchState, batch_from_arrow
 from sdk._catalog import Catalog
 from sdk._exceptions import (
     Conflict,
+    DataWarning,
     Forbidden,
     InternalError,
     InvalidConfig,
@@ -43,6 +44,7 @@ from sdk._exceptions import (
 from sdk._handles import DatasetVersion, Plan, Split
 from sdk._loader import DeviceLoader, resolve_device
 from sdk._models import DatasetInfo, MlDatasetIndex, PlanReport
+from sdk._split_stats import SplitStats
 from sdk._stats import LoaderStats
 from sdk._torch_import import torch_support
 from services.contract.configs import (
@@ -65,6 +67,7 @@ __all__ = [
     "BatchState",
     "Catalog",
     "Conflict",
+    "DataWarning",
     "DatasetInfo",
     "DatasetProtocolId",
     "DatasetVersion",
@@ -89,6 +92,7 @@ __all__ = [
     "SegmentChanged",
     "SegmentError",
     "Split",
+    "SplitStats",
     "Unauthenticated",
     "Unavailable",
     "ValidationConfig",

@@ -8,10 +8,9 @@ part is an ordinary :class:`~sdk.Batch` of its protocol's shape; the dict views
 (``inputs[p]``, ``mask[p]``, ``has_data[p]``, ...) are what a multi-protocol model reads::
 
     for batch in plan.loader():
-        for p in batch.protocols:
-            pred = heads[p](batch.inputs[p])
-            valid = batch.target_valid[p] & batch.has_data[p][:, None]
-            loss = loss + ((pred - batch.targets[p]) ** 2)[valid].mean()
+        loss = batch.masked_mse({p: heads[p](batch.inputs[p]) for p in batch.protocols})
+        if loss is None:  # no protocol has a valid target in this batch
+            continue
 """
 
 from __future__ import annotations
@@ -23,23 +22,25 @@ from typing import Any
 import numpy as np
 
 from sdk._batch import Batch, BatchState
-from sdk._exceptions import InternalError
+from sdk._exceptions import InternalError, InvalidConfig
 from sdk._html import html_table, human_bytes
-from sdk._torch_import import torch
+from sdk._torch_import import PIN_MEMORY_NEEDS_CUDA, torch
+from sdk.losses import AlignedLosses
 from services.contract.wire import BatchMetadata
 
 __all__ = ["AlignedBatch", "group_parts"]
 
 
 @dataclass(frozen=True, eq=False)
-class AlignedBatch:
+class AlignedBatch(AlignedLosses):
     """B alignment keys, every protocol's window of each (SEMANTICS section 9).
 
     ``parts[p]`` is protocol ``p``'s :class:`~sdk.Batch` (``(B, T_p, C)`` tensors, its
     own channels and provenance); lane b is the same key in every part.
     ``has_data[p]`` bool ``(B,)`` is False where that key has no window of ``p``: the
     lane is padding there (inputs -2.0, targets NaN, mask False, ``has_channel`` False).
-    Treat it as immutable.
+    ``masked_mse(pred)`` / ``masked_mae(pred)`` take ``{protocol: prediction}`` and sum
+    each protocol's loss over its ``target_valid`` (``sdk.losses``). Treat it as immutable.
     """
 
     parts: dict[str, Batch]
@@ -140,6 +141,8 @@ class AlignedBatch:
 
     def pin_memory(self) -> AlignedBatch:
         """A copy in page-locked memory (needs CUDA; provenance stays as is)."""
+        if not torch.cuda.is_available():
+            raise InvalidConfig(PIN_MEMORY_NEEDS_CUDA)
         return self._map(lambda t: t.pin_memory())
 
     def to(self, device: str | torch.device, *, non_blocking: bool = False) -> AlignedBatch:

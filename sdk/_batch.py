@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from sdk._exceptions import InvalidConfig
 from sdk._html import html_table, human_bytes
 from sdk._plots import plot_batch
-from sdk._torch_import import torch
-from services.contract.configs import DatasetProtocolId
+from sdk._torch_import import PIN_MEMORY_NEEDS_CUDA, torch
+from sdk.losses import BatchLosses
+from services.contract.configs import DatasetProtocolId, ScalingSpec
 from services.contract.wire import BatchMetadata
 
 if TYPE_CHECKING:
@@ -82,7 +84,7 @@ class BatchState:
         return tuple(s for s in self.segments if s.lane == lane)
 
 
-class Batch:
+class Batch(BatchLosses):
     """One training batch: tensors in model space plus its provenance.
 
     ``inputs`` float32 ``(B, T, C_in)``; ``targets`` float32 ``(B, T, C_out)`` (the rows
@@ -92,7 +94,8 @@ class Batch:
     its values are absent, not merely null (SEMANTICS 5); ``target_valid`` bool
     ``(B, T)``: the mask AND every target channel finite (the mask of a loss: a real row
     whose target is null is NaN, not padding); ``all_valid``: every ``target_valid``
-    entry True; ``state``: the :class:`BatchState`.
+    entry True; ``state``: the :class:`BatchState`. ``masked_mse(pred)`` /
+    ``masked_mae(pred)`` are the loss over ``target_valid`` (``sdk.losses``).
 
     A batch from the wire computes ``state`` and ``all_valid`` when first read
     (decoding provenance costs about as much as receiving the batch, and a training
@@ -237,6 +240,8 @@ class Batch:
 
     def pin_memory(self) -> Batch:
         """A copy in page-locked memory (needs CUDA; the state stays as is)."""
+        if not torch.cuda.is_available():
+            raise InvalidConfig(PIN_MEMORY_NEEDS_CUDA)
         return self.with_tensors(
             inputs=self.inputs.pin_memory(), targets=self.targets.pin_memory(),
             mask=self.mask.pin_memory(), has_channel=self.has_channel.pin_memory(),
@@ -251,10 +256,11 @@ class Batch:
             has_channel=self.has_channel.to(device, non_blocking=non_blocking),
         )
 
-    def plot(self, *, lane: int = 0) -> Figure:
-        """Lane ``lane``'s inputs and targets, padding and null targets shaded
-        (``sdk._plots``; needs ``windpipe[plot]``)."""
-        return plot_batch(self, lane=lane)
+    def plot(self, *, lane: int = 0, scaling: tuple[ScalingSpec, ...] = ()) -> Figure:
+        """Lane ``lane``'s inputs and targets in model space; padding, null inputs and
+        null targets marked; ``scaling`` (``plan.config.scaling``) names each channel's
+        map in the legend (``sdk._plots``; needs ``windpipe[plot]``)."""
+        return plot_batch(self, lane=lane, scaling=scaling)
 
     def _rows(self) -> list[tuple[str, Any]]:
         state = self.state

@@ -6,7 +6,9 @@ ver = cat.register("demo", root="file:///data/demo", manifest="manifest.parquet"
 ```
 
 Flight locations come from the catalog's ``GET /v1/config`` unless given with
-``flight_locations=[...]``.
+``flight_locations=[...]``. ``Catalog()`` takes the URL and token from ``WINDPIPE_URL`` and
+``WINDPIPE_TOKEN`` (arguments win). ``windpipe.embedded(data_dir)`` returns a
+``Catalog`` whose catalog runs in this process (``in_process=``, ``sdk._embedded``).
 """
 
 from __future__ import annotations
@@ -18,15 +20,17 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from sdk._exceptions import InvalidRequest, RegistrationWarning, WindpipeError
+from sdk._exceptions import DataWarning, InvalidRequest, RegistrationWarning, WindpipeError
 from sdk._handles import DatasetVersion, Plan, Split
 from sdk._html import html_table, progress_bar
 from sdk._models import DatasetInfo
-from sdk._state import ClientSettings, ClientState
+from sdk._state import ClientSettings, ClientState, endpoint_from_environment
+from services.contract.stats import DATA_WARNINGS
 
 if TYPE_CHECKING:
     import httpx
 
+    from sdk._embedded import InProcess
     from sdk._stream import FlightStream
 
 __all__ = ["Catalog"]
@@ -35,9 +39,15 @@ __all__ = ["Catalog"]
 class Catalog:
     """A client of one windpipe deployment.
 
-    ``url``: the catalog's REST base URL. ``token``: bearer token, sent to the catalog
-    and to the Flight servers. ``flight_locations``: ``grpc://host:port`` of the Flight
-    servers, when the catalog's ``/v1/config`` should not be asked. ``read_timeout``:
+    ``url``: the catalog's REST base URL, else ``WINDPIPE_URL``. ``token``: bearer token,
+    sent to the catalog and to the Flight servers, else ``WINDPIPE_TOKEN`` when the URL is
+    ``WINDPIPE_URL``'s (a token never goes to a catalog it was not set for); an argument
+    always wins over its variable. With neither a URL nor ``WINDPIPE_URL``:
+    :class:`InvalidConfig` saying what to do (a URL, or ``windpipe.embedded(data_dir)``).
+    ``in_process``: a catalog run in this process (what ``windpipe.embedded`` passes;
+    ``url`` and the Flight options then do not apply). ``flight_locations``:
+    ``grpc://host:port`` of the Flight servers, when the catalog's ``/v1/config`` should
+    not be asked. ``read_timeout``:
     seconds to wait for each Flight batch before failing over to another server
     (``None``: wait forever). ``location_map``: rewrites the Flight locations the
     deployment advertises into ones this machine reaches
@@ -47,7 +57,7 @@ class Catalog:
 
     def __init__(
         self,
-        url: str,
+        url: str | None = None,
         *,
         token: str | None = None,
         timeout: float = 30.0,
@@ -56,13 +66,18 @@ class Catalog:
         flight_locations: Sequence[str] | None = None,
         transport: httpx.BaseTransport | None = None,
         location_map: Mapping[str, str] | None = None,
+        in_process: InProcess | None = None,
     ) -> None:
+        if in_process is not None:
+            url = in_process.url
+        else:
+            url, token = endpoint_from_environment(url, token)
         self.url = url.rstrip("/")
         self._state = ClientState(ClientSettings(
             url=self.url, token=token, timeout=timeout, retries=retries,
             read_timeout=read_timeout,
             flight_locations=tuple(flight_locations) if flight_locations else None,
-            location_map=location_map,
+            location_map=location_map, in_process=in_process,
         ), transport=transport)
 
     def __repr__(self) -> str:
@@ -74,6 +89,9 @@ class Catalog:
             ("url", self.url), ("token", "set" if settings.token else "none"),
             ("flight", list(settings.flight_locations or ()) or "from /v1/config"),
         ]
+        if settings.in_process is not None:
+            rows[1:] = [("flight", "none: the catalog runs in this process, batches are "
+                                   "built here")]
         if settings.location_map:
             rows.append(("location_map", dict(settings.location_map)))
         try:
@@ -110,28 +128,31 @@ class Catalog:
         root: str,
         manifest: str | None = None,
         rows: Sequence[dict[str, Any]] | pl.DataFrame | None = None,
+        pattern: str | None = None,
+        set_id: str | None = None,
+        protocol: str | None = None,
+        metadata: str | Sequence[dict[str, Any]] | pl.DataFrame | None = None,
         description: str | None = None,
         progress: bool | None = None,
     ) -> DatasetVersion:
         """Register a dataset version (idempotent: the same content returns the same version).
 
-        Give either ``manifest`` (a parquet or CSV file relative to ``root``) or ``rows``
+        Give one of ``manifest`` (a parquet or CSV file relative to ``root``), ``rows``
         (one dict per segment: ``set_id``, ``cell_id``, ``cidx``, ``protocol``,
-        ``segment_path``, optional ``row_count`` and metadata). Every segment is
+        ``segment_path``, optional ``row_count`` and metadata) or ``pattern`` (no manifest:
+        the catalog matches the files under ``root``, e.g.
+        ``"{cell_id}/{protocol}/cycle_{cidx}.parquet"``; ``set_id`` / ``protocol`` fix
+        what the pattern does not name, default the dataset's name / ``cycling``;
+        ``metadata``, a side table keyed by ``cell_id``: a CSV or parquet path under
+        ``root``, or its rows; docs/data.md). Every segment is
         validated before anything is stored; problems raise :class:`InvalidManifest`
         with ``details["problems"]``. A protocol name new to the catalog or close to a
         known one (``cyling``) registers, with a :class:`RegistrationWarning` and the
-        details in the version's ``warnings``.
+        details in the version's ``warnings``; nulls, infinities and irregular sampling
+        found in the values (``version.profile``) with a :class:`DataWarning` each.
         """
-        if (manifest is None) == (rows is None):
-            msg = "register() takes exactly one of manifest= (a path under root) or rows="
-            raise InvalidRequest(msg)
-        body: dict[str, Any] = {"root": root}
-        if manifest is not None:
-            body["manifest"] = manifest
-        else:
-            frame_rows = rows.to_dicts() if isinstance(rows, pl.DataFrame) else list(rows or ())
-            body["rows"] = frame_rows
+        body = _register_body(root=root, manifest=manifest, rows=rows, pattern=pattern,
+                              set_id=set_id, protocol=protocol, metadata=metadata)
         if description is not None:
             body["description"] = description
         answer, status = _with_spinner(
@@ -140,7 +161,8 @@ class Catalog:
         )
         version = DatasetVersion.from_json(self._state, answer, created=status == 201)
         for doubt in version.warnings:
-            warnings.warn(f"{name}: {doubt['message']}", RegistrationWarning, stacklevel=2)
+            kind = DataWarning if doubt.get("type") in DATA_WARNINGS else RegistrationWarning
+            warnings.warn(f"{name}: {doubt['message']}", kind, stacklevel=2)
         return version
 
     def datasets(self) -> list[DatasetInfo]:
@@ -172,6 +194,38 @@ class Catalog:
     def flight(self) -> FlightStream:
         """The Flight client (created on first use from ``/v1/config``)."""
         return self._state.flight()
+
+
+def _register_body(
+    *, root: str, manifest: str | None, rows: Sequence[dict[str, Any]] | pl.DataFrame | None,
+    pattern: str | None, set_id: str | None, protocol: str | None,
+    metadata: str | Sequence[dict[str, Any]] | pl.DataFrame | None,
+) -> dict[str, Any]:
+    """The registration body (``RegisterVersionIn``), checked before it is sent."""
+    if sum(x is not None for x in (manifest, rows, pattern)) != 1:
+        msg = ("register() takes exactly one of manifest= (a path under root), rows= or "
+               "pattern=")
+        raise InvalidRequest(msg)
+    extras = {"set_id": set_id, "protocol": protocol, "metadata": metadata}
+    given = [name for name, value in extras.items() if value is not None]
+    if pattern is None and given:
+        msg = f"register(): {', '.join(given)} apply to pattern= only"
+        raise InvalidRequest(msg)
+    body: dict[str, Any] = {"root": root}
+    if manifest is not None:
+        body["manifest"] = manifest
+    elif rows is not None:
+        body["rows"] = rows.to_dicts() if isinstance(rows, pl.DataFrame) else list(rows)
+    else:
+        body["pattern"] = pattern
+        body.update({k: v for k, v in (("set_id", set_id), ("protocol", protocol))
+                     if v is not None})
+        if isinstance(metadata, str):
+            body["metadata"] = metadata
+        elif metadata is not None:
+            body["metadata_rows"] = (metadata.to_dicts() if isinstance(metadata, pl.DataFrame)
+                                     else list(metadata))
+    return body
 
 
 def _with_spinner(

@@ -33,6 +33,7 @@ from services.contract.wire import error_from_flight as wire_error_from_flight
 
 __all__ = [
     "Conflict",
+    "DataWarning",
     "Forbidden",
     "InternalError",
     "InvalidConfig",
@@ -162,6 +163,12 @@ class InternalError(WindpipeError):
 class RegistrationWarning(UserWarning):
     """Registration succeeded, but the catalog has doubts (a protocol name new to it, or
     close to a known one: ``cyling``); ``DatasetVersion.warnings`` has the details."""
+
+
+class DataWarning(RegistrationWarning):
+    """Registration found something in the values a model would otherwise learn from
+    silently: nulls or NaN (``-2.0`` inputs in a batch), infinities, or a time column
+    sampled irregularly (gaps, steps back); ``DatasetVersion.profile`` has the counts."""
 
 
 _BY_TYPE: dict[ErrorType, type[WindpipeError]] = {

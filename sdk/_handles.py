@@ -10,7 +10,8 @@ asked for (``sdk._torch_import``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +19,11 @@ from sdk._html import html_table, human_count, text_table
 from sdk._loader import DeviceLoader
 from sdk._models import MlDatasetIndex, PlanReport
 from sdk._plots import plot_plan, plot_split
+from sdk._split_stats import SplitStats
 from sdk._torch_import import require_torch, torch_support
+from sdk._train_val import PassLengthMixin, TrainValMixin
 from services.contract.configs import LoaderConfig, PlanSpec, ValidationConfig
+from services.contract.stats import Side, VersionProfile
 from services.planning.artifact import PlanArtifact
 
 if TYPE_CHECKING:
@@ -63,6 +67,15 @@ class DatasetVersion:
         known one (``cyling``)."""
         return list(self.raw.get("warnings") or ())
 
+    @property
+    def profile(self) -> VersionProfile | None:
+        """What registration learned about the values: ``columns`` (null and non-finite
+        counts per protocol and column), ``irregular_segments`` and ``sampling`` (segments
+        whose ``time_s`` has gaps or steps back); None for a version registered before
+        profiles existed."""
+        body = self.raw.get("profile")
+        return None if body is None else VersionProfile.model_validate(body)
+
     def index(self) -> MlDatasetIndex:
         """The ML index (SEMANTICS section 1) as a polars frame."""
         return MlDatasetIndex(self._state.arrow_frame(f"/v1/versions/{self.id}/index"))
@@ -105,8 +118,9 @@ class DatasetVersion:
 
 
 @dataclass(frozen=True, eq=False)
-class Split:
-    """A train/val split of a version; ``counts`` has the group and row counts per split."""
+class Split(TrainValMixin):
+    """A train/val split of a version; ``counts`` has the group and row counts per split;
+    ``plans(config)`` / ``loaders(config, epoch=e)``: train and validation of one config."""
 
     id: str
     version_id: str
@@ -130,6 +144,18 @@ class Split:
     def index(self) -> MlDatasetIndex:
         """The version's ML index with a ``split`` column."""
         return MlDatasetIndex(self._state.arrow_frame(f"/v1/splits/{self.id}/index"))
+
+    def stats(self, *, side: Side = "train", columns: Sequence[str] | None = None,
+              ) -> SplitStats:
+        """Statistics of one side (``"train"``: no validation row is read) per protocol
+        and numeric column (``columns``: only those): counts, nulls, min, max, mean, std,
+        exact p1 / p50 / p99 and a histogram (SEMANTICS 6a). The catalog computes them
+        once and stores them; asking again answers the stored ones. Fit a scaling with
+        ``ScalingSpec.from_stats(stats, column, kind="standard")``."""
+        body, _status = self._state.post_json(
+            f"/v1/splits/{self.id}/stats",
+            {"side": side, "columns": None if columns is None else list(columns)})
+        return SplitStats.model_validate(body)
 
     def plan(self, config: LoaderConfig | PlanSpec) -> Plan:
         """A window plan of this split (idempotent for the same planning fields).
@@ -179,7 +205,7 @@ class Split:
 
 
 @dataclass(frozen=True, eq=False)
-class Plan:
+class Plan(PassLengthMixin):
     """A stored window plan: report it, stream it, feed a device or a torch DataLoader.
 
     ``config`` is the :class:`LoaderConfig` given to ``split.plan`` (its runtime
@@ -315,7 +341,9 @@ class Plan:
                 c.prefetch_to_device if prefetch_to_device is None else prefetch_to_device
             ),
             pinned_bytes_cap=pinned_bytes_cap, failovers=source.failovers(),
-            progress=progress, desc=f"epoch {epoch}",
+            progress=progress, desc=f"epoch {epoch}", length=functools.partial(
+                self.pass_length, epoch, rank=rank, world_size=world_size,
+                start_batch=start_batch),
         )
 
     def torch_dataset(
@@ -336,6 +364,7 @@ class Plan:
         dataset: WindpipeIterableDataset = support.WindpipeIterableDataset(
             self._state.worker_source(self.id, transport=source.transport),
             plan_id=self.id, epoch=epoch, rank=rank, world_size=world_size, transform=transform,
+            length=self.pass_length,
         )
         return dataset
 

@@ -33,7 +33,7 @@ from sdk._batch import Batch
 from sdk._exceptions import InvalidConfig, ResourceExhausted
 from sdk._html import progress_bar
 from sdk._stats import LoaderStats
-from sdk._torch_import import torch
+from sdk._torch_import import PIN_MEMORY_NEEDS_CUDA, torch
 
 __all__ = ["DeviceLoader", "PinnedPool", "resolve_device"]
 
@@ -158,7 +158,9 @@ class DeviceLoader:
     """Iterate batches on ``device``, read ahead by a background thread (see module doc).
 
     ``source`` makes the batch iterator (it runs in the reader thread). After a full
-    pass, ``stats`` holds a :class:`LoaderStats` with a one-line verdict.
+    pass, ``stats`` holds a :class:`LoaderStats` with a one-line verdict. ``len()`` is
+    the pass's batch count (``total``, else ``length()``, e.g. ``Plan.pass_length``), and
+    a progress bar shown (``progress``) gets it as its total, so it has an ETA.
     ``pinned_bytes_cap`` (None: 512 MiB) bounds the page-locked buffers.
     ``timeline=True`` records a timing event pair around every host-to-device copy
     (``copy_events``; see ``bench/gpu_check.py``).
@@ -177,6 +179,7 @@ class DeviceLoader:
         failovers: Callable[[], int] | None = None,
         progress: bool | None = None,
         total: int | None = None,
+        length: Callable[[], int] | None = None,
         desc: str = "batches",
         timeline: bool = False,
     ) -> None:
@@ -186,8 +189,7 @@ class DeviceLoader:
         self.device = resolve_device(device)
         cuda = self.device.type == "cuda"
         if pin_memory and not torch.cuda.is_available():
-            msg = "pin_memory=True needs CUDA (page-locked memory); leave it unset on CPU"
-            raise InvalidConfig(msg)
+            raise InvalidConfig(PIN_MEMORY_NEEDS_CUDA)
         self.pin_memory = cuda if pin_memory is None else bool(pin_memory)
         self.prefetch_to_device = cuda if prefetch_to_device is None else bool(
             prefetch_to_device
@@ -200,6 +202,7 @@ class DeviceLoader:
         self._failovers = failovers
         self._progress = progress
         self._total = total
+        self._length = length
         self._desc = desc
         self.timeline = timeline
         self.copy_events: list[tuple[Any, Any]] = []
@@ -208,6 +211,16 @@ class DeviceLoader:
 
     def __iter__(self) -> Iterator[AnyBatch]:
         return self._run()
+
+    def __len__(self) -> int:
+        """Batches this pass yields (``total``, else counted from the stored plan)."""
+        if self._total is not None:
+            return self._total
+        if self._length is None:
+            msg = "this loader's source does not know its batch count"
+            raise TypeError(msg)
+        self._total = self._length()
+        return self._total
 
     def __repr__(self) -> str:
         done = "not run yet" if self.stats is None else f"last pass: {self.stats.batches} batches"
@@ -280,6 +293,9 @@ class DeviceLoader:
         bar = tqdm(total=self._total, desc=self._desc, unit="batch",
                    disable=True if self._progress is False else None if
                    self._progress is None else False)
+        if not bar.disable and bar.total is None and self._length is not None:
+            bar.total = len(self)  # a shown bar gets its total and ETA
+            bar.refresh()
         start = time.perf_counter()
         thread.start()
         try:

@@ -86,7 +86,8 @@ class PlanReport:
     :class:`services.contract.reports.PlanReport` (``model``). Its fields read as
     attributes (``report.batches``, ``report.dropped.distributed_trimmed_batches``,
     ``report.protocols["cycling"].tokens``); ``report["name"]`` and ``raw`` give the
-    JSON the server answered.
+    JSON the server answered. ``warnings`` lists what the plan does that is probably not
+    meant (more than half of a protocol's tokens padding); the repr shows each.
     """
 
     plan_id: str
@@ -128,6 +129,9 @@ class PlanReport:
         for key in self.fields():
             value = self.raw[key]
             if key in ("world_size", "plan_id"):
+                continue
+            if key == "warnings" and isinstance(value, list):  # one line each, said plainly
+                rows += [("warning", w.get("message", w)) for w in value]
                 continue
             if key == "dropped" and isinstance(value, dict):  # what it drops, not the zeros
                 value = {k: v for k, v in value.items() if v} or "nothing"

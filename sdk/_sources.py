@@ -6,9 +6,10 @@ es (an aligned plan's parts put together as :class:`~sdk.AlignedBatch` es). Two
 transports make the same bytes:
 
 * :class:`FlightSource` streams them from the deployment's Flight servers;
-* :class:`LocalSource` builds them in this process from the host's shared tier
-  (``sdk._local``), after asking the catalog, as a Flight server would, whether the
-  plan is still live.
+* :class:`LocalSource` builds them in this process, after asking the catalog, as a
+  Flight server would, whether the plan is still live: from the host's shared tier
+  (``sdk._local``), or from storage when the catalog runs in this process
+  (``sdk._embedded``).
 
 Choosing the transport is choosing the source (``ClientState.source``, ``sdk._state``).
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pyarrow as pa
 
@@ -29,12 +30,21 @@ from services.contract.wire import BatchMetadata, FlightCommand
 from services.materialize.builder import BuiltBatch
 
 if TYPE_CHECKING:
-    from sdk._local import LocalReader
     from sdk._stream import FlightStream
 
-__all__ = ["BatchSource", "FlightSource", "LocalSource", "to_batch"]
+__all__ = ["BatchSource", "FlightSource", "LocalSource", "PassReader", "to_batch"]
 
 Record = tuple[Any, BatchMetadata]
+
+
+class PassReader(Protocol):
+    """What builds a plan's passes in this process (``sdk._local.LocalReader``,
+    ``sdk._embedded.InProcessReader``)."""
+
+    def records(self, *, epoch: int, rank: int, world_size: int,
+                start_batch: int) -> Iterator[tuple[BuiltBatch, BatchMetadata]]:
+        """One rank's pass from ``start_batch`` on."""
+        ...
 
 
 def to_batch(record: pa.RecordBatch | BuiltBatch, meta: BatchMetadata) -> Batch:
@@ -110,12 +120,13 @@ class FlightSource(BatchSource):
 
 
 class LocalSource(BatchSource):
-    """The batches built in this process from the host's tier by ``reader``;
-    ``check_live(plan_id)`` raises what a Flight server would refuse a retired plan with."""
+    """The batches built in this process by ``reader`` (from the host's tier, or from
+    storage in embedded mode); ``check_live(plan_id)`` raises what a Flight server would
+    refuse a retired plan with."""
 
     transport = "local"
 
-    def __init__(self, plan_id: str, reader: LocalReader,
+    def __init__(self, plan_id: str, reader: PassReader,
                  check_live: Callable[[str], None]) -> None:
         super().__init__(plan_id)
         self.reader = reader

@@ -8,9 +8,12 @@ methods; nothing reaches into the ``Catalog``.
 
 :meth:`ClientState.source` picks a plan's :class:`~sdk._sources.BatchSource`: the
 same-host path when ``transport`` takes it, else Flight (first warming every Flight
-server for ``data_access="full_in_mem"``). A DataLoader worker is another process:
-:class:`WorkerSource` carries only the picklable :class:`ClientSettings` there and
-opens its own connections.
+server for ``data_access="full_in_mem"``). A catalog run in this process
+(``ClientSettings.in_process``, ``sdk._embedded``) has no Flight server: its REST calls
+go to the app in this process and every batch is built here, from storage. A
+DataLoader worker is another process: :class:`WorkerSource` carries only the picklable
+:class:`ClientSettings` there and opens its own connections (or its own in-process
+catalog).
 """
 
 from __future__ import annotations
@@ -25,14 +28,15 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import pyarrow as pa
 
-from sdk._exceptions import InvalidConfig, as_sdk_error
+from sdk._embedded import IN_PROCESS_URL, InProcess, InProcessReaders
+from sdk._exceptions import InvalidConfig, Unavailable, as_sdk_error
 from sdk._local import LocalReaders
 from sdk._locations import LocationMap
 from sdk._rest import RestClient
 from sdk._sources import BatchSource, FlightSource, LocalSource
 from sdk._stream import FlightStream
 from sdk._warm import WarmResult, warm_plan
-from services.contract.configs import DATA_ACCESS_MODES
+from services.contract.configs import DATA_ACCESS_MODES, TRANSPORTS
 from services.contract.errors import retired_error
 from services.planning.artifact import ARTIFACT_MEDIA_TYPE
 
@@ -42,8 +46,26 @@ if TYPE_CHECKING:
     from sdk._aligned import AlignedBatch
     from sdk._batch import Batch
 
-__all__ = ["ClientSettings", "ClientState", "WorkerSource"]
+__all__ = ["ClientSettings", "ClientState", "WorkerSource", "endpoint_from_environment"]
 _ARROW_STREAM = "application/vnd.apache.arrow.stream"
+URL_VARIABLE, TOKEN_VARIABLE = "WINDPIPE_URL", "WINDPIPE_TOKEN"
+
+
+def endpoint_from_environment(url: str | None, token: str | None) -> tuple[str, str | None]:
+    """The catalog's URL and token: the arguments, else ``WINDPIPE_URL`` and
+    ``WINDPIPE_TOKEN``. The variable's token goes only to the variable's URL (no URL
+    given, or the same one): a token is never sent to a catalog it was not set for.
+    No URL anywhere: :class:`InvalidConfig` saying what to do."""
+    env_url = (os.environ.get(URL_VARIABLE) or "").rstrip("/") or None
+    url = url or env_url
+    if token is None and url is not None and url.rstrip("/") == env_url:
+        token = os.environ.get(TOKEN_VARIABLE) or None
+    if url is None:
+        msg = (f"Catalog() needs a catalog: give its URL, Catalog('http://host:8000') (or "
+               f"set {URL_VARIABLE}, and {TOKEN_VARIABLE} when it wants a token), or run one "
+               "in this process with no server: windpipe.embedded('./windpipe-data')")
+        raise InvalidConfig(msg)
+    return url, token
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +74,7 @@ class ClientSettings:
 
     ``flight_locations`` None: from the catalog's ``/v1/config``. ``location_map``
     None: the ``WINDPIPE_FLIGHT_LOCATION_MAP`` variable (``sdk._locations``).
+    ``in_process``: the catalog runs in this process (``url`` is then only its name).
     """
 
     url: str
@@ -61,6 +84,7 @@ class ClientSettings:
     read_timeout: float | None = 60.0
     flight_locations: tuple[str, ...] | None = None
     location_map: Mapping[str, str] | None = None
+    in_process: InProcess | None = None
 
 
 def flight_locations_of(config: Mapping[str, Any]) -> list[str]:
@@ -80,7 +104,8 @@ class ClientState:
     """The connections and settings of one client (see the module docstring).
 
     ``transport``: an ``httpx`` transport for the REST client (tests); never sent to
-    DataLoader workers.
+    DataLoader workers. With ``settings.in_process`` the transport is the in-process
+    catalog's (``InProcess.open_transport``, once per process).
     """
 
     def __init__(self, settings: ClientSettings, *,
@@ -88,19 +113,26 @@ class ClientState:
         self.location_map = LocationMap(settings.location_map)
         self.settings = dataclasses.replace(settings, url=settings.url.rstrip("/"),
                                             location_map=dict(self.location_map.mapping))
-        self._rest = RestClient(self.settings.url, token=settings.token,
-                                timeout=settings.timeout, retries=settings.retries,
-                                transport=transport)
+        spec = settings.in_process
+        if spec is not None and transport is None:
+            transport = spec.open_transport(spec)
+        self._rest = RestClient(IN_PROCESS_URL if spec is not None else self.settings.url,
+                                token=settings.token, timeout=settings.timeout,
+                                retries=settings.retries, transport=transport)
         self._stream: FlightStream | None = None
         self._lock = threading.Lock()
         self._local = LocalReaders(self.flight, self.artifact_bytes)
+        self._in_process = (InProcessReaders(spec, self.artifact_bytes)
+                            if spec is not None else None)
 
     def __repr__(self) -> str:
         return f"ClientState({self.settings.url!r})"
 
     def close(self) -> None:
-        """Close the HTTP and Flight connections."""
+        """Close the HTTP and Flight connections (an in-process catalog: its app too)."""
         self._rest.close()
+        if self._in_process is not None:
+            self._in_process.close()
         with self._lock:
             stream, self._stream = self._stream, None
         if stream is not None:
@@ -151,7 +183,11 @@ class ClientState:
 
     def flight(self) -> FlightStream:
         """The Flight client (created on first use, from ``/v1/config`` unless the
-        locations were given)."""
+        locations were given); :class:`Unavailable` for a catalog run in this process."""
+        if self.settings.in_process is not None:
+            msg = (f"the catalog {self.settings.url} runs in this process, with no Flight "
+                   "server: its batches are built here (plan.batches, plan.loader)")
+            raise Unavailable(msg)
         with self._lock:
             if self._stream is None:
                 s = self.settings
@@ -163,7 +199,10 @@ class ClientState:
 
     def warm(self, plan_id: str, *, epoch: int = 0,
              progress: bool | None = None) -> dict[str, WarmResult]:
-        """Load ``plan_id``'s split into every Flight server's cache (``full_in_mem``)."""
+        """Load ``plan_id``'s split into every Flight server's cache (``full_in_mem``);
+        a catalog run in this process loads it into this process's cache."""
+        if self._in_process is not None:
+            return {self.settings.url: self._in_process.warm(plan_id, progress=progress)}
         return warm_plan(self.flight(), plan_id, epoch=epoch, progress=progress)
 
     def source(
@@ -173,16 +212,37 @@ class ClientState:
         """Where ``plan_id``'s batches come from: a :class:`LocalSource` when
         ``transport`` takes the same-host path (its server warms the plan into the host's
         tier; ``sdk._local``), else a :class:`FlightSource`, after warming every Flight
-        server when ``data_access`` is ``"full_in_mem"``."""
+        server when ``data_access`` is ``"full_in_mem"``. A catalog run in this process
+        builds every batch here, from storage (``transport`` ``"auto"`` or ``"local"``;
+        ``"flight"`` is :class:`InvalidConfig`: there is no Flight server)."""
         if data_access not in DATA_ACCESS_MODES:
             msg = f"data_access must be one of {list(DATA_ACCESS_MODES)}, got {data_access!r}"
             raise InvalidConfig(msg)
+        if self._in_process is not None:
+            return self._in_process_source(plan_id, transport=transport,
+                                           data_access=data_access, progress=progress)
         reader = self._local.reader(plan_id, transport=transport, progress=progress)
         if reader is not None:
             return LocalSource(plan_id, reader, self.check_live)
         if data_access == "full_in_mem":
             self.warm(plan_id, epoch=epoch, progress=progress)
         return FlightSource(plan_id, self.flight)
+
+    def _in_process_source(self, plan_id: str, *, transport: str, data_access: str,
+                           progress: bool | None) -> LocalSource:
+        assert self._in_process is not None
+        if transport == "flight":
+            msg = (f"transport='flight' needs a Flight server, and the catalog "
+                   f"{self.settings.url} runs in this process without one: use "
+                   "transport='auto' or 'local' (the batches are the same), or "
+                   "Catalog(url) of a served catalog")
+            raise InvalidConfig(msg)
+        if transport not in TRANSPORTS:
+            msg = f"transport must be one of {list(TRANSPORTS)}, got {transport!r}"
+            raise InvalidConfig(msg)
+        if data_access == "full_in_mem":
+            self._in_process.warm(plan_id, progress=progress)
+        return LocalSource(plan_id, self._in_process.reader(plan_id), self.check_live)
 
     def worker_source(self, plan_id: str, *, transport: str) -> WorkerSource:
         """The passes of ``plan_id`` for a torch dataset: over this state in this

@@ -16,9 +16,9 @@ __all__ = ["LoaderStats"]
 _INPUT_BOUND = 0.25
 
 
-@dataclass
+@dataclass(repr=False)
 class LoaderStats:
-    """What one pass measured.
+    """What one pass measured (``repr``: a readable table; ``_repr_html_`` in a notebook).
 
     ``server_wait_s``: time the reader thread spent waiting for the next batch from
     the stream (network + server). ``consumer_wait_s``: time the consumer spent
@@ -96,8 +96,11 @@ class LoaderStats:
         """Throughput and the consumer's waits over the pass (needs ``windpipe[plot]``)."""
         return plot_loader_stats(self)
 
-    def __str__(self) -> str:
+    def __repr__(self) -> str:
         return text_table("LoaderStats", self._rows())
+
+    def __str__(self) -> str:
+        return self.__repr__()
 
     def _repr_html_(self) -> str:
         return html_table("LoaderStats", self._rows())

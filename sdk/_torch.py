@@ -43,6 +43,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from sdk._aligned import AlignedBatch
 from sdk._batch import Batch
 from sdk._exceptions import InvalidConfig
+from sdk._spawn import check_main_guard
 from services.contract.configs import LoaderConfig
 from services.contract.errors import WindpipeError as ContractError
 from services.contract.ranks import check_rank
@@ -53,6 +54,8 @@ __all__ = ["WindpipeDataLoader", "WindpipeIterableDataset", "check_spawn",
 # a rank's pass (``sdk._state.WorkerSource``): epoch=, rank=, world_size=, start_batch=,
 # worker=, num_workers= -> batches
 PassSource = Callable[..., Iterator[Batch | AlignedBatch]]
+# its batch count (``Plan.pass_length``): epoch, rank=, world_size=, start_batch= -> int
+PassLength = Callable[..., int]
 
 
 def _dist_rank_world() -> tuple[int, int] | None:
@@ -79,9 +82,11 @@ class WindpipeIterableDataset(IterableDataset[Batch | AlignedBatch]):
         rank: int | None = None,
         world_size: int | None = None,
         transform: Callable[[Batch | AlignedBatch], Any] | None = None,
+        length: PassLength | None = None,
     ) -> None:
         super().__init__()
         self._source = source
+        self._length = length
         self.plan_id = plan_id
         self.epoch = epoch
         self._rank = rank
@@ -95,7 +100,16 @@ class WindpipeIterableDataset(IterableDataset[Batch | AlignedBatch]):
     def __getstate__(self) -> dict[str, Any]:
         # pickled = sent to a spawned DataLoader worker: batches come from elsewhere now
         self._in_workers, self._tracked = True, False
-        return {**self.__dict__, "_in_workers": False, "_tracked": False}
+        return {**self.__dict__, "_in_workers": False, "_tracked": False, "_length": None}
+
+    def __len__(self) -> int:
+        """Batches the next iteration yields: the rank's pass of :attr:`epoch` from the
+        resume point on (``Plan.pass_length``; what a progress bar's total is)."""
+        if self._length is None:
+            msg = "this dataset's source does not know its batch count"
+            raise TypeError(msg)
+        rank, world = self._rank_world()
+        return self._length(self.epoch, rank=rank, world_size=world, start_batch=self._start)
 
     @property
     def rank(self) -> int:
@@ -189,6 +203,8 @@ class WindpipeDataLoader(DataLoader[Any]):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         if getattr(multiprocessing.current_process(), "_inheriting", False):
             raise InvalidConfig(_MAIN_GUARD)
+        if self.num_workers > 0:
+            check_main_guard(self.multiprocessing_context)
         dataset = self.dataset
         assert isinstance(dataset, WindpipeIterableDataset)
         for item in super().__iter__():

@@ -15,10 +15,16 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["TORCH_HINT", "TorchMissing", "require_torch", "torch", "torch_support"]
+__all__ = ["PIN_MEMORY_NEEDS_CUDA", "TORCH_HINT", "TorchMissing", "require_torch", "torch",
+           "torch_support"]
 
 TORCH_HINT = ("windpipe's torch batches need torch: install your torch build, "
               "or pip install 'windpipe[torch]'")
+# batch.pin_memory(), plan.loader(pin_memory=True) on a machine without CUDA
+PIN_MEMORY_NEEDS_CUDA = (
+    "pin_memory needs CUDA: page-locked memory only speeds up copies to a GPU, and this "
+    "machine has none (torch.cuda.is_available() is False); leave pin_memory unset (None: "
+    "on with CUDA, off without) and use batch.to(device), which works on either")
 
 
 class TorchMissing(ModuleNotFoundError):  # noqa: N818 - an ImportError, named as one

@@ -3,16 +3,21 @@ Python snippets compile, and the README's notebook section runs as written."""
 
 from __future__ import annotations
 
+import os
 import re
-import shlex
+import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.fixtures.servers import embedded_services
+from sdk import Catalog
+from tests.fixtures.docs import code_blocks, finite_losses
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -80,35 +85,99 @@ def test_the_checker_catches_a_broken_link_and_anchor(tmp_path: Path):
     assert list(_links(page)) == ["page.md#two-words", "gone.md", "#nope"]
 
 
-def _readme_blocks() -> list[tuple[str, str]]:
+def _readme_notebook_blocks() -> tuple[str, list[str]]:
+    """The notebook section's bash block (the one that starts the servers) and its
+    python blocks, in order, each unless a docs-test skip marker says why not."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## In a notebook"):text.index("## The REST API")]
-    return FENCE.findall(section)
+    blocks = [b for b in code_blocks(section) if b.skip is None]
+    bash = next(b.code for b in blocks if b.lang == "bash" and " serve " in b.code)
+    return bash, [b.code for b in blocks if b.lang == "python"]
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _wait_ready(url: str, server: subprocess.Popen[bytes], *, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            _out, err = server.communicate()
+            raise AssertionError(f"the README's server exited: {err.decode()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"the README's server did not answer {url} in {timeout_s} s")
+
+
+def _venv_in(cwd: Path) -> None:
+    """``.venv/bin/windpipe`` and ``.venv/bin/python`` in ``cwd``, as after the quick start
+    in the repository root: this checkout's venv, or this interpreter."""
+    venv = ROOT / ".venv"
+    if (venv / "bin" / "windpipe").exists():
+        (cwd / ".venv").symlink_to(venv, target_is_directory=True)
+        return
+    bin_dir = cwd / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "windpipe").write_text(f"#!/bin/sh\nexec {sys.executable} -m windpipe.cli \"$@\"\n")
+    (bin_dir / "windpipe").chmod(0o755)
+    (bin_dir / "python").symlink_to(sys.executable)
 
 
 @pytest.mark.slow
 def test_the_readme_notebook_section_runs_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ):
-    """The bash block's ``windpipe synth`` line and the Python block, run as written;
-    only the servers are ours (port 0 instead of 8000/8815)."""
+    """The section's shell lines run as written from a fresh directory (``&`` lines in
+    the background: the servers on :8000 and :8815), then its Python, as written, in
+    this process with that directory as the working directory; then the server stops."""
     import matplotlib as mpl  # noqa: PLC0415
 
     mpl.use("Agg")
-    (bash_lang, bash), (py_lang, code) = _readme_blocks()
-    assert (bash_lang, py_lang) == ("bash", "python")
-    synth = next(line for line in bash.splitlines() if " synth " in line)
-    argv = shlex.split(synth)
-    assert argv[0] == ".venv/bin/windpipe"
-    subprocess.run([sys.executable, "-m", "windpipe.cli", *argv[1:]], cwd=tmp_path,
-                   check=True, capture_output=True)
-    assert "http://127.0.0.1:8000" in code
-    monkeypatch.chdir(tmp_path)
-    with embedded_services(tmp_path / ".windpipe") as url:
-        scope: dict[str, object] = {"__name__": "__readme__"}
-        exec(compile(code.replace("http://127.0.0.1:8000", url), "README", "exec"), scope)
-        scope["cat"].close()  # type: ignore[attr-defined]
-    loss = scope["loss"]
-    assert bool(loss.isfinite())  # type: ignore[attr-defined]
+    bash, python = _readme_notebook_blocks()
+    assert python
+    assert any("http://127.0.0.1:8000" in c for c in python)  # the server started above
+    taken = [p for p in (8000, 8815) if _port_taken(p)]
+    if taken:
+        pytest.skip(f"the README's servers need ports {taken}, which are in use here")
+    _venv_in(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WINDPIPE_")}
+    servers: list[subprocess.Popen[bytes]] = []
+    scope: dict[str, object] = {"__name__": "__readme__"}
+    try:
+        for line in (ln.strip() for ln in bash.splitlines()):
+            if not line or line.startswith("#"):
+                continue
+            if line.endswith("&"):
+                servers.append(subprocess.Popen(
+                    ["bash", "-c", f"exec {line[:-1].strip()}"], cwd=tmp_path, env=env,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+            else:
+                subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, check=True,
+                               capture_output=True, timeout=300)
+        assert len(servers) == 1, bash
+        _wait_ready("http://127.0.0.1:8000/readyz", servers[0], timeout_s=60)
+        monkeypatch.chdir(tmp_path)
+        for i, code in enumerate(python):
+            exec(compile(code, f"README.md[python {i}]", "exec"), scope)
+    finally:
+        for value in scope.values():
+            if isinstance(value, Catalog):
+                value.close()
+        for server in servers:
+            server.send_signal(signal.SIGINT)
+            try:
+                server.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.communicate()
+    finite_losses(scope, where="README.md")
+    assert scope["losses"], "no training step"
     for name in ("split", "plan", "batch", "loader"):
         assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / ".windpipe").is_dir()  # the server's state: in the fresh directory

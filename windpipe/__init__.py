@@ -6,7 +6,9 @@ The one documented import::
 
 Every public name is the SDK's (:mod:`sdk`), loaded on first use so that ``import
 windpipe`` alone stays cheap (the CLI's ``--help`` and the servers never pay for the
-client, torch or polars). The ``windpipe`` command lives in :mod:`windpipe.cli`.
+client, torch or polars), and ``embedded`` (:mod:`windpipe._embedded`: a ``Catalog``
+whose catalog runs in this process, no server; it needs ``windpipe[server]``). The
+``windpipe`` command lives in :mod:`windpipe.cli`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
         DatasetInfo,
         DatasetProtocolId,
         DatasetVersion,
+        DataWarning,
         DeviceLoader,
         Forbidden,
         InternalError,
@@ -46,6 +49,7 @@ if TYPE_CHECKING:
         SegmentChanged,
         SegmentError,
         Split,
+        SplitStats,
         Unauthenticated,
         Unavailable,
         ValidationConfig,
@@ -55,6 +59,7 @@ if TYPE_CHECKING:
         batch_from_arrow,
         resolve_device,
     )
+    from windpipe._embedded import embedded
 
 try:
     __version__ = metadata.version("windpipe")
@@ -68,6 +73,7 @@ __all__ = [
     "BatchState",
     "Catalog",
     "Conflict",
+    "DataWarning",
     "DatasetInfo",
     "DatasetProtocolId",
     "DatasetVersion",
@@ -92,6 +98,7 @@ __all__ = [
     "SegmentChanged",
     "SegmentError",
     "Split",
+    "SplitStats",
     "Unauthenticated",
     "Unavailable",
     "ValidationConfig",
@@ -100,15 +107,26 @@ __all__ = [
     "WindpipeIterableDataset",
     "__version__",
     "batch_from_arrow",
+    "embedded",
     "resolve_device",
 ]
 _PUBLIC = frozenset(__all__) - {"__version__"}
+_HOMES = {"embedded": "windpipe._embedded"}  # the rest are the SDK's
+_SERVER_PACKAGES = frozenset({"alembic", "fastapi", "fastapi_offline", "sqlalchemy"})
 
 
 def __getattr__(name: str) -> Any:
     if name not in _PUBLIC:
         raise AttributeError(f"module 'windpipe' has no attribute {name!r}")
-    value = getattr(import_module("sdk"), name)
+    try:
+        module = import_module(_HOMES.get(name, "sdk"))
+    except ModuleNotFoundError as exc:
+        if name not in _HOMES or exc.name not in _SERVER_PACKAGES:
+            raise
+        msg = (f"windpipe.{name} runs the catalog in this process and needs its packages "
+               f"({exc.name} is missing): pip install 'windpipe[server]'")
+        raise ModuleNotFoundError(msg, name=exc.name) from exc
+    value = getattr(module, name)
     globals()[name] = value  # resolved once
     return value
 

@@ -3,7 +3,8 @@
 ``serve`` runs the catalog REST API and a Flight server in one process on the
 embedded defaults; ``serve catalog`` / ``serve flight`` run one each (what
 docker-compose uses); ``migrate`` upgrades a database; ``token create|list|revoke``
-manages API tokens in the catalog database; ``synth`` writes demo data;
+manages API tokens in the catalog database; ``synth`` writes demo data; ``ingest`` turns
+cycler exports into segments and a manifest;
 ``demo`` runs the whole path end to end; ``bench`` runs the benchmarks.
 
 The CLI is the top layer (``docs/architecture.md``): it may import every package.
@@ -35,6 +36,7 @@ __all__ = ["CliError", "build_parser", "main"]
 # WINDPIPE_* variable, which overrides the field's default
 _SERVER_FLAGS: tuple[SettingInfo, ...] = tuple(i for i in setting_infos() if i.flag)
 _BY_NAME = {info.name: info for info in setting_infos()}
+_CYCLERS = ("arbin", "maccor", "batterydata", "biologic")  # services.ingest.CYCLERS
 
 
 def _add_setting_flag(parser: argparse.ArgumentParser, info: SettingInfo) -> None:
@@ -121,6 +123,22 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--missed-tests", type=float, default=0.0,
                        help="probability that a scheduled hppc or eis test is left out, so "
                             "they cover an irregular set of cycles (default %(default)s)")
+
+    ingest = sub.add_parser("ingest", help="cycler exports to segments and a manifest "
+                                           "(windpipe[ingest]; docs/data.md)")
+    ingest.add_argument("inputs", nargs="+", type=Path, metavar="INPUT",
+                        help="export files, or folders holding them")
+    ingest.add_argument("--out", required=True, type=Path, help="where segments/, "
+                        "manifest.parquet and ingest.json go (required, no default)")
+    ingest.add_argument("--cycler", default="auto", choices=("auto", *_CYCLERS),
+                        help="who wrote the files (default %(default)s: name and header say)")
+    ingest.add_argument("--set-id", help="every row's set_id (default: --out's name)")
+    ingest.add_argument("--protocol", default="cycling",
+                        help="the time series' protocol, spectra are eis (default %(default)s)")
+    ingest.add_argument("--cell-pattern", metavar="REGEX", help="its group 'cell' (or first "
+                        "group) in a file's name is the cell (default: the name sans suffix)")
+    ingest.add_argument("--overwrite", action="store_true", help="replace an earlier ingest's "
+                        "output (default: refuse an --out that is not empty)")
 
     demo = sub.add_parser("demo", help="synthesize, serve, register, split, plan and stream")
     demo.add_argument("--data-dir", type=Path, help="where to put state (default: a temp dir)")
@@ -353,6 +371,22 @@ def _synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ingest(args: argparse.Namespace) -> int:
+    from services.ingest import IngestError, ingest_exports  # noqa: PLC0415
+
+    try:
+        result = ingest_exports(args.inputs, args.out, cycler=args.cycler, set_id=args.set_id,
+                                protocol=args.protocol, cell_pattern=args.cell_pattern,
+                                overwrite=args.overwrite)
+    except (IngestError, ImportError) as exc:
+        print(f"windpipe ingest: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {result.n_rows} rows of {result.n_cells} cells in {result.n_segments} "
+          f"segments to {result.path}\nregister: cat.register(NAME, "
+          f"root={result.path.as_uri()!r}, manifest='manifest.parquet')")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from windpipe.demo import run_demo  # noqa: PLC0415
 
@@ -388,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _bench(given[1:])
     args = build_parser().parse_args(given)
     handlers = {"serve": _serve, "migrate": _migrate, "token": _token, "synth": _synth,
-                "demo": _demo}
+                "ingest": _ingest, "demo": _demo}
     try:
         return handlers[args.command](args)
     except CliError as exc:

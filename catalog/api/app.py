@@ -90,9 +90,16 @@ def _route_template(scope: Scope) -> str:
     return route if isinstance(route, str) and route else "unmatched"
 
 
-def create_app(settings: Settings | None = None, *, engine: Engine | None = None) -> FastAPI:
-    """The FastAPI app; pass ``engine`` to share one (the caller then disposes of it)."""
+def create_app(settings: Settings | None = None, *, engine: Engine | None = None,
+               storage: StorageOptions | None = None) -> FastAPI:
+    """The FastAPI app; pass ``engine`` to share one (the caller then disposes of it).
+
+    ``storage``: how registrations open dataset roots, instead of the settings' (an
+    embedded catalog, ``windpipe.embedded``, passes ``allowed=None``: its user is the
+    operator and may register any root they can read).
+    """
     settings = settings or Settings()
+    storage_options = storage if storage is not None else StorageOptions.from_settings(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -108,7 +115,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
             upgrade_engine(bound)
             app.state.engine = bound
             app.state.catalog = CatalogContext.from_engine(
-                bound, storage=StorageOptions.from_settings(settings),
+                bound, storage=storage_options,
                 cache_bytes=settings.schedule_cache_bytes, limits=settings.limits(),
                 root_scopes=RootScopes.parse(settings.root_scopes),
             )

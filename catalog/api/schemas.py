@@ -29,6 +29,7 @@ from catalog.models import (
 from catalog.principals import MAX_TOKEN_LIFETIME_S, MIN_TOKEN_LIFETIME_S, Role
 from services.contract.configs import PlanSpec, ValidationConfig
 from services.contract.reports import CacheCounters
+from services.contract.stats import VersionProfile
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -105,19 +106,39 @@ class DatasetOut(_Out):
 
 
 class RegisterVersionIn(BaseModel):
-    """``POST /v1/datasets/{name}/versions``: a manifest path under ``root``, or its rows."""
+    """``POST /v1/datasets/{name}/versions``: a manifest path under ``root``, its rows, or
+    a path pattern the catalog matches the files under ``root`` against (docs/data.md)."""
 
     model_config = ConfigDict(extra="forbid")
 
     root: str = Field(min_length=1, description="file:///abs/dir or s3://bucket/prefix")
     manifest: str | None = Field(default=None, description="manifest path under root")
     rows: list[dict[str, Any]] | None = Field(default=None, description="manifest rows")
+    pattern: str | None = Field(
+        default=None, description="path pattern under root, one segment per matching file, "
+                                  "e.g. '{cell_id}/{protocol}/cycle_{cidx}.parquet'")
+    set_id: str | None = Field(default=None, description="pattern only: the set_id of every "
+                               "row when the pattern has no {set_id} (default: the dataset name)")
+    protocol: str | None = Field(default=None, description="pattern only: the protocol of "
+                                 "every row when the pattern has no {protocol} (default cycling)")
+    metadata: str | None = Field(default=None, description="pattern only: a .csv or .parquet "
+                                 "side table under root keyed by cell_id (and set_id)")
+    metadata_rows: list[dict[str, Any]] | None = Field(
+        default=None, description="pattern only: the side table's rows")
     description: str | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> RegisterVersionIn:
-        if (self.manifest is None) == (self.rows is None):
-            msg = "give exactly one of 'manifest' (a path under root) and 'rows'"
+        if sum(x is not None for x in (self.manifest, self.rows, self.pattern)) != 1:
+            msg = "give exactly one of 'manifest' (a path under root), 'rows' and 'pattern'"
+            raise ValueError(msg)
+        extras = [name for name in ("set_id", "protocol", "metadata", "metadata_rows")
+                  if getattr(self, name) is not None]
+        if self.pattern is None and extras:
+            msg = f"{extras} apply to a registration by 'pattern' only"
+            raise ValueError(msg)
+        if self.metadata is not None and self.metadata_rows is not None:
+            msg = "give at most one of 'metadata' (a path under root) and 'metadata_rows'"
             raise ValueError(msg)
         return self
 
@@ -139,7 +160,14 @@ class VersionOut(_Out):
     warnings: list[dict[str, Any]] = Field(
         default_factory=list,
         description="registration only: protocol names new to the catalog or close to a "
-                    "known one ({type, protocol, message, ...}); empty elsewhere",
+                    "known one, and the profile's findings (nulls, infinities, irregular "
+                    "sampling) ({type, protocol, message, ...}); empty elsewhere",
+    )
+    profile: VersionProfile | None = Field(
+        default=None,
+        description="what registration learned about the values: null and non-finite "
+                    "counts per protocol and column, irregularly sampled segments (null "
+                    "for versions registered before profiles existed)",
     )
 
     model_config = ConfigDict(frozen=True, populate_by_name=True)
@@ -156,6 +184,7 @@ class VersionOut(_Out):
             metadata_columns=row.metadata_columns, created_at=row.created_at,
             retired_at=row.retired_at,
             warnings=list(warnings),
+            profile=None if row.profile is None else VersionProfile.model_validate(row.profile),
         )
 
 

@@ -69,6 +69,7 @@ def start_catalog_server(
         create_app(settings), host=settings.host,
         port=settings.port if port is None else port,
         log_level=settings.log_level.lower(), lifespan="on", access_log=False,
+        log_config=None,  # uvicorn logs through services.logging's one format
         timeout_graceful_shutdown=int(settings.shutdown_grace_s),
     )
     server = uvicorn.Server(config)

@@ -33,6 +33,7 @@ __all__ = [
     "FlightTierInfo",
     "PlanReport",
     "ProtocolReport",
+    "ReportWarning",
     "ScheduleBatch",
     "ScheduleLane",
     "TierStatus",
@@ -92,6 +93,18 @@ class AlignedReport(_Wire):
     keys: int = Field(description="alignment keys that yield batches")
 
 
+class ReportWarning(_Wire):
+    """Something a plan does that is legal but probably not meant (``type``: what kind,
+    ``padding`` for now; ``message`` says what and what to change)."""
+
+    type: str = Field(description="the kind of warning: padding")
+    message: str = Field(description="what the plan does, and what to change")
+    protocol: str | None = Field(default=None, description="the protocol it concerns")
+    share: float | None = Field(
+        default=None, description="padding: the share of the batches' tokens without a "
+                                  "real target (1 - real_tokens / tokens)")
+
+
 class PlanReport(_Wire):
     """What a plan yields per epoch (and per rank for ``world_size``), and what it drops.
 
@@ -124,6 +137,10 @@ class PlanReport(_Wire):
     cache_working_set_bytes: int = Field(
         description="the most chunk bytes one batch pins in a Flight server's cache (the "
                     "distinct chunks its lanes read; an aligned plan: the worst part)")
+    warnings: list[ReportWarning] = Field(
+        default_factory=list, exclude_if=lambda value: not value,
+        description="what the plan does that is probably not meant (more than half of a "
+                    "protocol's tokens padding); absent when there is nothing to say")
 
 
 class ScheduleLane(_Wire):

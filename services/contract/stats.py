@@ -213,7 +213,7 @@ class SamplingProblem(_Wire):
     protocol: str
     rows: int
     gaps: int = Field(description=f"steps more than {GAP_FACTOR:g} times both neighbouring "
-                                  "steps (a hole in the recording)")
+                                  "steps, both positive (a hole in the recording)")
     non_monotonic: int = Field(description="steps where time does not increase (<= 0)")
     median_step: float | None = Field(default=None, description="median positive step")
     max_step: float | None = None

@@ -13,7 +13,13 @@ from dataclasses import asdict
 import numpy as np
 
 from services.contract.configs import PlanSpec
-from services.contract.reports import AlignedReport, DroppedReport, PlanReport, ProtocolReport
+from services.contract.reports import (
+    AlignedReport,
+    DroppedReport,
+    PlanReport,
+    ProtocolReport,
+    ReportWarning,
+)
 from services.planning.channels import lacks_target
 from services.planning.ranks import rank_batch_counts, trimmed_batches
 from services.planning.schedule import Schedule
@@ -21,7 +27,9 @@ from services.planning.sizes import channel_counts, token_bytes
 from services.planning.streams import Streams
 from services.planning.working_set import ChunkTable, protocol_row_bytes, working_set_bytes
 
-__all__ = ["plan_report"]
+__all__ = ["PADDING_WARNING_SHARE", "padding_warnings", "plan_report"]
+
+PADDING_WARNING_SHARE = 0.5  # a protocol whose tokens are more than half padding is warned of
 
 
 def _real_rows(streams: Streams, schedule: Schedule, seq_len: np.ndarray,
@@ -35,6 +43,36 @@ def _real_rows(streams: Streams, schedule: Schedule, seq_len: np.ndarray,
     s = np.maximum(schedule.lane_stream, 0)
     real = (off >= 0) & ~lacking[s]
     return np.where(real, np.minimum(seq_len, streams.n_rows[s] - 1 - off), 0)
+
+
+def padding_warnings(protocols: dict[str, ProtocolReport], streams: Streams, *,
+                     aligned: bool) -> list[ReportWarning]:
+    """A warning per protocol whose tokens are more than :data:`PADDING_WARNING_SHARE`
+    padding (no real target: past a stream's end, padding lanes, a missing target
+    column, or, aligned, keys without data of the protocol), saying what to change."""
+    out: list[ReportWarning] = []
+    for code, (p, r) in enumerate(protocols.items()):
+        if r.tokens <= 0 or r.real_tokens >= r.tokens * (1.0 - PADDING_WARNING_SHARE):
+            continue
+        share = 1.0 - r.real_tokens / r.tokens
+        rows = streams.n_rows[streams.protocol == code]
+        median = int(np.median(rows)) if rows.shape[0] else 0
+        if median <= r.seq_len:
+            change = (f"windows of {r.seq_len} steps are longer than most of its streams "
+                      f"(median {median:,} rows): a shorter seq_len (window_by_protocol) "
+                      "wastes less")
+        else:
+            change = (f"its streams (median {median:,} rows) end inside windows of "
+                      f"{r.seq_len} steps or leave lanes of the batch of {r.batch_size} "
+                      "empty: a shorter seq_len or batch_size wastes less")
+        if aligned:
+            change = f"keys without {p} data are padding lanes in {p}; {change}"
+        out.append(ReportWarning(
+            type="padding", protocol=p, share=round(share, 4),
+            message=(f"{p}: {share:.0%} of the batches' tokens are padding "
+                     f"({r.real_tokens:,} of {r.tokens:,} have a real target); {change}"),
+        ))
+    return out
 
 
 def plan_report(
@@ -122,4 +160,5 @@ def plan_report(
         protocols=protocols,
         aligned=aligned,
         cache_working_set_bytes=working_set_bytes(streams, chunks, schedule),
+        warnings=padding_warnings(protocols, streams, aligned=parts > 1),
     )

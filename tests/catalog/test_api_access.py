@@ -50,6 +50,8 @@ CALLS = [
     Call("GET", "/v1/splits/{split_id}", "reader", True),
     Call("GET", "/v1/splits/{split_id}/index", "reader", True),
     Call("POST", "/v1/splits/{split_id}/plans", "writer", True),
+    Call("POST", "/v1/splits/{split_id}/stats", "writer", True),  # computes them, then:
+    Call("GET", "/v1/splits/{split_id}/stats", "reader", True),
     Call("GET", "/v1/plans/{plan_id}", "reader", True),
     Call("GET", "/v1/plans/{plan_id}/artifact", "reader", True),
     Call("GET", "/v1/plans/{plan_id}/report", "reader", True),
@@ -119,6 +121,8 @@ def _do(client: httpx.Client, call: Call, ids: dict[str, str], token: str | None
         body = SPLIT
     elif call.template.endswith("/plans"):
         body = PLAN
+    elif call.template.endswith("/stats") and call.method == "POST":
+        body = {"side": "train"}
     elif call.template == "/v1/tokens" and call.method == "POST":
         body = {"name": f"n{next(_names)}", "role": "reader"}
     return client.request(call.method, path, json=body, headers=_auth(token))

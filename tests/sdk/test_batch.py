@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from sdk import Batch, BatchSegmentRef, batch_from_arrow
+from sdk import Batch, BatchSegmentRef, InvalidConfig, batch_from_arrow
 from services.contract.configs import DatasetProtocolId
 from services.contract.wire import batch_arrays
 from tests.sdk.wire_toys import make_record
@@ -94,8 +94,8 @@ def test_is_protocol_to_and_repr():
 def test_pin_memory_needs_cuda():
     x, y, m = _arrays()
     batch = batch_from_arrow(*make_record(x, y, m))
-    with pytest.raises(RuntimeError):
-        batch.pin_memory()
+    with pytest.raises(InvalidConfig, match="pin_memory needs CUDA: page-locked memory"):
+        batch.pin_memory()  # ours, not torch's raw RuntimeError
 
 
 def test_metadata_mismatch_is_refused():

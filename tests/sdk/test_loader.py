@@ -42,7 +42,7 @@ def test_auto_without_cuda_yields_the_same_cpu_batches():
 def test_explicit_cuda_without_cuda_is_an_error(device):
     with pytest.raises(InvalidConfig, match="CUDA is not available"):
         DeviceLoader(lambda: iter(()), device=device)
-    with pytest.raises(InvalidConfig, match="pin_memory=True needs CUDA"):
+    with pytest.raises(InvalidConfig, match="pin_memory needs CUDA: page-locked memory"):
         DeviceLoader(lambda: iter(()), device="cpu", pin_memory=True)
 
 

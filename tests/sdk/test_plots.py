@@ -172,3 +172,87 @@ def test_plots_say_what_to_install_without_matplotlib(
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     with pytest.raises(ModuleNotFoundError, match=r"windpipe\[plot\]"):
         batches[0].plot()
+
+
+def _lane_with_null_input(batches: list[Any]) -> tuple[Batch, int]:
+    for batch in batches:
+        c_in = batch.inputs.shape[2]
+        present = batch.input_has_channel()[:, None, :]  # (B, 1, C_in)
+        null = (batch.inputs == -2.0) & batch.mask[:, :, None] & present
+        hit = null.nonzero()
+        if hit.shape[0]:
+            lane, _step, channel = (int(x) for x in hit[0])
+            assert channel < c_in
+            return batch, lane
+    raise AssertionError("the synthetic data has null inputs in real rows")
+
+
+def test_batch_plot_marks_null_inputs_and_says_the_axes_are_scaled(env: Any) -> None:
+    _cat, _split, plan, batches = env
+    batch, lane = _lane_with_null_input(batches)
+    fig = batch.plot(lane=lane, scaling=plan.config.scaling)
+    ax_in, ax_out = fig.axes
+    for line in ax_in.get_lines():  # a null input is a gap, never a spike to -2.0
+        ys = [y for y in line.get_ydata() if y == y]  # NaN (a gap) is not equal to itself
+        assert -2.0 not in ys
+    marks = [c for c in ax_in.collections if c.get_label() == "null input (-2.0 in the batch)"]
+    assert len(marks) == 1
+    assert len(marks[0].get_offsets()) >= 1
+    assert "model space (scaled)" in ax_in.get_ylabel()
+    assert "model space (scaled)" in ax_out.get_ylabel()
+    labels = [t.get_text() for t in ax_in.get_legend().get_texts()]
+    assert "current_a (linear [-10, 10] -> [-1, 1])" in labels
+    assert any(t.endswith("(unscaled)") for t in labels), labels
+    assert "null input (-2.0 in the batch)" in labels
+    plain = batch.plot(lane=lane)  # without the plan's scaling: no map named
+    assert plain.axes[0].get_ylabel() == "inputs, model space"
+    _png(fig)
+    assert batch.has_channel[lane].any()
+
+
+def test_split_plot_legend_colours_are_the_bars_colours(env: Any) -> None:
+    _cat, split, _plan, _batches = env
+    fig = split.plot()
+    ax_groups, _totals = fig.axes
+    legend = {t.get_text(): h.get_facecolor() for t, h in
+              zip(ax_groups.get_legend().get_texts(),
+                  ax_groups.get_legend().legend_handles, strict=True)}
+    colours = {tuple(p.get_facecolor()) for p in ax_groups.patches}
+    assert set(legend) == {"train", "val"}
+    assert {tuple(c) for c in legend.values()} == colours
+
+
+def test_split_plot_of_thousands_of_groups_is_one_bounded_figure() -> None:
+    import time  # noqa: PLC0415
+
+    import polars as pl  # noqa: PLC0415
+
+    from sdk._plots import plot_split  # noqa: PLC0415
+
+    n = 3000
+    frame = pl.DataFrame({
+        "set_id": ["s"] * n, "cell_id": [f"c{i // 30:03d}" for i in range(n)],
+        "cidx": [i % 30 for i in range(n)],
+        "split": ["val" if i % 5 == 0 else "train" for i in range(n)],
+        "n_rows": [1000 + i % 7 for i in range(n)],
+    })
+    start = time.perf_counter()
+    fig = plot_split(frame, group_by=("set_id", "cell_id", "cidx"), title="3000 groups")
+    png = _png(fig)
+    assert time.perf_counter() - start < 5.0
+    width, height = fig.get_size_inches()
+    assert width <= 10.0
+    assert height <= 10.0
+    assert len(png) < 2_000_000
+    ax_groups, ax_totals = fig.axes
+    assert "3,000 groups" in ax_groups.get_title()
+    assert len(ax_groups.collections) == 1  # one artist for every group
+    totals = {t.get_text(): p.get_height()
+              for t, p in zip(ax_totals.get_xticklabels(), ax_totals.patches, strict=True)}
+    assert totals == {"train": 2400, "val": 600}
+    handles = ax_groups.get_legend().legend_handles
+    by_split = dict(zip([t.get_text() for t in ax_groups.get_legend().get_texts()],
+                        [tuple(h.get_facecolor()) for h in handles], strict=True))
+    bars = {t.get_text(): tuple(p.get_facecolor())
+            for t, p in zip(ax_totals.get_xticklabels(), ax_totals.patches, strict=True)}
+    assert by_split == bars

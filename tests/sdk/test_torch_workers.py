@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import types
 from pathlib import Path
 
@@ -89,22 +88,44 @@ def test_spawn_refuses_a_transform_workers_cannot_import(monkeypatch):
         check_spawn(in_notebook, options)
 
 
-@pytest.mark.slow
-def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path: Path):
+_TRAIN = """
+from sdk._torch import WindpipeDataLoader, WindpipeIterableDataset
+
+def source(**kwargs):
+    yield from ()
+
+def main():
+    ds = WindpipeIterableDataset(source, plan_id="p-x")
+    print("batches", len(list(WindpipeDataLoader(ds, batch_size=None, num_workers=1,
+                                                 multiprocessing_context="spawn"))))
+"""
+
+
+def _run_script(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent("""
-        from sdk._torch import WindpipeDataLoader, WindpipeIterableDataset
-
-        def source(**kwargs):
-            yield from ()
-
-        ds = WindpipeIterableDataset(source, plan_id="p-x")
-        list(WindpipeDataLoader(ds, batch_size=None, num_workers=1,
-                                multiprocessing_context="spawn"))
-    """))
+    script.write_text(text)
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=120, cwd=root, check=False,
                           env={**os.environ, "PYTHONPATH": str(root)})
+
+
+@pytest.mark.slow
+def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path: Path):
+    """Refused in the parent, before any worker starts: our message, naming the line,
+    not torch's "worker exited unexpectedly"."""
+    proc = _run_script(tmp_path, _TRAIN + "\nmain()\n")
     assert proc.returncode != 0
-    assert 'if __name__ == "__main__":' in proc.stderr
+    assert "sdk._exceptions.InvalidConfig" in proc.stderr, proc.stderr
+    assert 'outside `if __name__ == "__main__":`' in proc.stderr
+    line = _TRAIN.count("\n") + 2  # the unguarded main() call
+    assert f"train.py:{line} starts DataLoader workers with 'spawn'" in proc.stderr
+    assert "DataLoader worker (pid" not in proc.stderr  # torch's own message
+    assert proc.stderr.count("Traceback") == 1  # no worker ever started
+
+
+@pytest.mark.slow
+def test_a_script_with_a_main_guard_runs_its_workers(tmp_path: Path):
+    proc = _run_script(tmp_path, _TRAIN + '\nif __name__ == "__main__":\n    main()\n')
+    assert proc.returncode == 0, proc.stderr
+    assert "batches 0" in proc.stdout

@@ -20,6 +20,7 @@ from catalog.api.schemas import (
     VersionOut,
 )
 from catalog.api.storage_pool import StoragePool
+from catalog.pattern import PatternSource
 from catalog.principals import Role
 from catalog.service import CatalogContext
 
@@ -90,8 +91,11 @@ def _register_version(
     ctx: CatalogContext, name: str, body: RegisterVersionIn,
     visible: Callable[[str], bool] | None,
 ) -> tuple[VersionOut, bool]:
+    pattern = None if body.pattern is None else PatternSource(
+        pattern=body.pattern, set_id=body.set_id, protocol=body.protocol,
+        metadata=body.metadata, metadata_rows=body.metadata_rows)
     result = service.register_version(
-        ctx, name, root=body.root, manifest=body.manifest, rows=body.rows,
+        ctx, name, root=body.root, manifest=body.manifest, rows=body.rows, pattern=pattern,
         description=body.description, visible=visible,
     )
     return VersionOut.from_row(result.value, warnings=result.warnings), result.created

@@ -29,9 +29,14 @@ REPORT: dict[str, Any] = {
 
 @pytest.mark.parametrize("extra", [{}, {"aligned": {"parts_per_batch": 2, "keys": 3}},
                                    {"from_a_newer_catalog": {"x": 1}}])
-def test_plan_report_dumps_the_json_it_read(extra: dict[str, Any]) -> None:
+@pytest.mark.parametrize("warnings", [[], [{"type": "padding", "message": "hppc: 98% ...",
+                                             "protocol": "hppc", "share": 0.98}]])
+def test_plan_report_dumps_the_json_it_read(extra: dict[str, Any],
+                                            warnings: list[dict[str, Any]]) -> None:
     body = {k: v for k, v in REPORT.items() if k != "cache_working_set_bytes"} | extra
     body["cache_working_set_bytes"] = REPORT["cache_working_set_bytes"]  # the planner's order
+    if warnings:  # absent when there is nothing to say
+        body["warnings"] = warnings
     report = PlanReport.model_validate(body)
     assert report.model_dump(mode="json") == body
     assert json.loads(report.model_dump_json()) == body

@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 from services.contract.configs import LoaderConfig, ScalingSpec, WindowConfig
-from services.planning.report import plan_report
+from services.planning.report import PADDING_WARNING_SHARE, plan_report
 from services.planning.strategies import epoch_schedule
 from services.planning.streams import Streams
 from tests.reference.schedule_ref import (
@@ -51,6 +51,31 @@ def test_report_numbers() -> None:
     assert rep.dropped.distributed_trimmed_batches == 1
     assert rep.dropped.short_streams == 1
     assert rep.cache_working_set_bytes > 0
+
+
+def test_padding_over_half_of_a_protocols_tokens_is_warned() -> None:
+    streams = streams_of([13, 40, 9], ["cycling", "cycling", "hppc"])
+    cfg = LoaderConfig(
+        inputs={"cycling": ("v",), "hppc": ("v",)}, targets={"cycling": ("v",), "hppc": ("v",)},
+        default_window=WindowConfig(batch_size=2, seq_len=4),
+        window_by_protocol={"hppc": WindowConfig(batch_size=2, seq_len=64)},
+    )
+    rep = plan_report(streams, cfg, epoch_schedule(streams, cfg, 0))
+    hppc = rep.protocols["hppc"]
+    assert hppc.real_tokens / hppc.tokens < PADDING_WARNING_SHARE  # 8 of 64: one lane
+    assert [(w.type, w.protocol) for w in rep.warnings] == [("padding", "hppc")]
+    warning = rep.warnings[0]
+    assert warning.share == round(1 - hppc.real_tokens / hppc.tokens, 4)
+    assert warning.message.startswith("hppc: 88% of the batches' tokens are padding (8 of 64 have")
+    assert "windows of 64 steps are longer than most of its streams (median 9 rows)" in (
+        warning.message)
+    dumped = rep.model_dump(mode="json")
+    assert dumped["warnings"][0]["protocol"] == "hppc"
+    calm = plan_report(streams, cfg.model_copy(update={"window_by_protocol": {}}),
+                       epoch_schedule(streams, cfg.model_copy(update={"window_by_protocol": {}}),
+                                      0))
+    assert calm.warnings == []
+    assert "warnings" not in calm.model_dump(mode="json")
 
 
 def test_reference_values() -> None:

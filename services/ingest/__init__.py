@@ -1,0 +1,24 @@
+"""Cycler exports to normalized segments and a manifest (``windpipe ingest``).
+
+The field's maintained readers do the reading (battery-data-toolkit for Arbin, MACCOR
+and batterydata.energy.gov CSV, galvani for BioLogic ``.mpr``; the optional extra
+``windpipe[ingest]``, imported when a file is read); this package checks what they rely
+on, names the file and row at fault, and writes one segment per cell, cycle and
+protocol with the column names and units of ``services.synth``. See docs/data.md.
+"""
+
+from services.ingest.base import CYCLERS, UNITS, IngestError, Measurement
+from services.ingest.readers import detect_cycler, read_cell
+from services.ingest.writer import PATTERN, IngestResult, ingest_exports
+
+__all__ = [
+    "CYCLERS",
+    "PATTERN",
+    "UNITS",
+    "IngestError",
+    "IngestResult",
+    "Measurement",
+    "detect_cycler",
+    "ingest_exports",
+    "read_cell",
+]
