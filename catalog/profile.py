@@ -7,7 +7,8 @@ them as ``sdk.DataWarning``), so a notebook shows them, never silently: a null i
 is ``-2.0`` in a batch (SEMANTICS 5), which on an unscaled channel looks like a value.
 
 The cost is kept low: once every segment has passed registration's checks, each is
-read once, on a few threads, and only for the columns that need it: float columns
+read once (a small local parquet file in one read), in batches on a few threads
+(:mod:`catalog.batched`), and only for the columns that need it: float columns
 (a NaN or an infinity is in no footer) and the time column. The null counts of a
 parquet segment's other numeric columns come from its footer's statistics, unread
 (:func:`services.storage.segments.unread_null_counts`); zarr integer arrays cannot
@@ -32,6 +33,7 @@ import numpy as np
 import polars as pl
 from sqlalchemy.orm import Session, sessionmaker
 
+from catalog.batched import batched_map, workers_for
 from catalog.registration import PreparedVersion
 from catalog.repository import Repository
 from services.contract.stats import (
@@ -42,14 +44,13 @@ from services.contract.stats import (
     VersionProfile,
 )
 from services.database import session_scope
-from services.storage.segments import ColumnInfo, SegmentInfo, read_rows, unread_null_counts
+from services.storage.segments import ColumnInfo, SegmentInfo, read_all, unread_null_counts
 from services.storage.store import Storage
 
 __all__ = ["MAX_LISTED", "bounded_map", "profile_for", "profile_version", "profile_warnings",
            "sampling_problem"]
 
 MAX_LISTED = 100
-_WORKERS = 8
 _SHOWN = 4  # columns named in one warning's message
 _FLOATING = ("float", "double", "mixed")
 
@@ -140,7 +141,7 @@ def _profile_segment(storage: Storage, info: SegmentInfo, names: list[str]) -> _
     counts = {n: (k, 0) for n, k in known.items()}
     sampling = None
     if read and info.row_count:
-        arrays = read_rows(storage, info, 0, info.row_count, read)
+        arrays = read_all(storage, info, read)
         for name, values in arrays.items():
             nan = int(np.count_nonzero(np.isnan(values)))
             inf = int(np.count_nonzero(np.isinf(values)))
@@ -162,8 +163,8 @@ def profile_version(storage: Storage, prepared: PreparedVersion) -> VersionProfi
     def work(item: tuple[SegmentInfo, str, list[str]]) -> _Found:
         return _profile_segment(storage, item[0], item[2])
 
-    for (info, protocol, names), (counts, sampling, footer) in bounded_map(
-            work, segments, workers=_WORKERS):
+    for (info, protocol, names), (counts, sampling, footer) in batched_map(
+            work, segments, workers=workers_for(storage)):
         from_footer += footer
         for name in names:
             entry = rows[(protocol, name)]

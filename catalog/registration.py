@@ -7,7 +7,8 @@ metadata that disagrees within an identity) and raises one
 its 0-based manifest row, and counting them all. On success the caller stores the
 returned :class:`PreparedVersion` as is.
 
-Segments are inspected in manifest order, a few at a time; once
+Segments are inspected in manifest order, in batches on a few threads
+(:mod:`catalog.batched`); once
 :data:`catalog.problems.MAX_LISTED` of them failed, no more are opened (a manifest
 naming a million missing files is answered after about a hundred look-ups), and the
 answer says the count is a lower bound (``details.problems_complete``). Nothing kept
@@ -22,12 +23,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
+from catalog.batched import batched_map, workers_for
 from catalog.manifest import IDENTITY_COLUMNS, metadata_columns, normalize_manifest
 from catalog.problems import ProblemLog
 from services.contract.identity import canonical_json, manifest_row_id
@@ -37,8 +38,6 @@ from services.storage.store import PathEscapeError, Storage
 __all__ = ["PreparedVersion", "prepare_version"]
 
 _IDENT = list(IDENTITY_COLUMNS)
-_MAX_WORKERS = 8
-_IN_FLIGHT = 2 * _MAX_WORKERS  # inspections submitted ahead, in manifest order
 
 
 @dataclass(frozen=True, eq=False)
@@ -181,37 +180,24 @@ def _inspect(storage: Storage, path: str) -> SegmentInfo | str:
 
 def _inspect_all(
     storage: Storage, paths: list[str], progress: Callable[[int, int], None] | None,
-    *, stop_after: int,
+    *, stop_after: int, workers: int,
 ) -> dict[str, SegmentInfo | str]:
-    """Inspect ``paths`` in order, at most :data:`_IN_FLIGHT` at a time; no new one is
-    started once ``stop_after`` have failed (the rest are missing from the answer)."""
+    """Inspect ``paths`` in order on at most ``workers`` threads, in batches
+    (:mod:`catalog.batched`); no new batch is started once ``stop_after`` have failed
+    (the rest are missing from the answer)."""
     results: dict[str, SegmentInfo | str] = {}
     total = len(paths)
-    if not paths:
-        return results
-    failed = 0
-    pending: dict[Future[SegmentInfo | str], str] = {}
-    todo = iter(paths)
-    with ThreadPoolExecutor(max_workers=min(_MAX_WORKERS, total)) as pool:
-        try:
-            while True:
-                while failed < stop_after and len(pending) < _IN_FLIGHT:
-                    path = next(todo, None)
-                    if path is None:
-                        break
-                    pending[pool.submit(_inspect, storage, path)] = path
-                if not pending:
-                    break
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    info = fut.result()
-                    results[pending.pop(fut)] = info
-                    failed += isinstance(info, str)
-                    if progress is not None:
-                        progress(len(results), total)
-        finally:
-            for fut in pending:
-                fut.cancel()
+    failed = [0]  # read by the stop check between batches
+
+    def inspect(path: str) -> SegmentInfo | str:
+        return _inspect(storage, path)
+
+    for path, info in batched_map(inspect, paths, workers=min(workers, max(total, 1)),
+                                  stop=lambda: failed[0] >= stop_after):
+        results[path] = info
+        failed[0] += isinstance(info, str)
+        if progress is not None:
+            progress(len(results), total)
     return results
 
 
@@ -220,10 +206,13 @@ def prepare_version(
     manifest: pl.DataFrame,
     *,
     progress: Callable[[int, int], None] | None = None,
+    workers: int | None = None,
 ) -> PreparedVersion:
     """Validate ``manifest`` against ``storage`` and describe the version it makes.
 
-    ``progress(done, total)`` is called after each segment is inspected. Raises
+    ``progress(done, total)`` is called after each segment is inspected; ``workers``:
+    the threads reading segments (None: :func:`catalog.batched.workers_for` the root).
+    Raises
     ``WindpipeError(invalid_manifest)`` with ``details["problems"]`` (``row``,
     ``segment_path``, ``problem``: the first :data:`catalog.problems.MAX_LISTED`) and
     ``details["problem_count"]`` when anything is wrong; nothing is partial.
@@ -255,7 +244,8 @@ def prepare_version(
         canon.append(path)
     _metadata_problems(frame, meta, problems)
 
-    infos = _inspect_all(storage, list(first_row), progress, stop_after=problems.listed)
+    infos = _inspect_all(storage, list(first_row), progress, stop_after=problems.listed,
+                         workers=workers_for(storage) if workers is None else workers)
     if len(infos) < len(first_row):
         problems.stop(f"segment checks stopped after {problems.listed} failed "
                       f"({len(infos)} of {len(first_row)} segments checked)")

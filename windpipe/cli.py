@@ -3,7 +3,8 @@
 ``serve`` runs the catalog REST API and a Flight server in one process on the
 embedded defaults; ``serve catalog`` / ``serve flight`` run one each (what
 docker-compose uses); ``migrate`` upgrades a database; ``token create|list|revoke``
-manages API tokens in the catalog database; ``synth`` writes demo data; ``ingest`` turns
+manages API tokens in the catalog database; ``synth`` writes demo data; ``upload``
+copies a dataset folder into the object store; ``ingest`` turns
 cycler exports into segments and a manifest;
 ``demo`` runs the whole path end to end; ``bench`` runs the benchmarks.
 
@@ -123,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--missed-tests", type=float, default=0.0,
                        help="probability that a scheduled hppc or eis test is left out, so "
                             "they cover an irregular set of cycles (default %(default)s)")
+
+    upload = sub.add_parser("upload", help="copy a local dataset folder into the object store "
+                                           "(WINDPIPE_S3_* say how to reach it)")
+    upload.add_argument("directory", type=Path, help="the folder to copy (segments, manifest)")
+    upload.add_argument("destination", help="s3://bucket/prefix (or an existing absolute "
+                                            "folder) the files go under, paths kept")
 
     ingest = sub.add_parser("ingest", help="cycler exports to segments and a manifest "
                                            "(windpipe[ingest]; docs/data.md)")
@@ -371,6 +378,34 @@ def _synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _upload(args: argparse.Namespace) -> int:
+    from services.storage.store import Storage, StorageOptions  # noqa: PLC0415
+
+    source = args.directory.resolve()
+    if not source.is_dir():
+        raise CliError(f"{args.directory} is not a folder")
+    try:
+        options = StorageOptions.from_settings(Settings())
+    except ValidationError as exc:
+        raise CliError(_settings_problem(exc)) from None
+    try:
+        store = Storage.from_uri(args.destination, options)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    files = sorted(p for p in source.rglob("*") if p.is_file())
+    total = 0
+    for path in files:
+        data = path.read_bytes()
+        try:
+            store.put(path.relative_to(source).as_posix(), data)
+        except Exception as exc:  # obstore's errors: no bucket, refused, unreachable
+            raise CliError(f"{path}: {exc}") from None
+        total += len(data)
+    print(f"uploaded {len(files)} files ({total} bytes) to {store.uri}")
+    print(f"register it with root={store.uri!r}")
+    return 0
+
+
 def _ingest(args: argparse.Namespace) -> int:
     from services.ingest import IngestError, ingest_exports  # noqa: PLC0415
 
@@ -422,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _bench(given[1:])
     args = build_parser().parse_args(given)
     handlers = {"serve": _serve, "migrate": _migrate, "token": _token, "synth": _synth,
-                "ingest": _ingest, "demo": _demo}
+                "upload": _upload, "ingest": _ingest, "demo": _demo}
     try:
         return handlers[args.command](args)
     except CliError as exc:

@@ -25,17 +25,19 @@ from services.storage.formats.base import (
     SegmentInfo,
     SegmentProblem,
 )
-from services.storage.formats.parquet import footer_null_counts
+from services.storage.formats.parquet import footer_null_counts, read_small_file
 from services.storage.store import PathEscapeError, Storage
 from services.storage.zarr_chunks import ChunkFileChanged
 
 __all__ = [
+    "SMALL_FILE_BYTES",
     "ColumnInfo",
     "SegmentChanged",
     "SegmentFormat",
     "SegmentInfo",
     "SegmentProblem",
     "inspect_segment",
+    "read_all",
     "read_chunk",
     "read_rows",
     "segment_format",
@@ -44,6 +46,7 @@ __all__ = [
 ]
 
 _log = get_logger("windpipe.storage")
+SMALL_FILE_BYTES = 4 << 20  # a local parquet segment up to this size is read in one go
 
 
 def segment_format(storage: Storage, path: str) -> SegmentFormat:
@@ -173,3 +176,26 @@ def read_rows(
         return {name: np.empty(0, dtype=np.float64) for name in names}
     return format_named(info.format, path=info.path).read_rows(
         storage, info, start, stop, names, by_chunk=read_chunk)
+
+
+def read_all(storage: Storage, info: SegmentInfo,
+             columns: tuple[str, ...] | list[str]) -> dict[str, np.ndarray]:
+    """Every row of ``columns`` as float64 arrays, checked against the fingerprint like
+    :func:`read_chunk`: a small local parquet file (up to :data:`SMALL_FILE_BYTES`) in
+    one read, verified from the same bytes; any other segment chunk by chunk."""
+    names = _check_columns(info, columns)
+    if info.format == "parquet":
+        try:
+            whole = read_small_file(storage, info, names, max_bytes=SMALL_FILE_BYTES)
+        except (SegmentProblem, SegmentChanged, PathEscapeError):
+            raise
+        except (OSError, pa.ArrowException) as exc:
+            raise SegmentProblem(
+                f"reading segment {info.path!r} failed: {type(exc).__name__}: {exc}",
+                path=info.path,
+            ) from exc
+        if whole is not None:
+            return whole
+    parts = [read_chunk(storage, info, k, names) for k in range(len(info.chunk_rows))]
+    return {name: (np.concatenate([part[name] for part in parts]) if parts
+                   else np.empty(0, dtype=np.float64)) for name in names}

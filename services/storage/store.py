@@ -36,6 +36,7 @@ from obstore.store import LocalStore, S3Store
 
 from services.contract.errors import ErrorType, WindpipeError
 from services.settings import Settings
+from services.storage.local_io import has_link, read_local
 from services.storage.roots import AllowedRoots
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
 ]
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
+_CONTROL = re.compile(r"[\x00-\x1f]")
 
 
 class PathEscapeError(ValueError):
@@ -284,7 +286,7 @@ class Storage:
         roots) symlinks resolving outside the root.
         """
         norm = self._normalized(path)
-        if self._local_root is not None:
+        if self._local_root is not None and has_link(self._local_root, norm):
             resolved = (self._local_root / norm).resolve()
             if not resolved.is_relative_to(self._local_root):
                 raise PathEscapeError(
@@ -312,7 +314,7 @@ class Storage:
             reason = "contains a backslash"
         elif _SCHEME.match(path):
             reason = "is a URL, not a path relative to the storage root"
-        elif any(ord(c) < 32 for c in path):
+        elif _CONTROL.search(path):
             reason = "contains a control character"
         parts = [p for p in path.split("/") if p not in ("", ".")]
         if reason is None and ".." in parts:
@@ -358,6 +360,8 @@ class Storage:
     def get(self, path: str) -> bytes:
         """The whole object; ``FileNotFoundError`` if there is none."""
         rel = self.validate_relative_path(path)
+        if self._local_root is not None:
+            return read_local(self._local_root / rel, rel=rel, root_uri=self._uri)
         try:
             return bytes(obstore.get(self._store, rel).bytes())
         except (NotFoundError, FileNotFoundError, IsADirectoryError) as exc:
@@ -370,6 +374,9 @@ class Storage:
         rel = self.validate_relative_path(path)
         if end <= start:
             return b""
+        if self._local_root is not None:
+            return read_local(self._local_root / rel, rel=rel, root_uri=self._uri,
+                              start=start, end=end)
         try:
             return bytes(obstore.get_range(self._store, rel, start=start, end=end))
         except (NotFoundError, FileNotFoundError, IsADirectoryError) as exc:

@@ -14,9 +14,17 @@ from windpipe.cli import build_parser
 ROOT = Path(__file__).resolve().parents[2]
 
 
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
 @pytest.fixture(scope="module")
 def compose() -> dict:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def _windpipe_services(compose: dict) -> dict[str, dict]:
+    return {name: s for name, s in compose["services"].items()
+            if s.get("image") == f"windpipe:{VERSION}"}
 
 
 def test_services_present_with_health_checks(compose):
@@ -28,7 +36,7 @@ def test_services_present_with_health_checks(compose):
 
 def test_windpipe_commands_parse(compose):
     parser = build_parser()
-    built = [s for s in compose["services"].values() if "build" in s]
+    built = list(_windpipe_services(compose).values())
     assert len(built) >= 4
     for service in built:
         args = parser.parse_args(service["command"])
@@ -37,9 +45,7 @@ def test_windpipe_commands_parse(compose):
 
 def test_environment_names_settings_fields(compose):
     fields = set(Settings.model_fields)
-    for name, service in compose["services"].items():
-        if "build" not in service:
-            continue
+    for name, service in _windpipe_services(compose).items():
         for key, value in service["environment"].items():
             if key.startswith("WINDPIPE_"):
                 field = key.removeprefix("WINDPIPE_").lower()
@@ -92,3 +98,33 @@ def test_secrets_come_from_an_uncommitted_env_file(compose):
     assert ".env" in (ROOT / ".gitignore").read_text().splitlines()
     assert "mc mb" in " ".join(compose["services"]["minio-init"]["command"])
     assert "windpipe-secret" not in (ROOT / "docker-compose.yml").read_text()
+
+
+def test_one_named_image_built_once_and_every_tag_pinned(compose):
+    services = compose["services"]
+    windpipe = _windpipe_services(compose)
+    assert set(windpipe) == {"migrate", "catalog", "flight-1", "flight-2"}
+    built = [name for name, s in services.items() if "build" in s]
+    assert built == ["migrate"], built  # the others reuse windpipe:<version>
+    for name in set(windpipe) - set(built):
+        assert windpipe[name]["pull_policy"] == "never", name
+    for name, service in services.items():
+        image = service["image"]
+        repository, _, tag = image.rpartition(":")
+        assert repository, image
+        assert tag not in ("", "latest"), f"{name}: {image} is not pinned"
+    assert services["minio"]["image"].startswith("minio/minio:RELEASE.")
+
+
+def test_the_store_is_reachable_from_the_host(compose):
+    """MinIO's S3 port is published, so `windpipe upload` from the host reaches it."""
+    minio = compose["services"]["minio"]
+    assert "9000:9000" in minio["ports"]
+    readme = (ROOT / "README.md").read_text()
+    deployment = readme.split("## Deployment", 1)[1].split("\n## ", 1)[0]
+    for step in ("cp .env.example .env", "docker compose build", "docker compose up",
+                 "windpipe upload", "WINDPIPE_S3_ENDPOINT=http://localhost:9000",
+                 "s3://windpipe/", "docs/deploy.md"):
+        assert step in deployment, step
+    assert "upload" in build_parser().parse_args(
+        ["upload", "d", "s3://windpipe/d"]).command

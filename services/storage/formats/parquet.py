@@ -4,8 +4,12 @@ file's size and footer."""
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from services.storage.formats.base import (
     ChunkReader,
@@ -22,16 +26,19 @@ from services.storage.formats.base import (
 )
 from services.storage.store import Storage
 
-__all__ = ["PARQUET", "ParquetFormat", "footer_null_counts"]
+__all__ = ["PARQUET", "ParquetFormat", "footer_null_counts", "read_small_file"]
 
 _TAIL_BYTES = 64 * 1024
 
 
-def _footer(storage: Storage, rel: str, size: int) -> tuple[bytes, str]:
-    """The tail bytes read and the fingerprint (a digest of size and footer)."""
+def _footer(storage: Storage, rel: str, size: int, tail: bytes | None = None,
+            ) -> tuple[bytes, str]:
+    """The tail bytes read and the fingerprint (a digest of size and footer); ``tail``:
+    the object's last ``min(size, _TAIL_BYTES)`` bytes when already read."""
     if size < 12:
         raise SegmentProblem(f"segment {rel!r} is not a parquet file ({size} bytes)", path=rel)
-    tail = storage.get_range(rel, max(0, size - _TAIL_BYTES), size)
+    if tail is None:
+        tail = storage.get_range(rel, max(0, size - _TAIL_BYTES), size)
     if tail[-4:] != b"PAR1":
         raise SegmentProblem(f"segment {rel!r} is not a parquet file (no PAR1 footer)", path=rel)
     footer_len = int.from_bytes(tail[-8:-4], "little")
@@ -44,6 +51,29 @@ def _footer(storage: Storage, rel: str, size: int) -> tuple[bytes, str]:
     digest = hashlib.blake2b(digest_size=16)
     digest.update(b"parquet\0" + str(size).encode() + b"\0" + footer)
     return tail, digest.hexdigest()
+
+
+def _local_tail(storage: Storage, rel: str, *, nbytes: int = _TAIL_BYTES,
+                ) -> tuple[int, str, bytes] | None:
+    """Size, version token and last ``nbytes`` bytes of a local file in one open (``rel``
+    already validated); None for a root that is not local."""
+    root = storage.local_root
+    if root is None:
+        return None
+    try:
+        fd = os.open(root / rel, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
+        raise FileNotFoundError(f"no object at {rel!r} under {storage.uri}") from exc
+    try:
+        st = os.fstat(fd)
+        size = int(st.st_size)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileNotFoundError(f"no object at {rel!r} under {storage.uri}")
+        start = max(0, size - nbytes)
+        tail = os.pread(fd, size - start, start)
+    finally:
+        os.close(fd)
+    return size, f"{st.st_ino:x}-{st.st_mtime_ns:x}", tail
 
 
 class ParquetFormat:
@@ -60,12 +90,23 @@ class ParquetFormat:
         return False
 
     def inspect(self, storage: Storage, rel: str) -> SegmentInfo:
-        """Schema and row groups from the footer (fingerprinted and cached)."""
-        size, token = storage.version_token(rel)
-        tail, fingerprint = _footer(storage, rel, size)
-        with storage.open_parquet(rel, tail=tail) as pf:
-            meta = pf.metadata
-            schema = pf.schema_arrow
+        """Schema and row groups from the footer (fingerprinted and cached). A local file
+        is opened once: its size, token and tail in one read, the footer parsed from it."""
+        local = _local_tail(storage, rel)
+        if local is None:
+            size, token = storage.version_token(rel)
+            tail, fingerprint = _footer(storage, rel, size)
+        else:
+            size, token, tail = local
+            tail, fingerprint = _footer(storage, rel, size, tail)
+        footer_len = int.from_bytes(tail[-8:-4], "little")
+        if local is not None and footer_len + 8 <= len(tail):
+            meta = pq.read_metadata(pa.BufferReader(tail))
+            schema = meta.schema.to_arrow_schema()
+        else:
+            with storage.open_parquet(rel, tail=tail) as pf:
+                meta = pf.metadata
+                schema = pf.schema_arrow
         columns = tuple(ColumnInfo(f.name, str(f.type), is_numeric(f.type)) for f in schema)
         chunks = tuple(int(meta.row_group(i).num_rows) for i in range(meta.num_row_groups))
         info = SegmentInfo(rel, self.name, int(meta.num_rows), columns, chunks, fingerprint)
@@ -154,6 +195,30 @@ def footer_null_counts(storage: Storage, info: SegmentInfo, names: list[str]) ->
         else:
             out[name] = total
     return out
+
+
+def read_small_file(storage: Storage, info: SegmentInfo, names: list[str], *,
+                    max_bytes: int) -> dict[str, np.ndarray] | None:
+    """Every row of columns ``names`` of a local file of at most ``max_bytes``, read in
+    one go and checked against the fingerprint from the same bytes (what is read is what
+    was registered: :class:`SegmentChanged` otherwise); None for other segments (read
+    them chunk by chunk)."""
+    rel = storage.validate_relative_path(info.path)
+    try:
+        found = _local_tail(storage, rel, nbytes=max_bytes)
+    except FileNotFoundError:
+        raise SegmentProblem(f"segment {info.path!r} does not exist", path=info.path) from None
+    if found is None or len(found[2]) != found[0]:
+        return None
+    size, _token, data = found
+    try:
+        _, fingerprint = _footer(storage, rel, size, data)
+    except SegmentProblem:
+        fingerprint = ""
+    if fingerprint != info.fingerprint:
+        raise SegmentChanged(info, f"now {size} bytes, footer differs")
+    table = pq.ParquetFile(pa.BufferReader(data)).read(columns=names)
+    return {name: to_float64(table.column(name)) for name in names}
 
 
 PARQUET = ParquetFormat()

@@ -26,6 +26,7 @@ from services.storage.formats.base import (
     cache_put,
     is_numeric,
 )
+from services.storage.formats.zarr_docs import layout_from_docs
 from services.storage.store import Storage
 from services.storage.zarr_chunks import ZarrColumnPlan, column_plan, read_chunk_file
 
@@ -93,6 +94,14 @@ class ZarrFormat:
             raise SegmentProblem(f"segment {rel!r} does not exist (no {rel}/zarr.json)",
                                  path=rel)
         docs, fingerprint = _fingerprint(storage, rel, listing)
+        layout = layout_from_docs(rel, docs)
+        if layout is not None:  # a plain group: its documents say it all, no zarr open
+            n, chunk_len = layout.row_count, layout.chunk_len
+            info = SegmentInfo(rel, self.name, n, layout.columns,
+                               tuple(min(chunk_len, n - s) for s in range(0, n, chunk_len)),
+                               fingerprint)
+            self._remember(storage, info, listing, docs)
+            return info
         group = storage.open_zarr(rel)
         arrays = dict(group.arrays())
         if not arrays:
@@ -129,13 +138,19 @@ class ZarrFormat:
         chunk_len = max(chunk_len, 1)
         chunks = tuple(min(chunk_len, n - s) for s in range(0, n, chunk_len))
         info = SegmentInfo(rel, self.name, n, tuple(columns), chunks, fingerprint)
-        cache_put(("zarr-ok", storage.uri, rel, fingerprint), dict(listing))
         cache_put(("zarr", storage.uri, rel, info.fingerprint), {k: arrays[k] for k in names})
-        cache_put(("zplan", storage.uri, rel, info.fingerprint), {
-            k: column_plan(f"{rel}/{k}", docs.get(f"{rel}/{k}/zarr.json", b"{}"))
-            for k in names
-        })
+        self._remember(storage, info, listing, docs)
         return info
+
+    def _remember(self, storage: Storage, info: SegmentInfo, listing: list[tuple[str, int]],
+                  docs: dict[str, bytes]) -> None:
+        """Cache the listing (verification) and the columns' chunk-file plans."""
+        rel = info.path
+        cache_put(("zarr-ok", storage.uri, rel, info.fingerprint), dict(listing))
+        cache_put(("zplan", storage.uri, rel, info.fingerprint), {
+            c.name: column_plan(f"{rel}/{c.name}", docs.get(f"{rel}/{c.name}/zarr.json", b"{}"))
+            for c in info.columns
+        })
 
     def verify(self, storage: Storage, info: SegmentInfo) -> dict[str, int] | None:
         """The group listed once per process; returns the registered ``{file: size}``."""

@@ -1,0 +1,69 @@
+"""Registration's reads of many small segments on a few threads, in batches.
+
+One future per segment costs more than a small segment's footer (a lock, a waiter, a
+wake-up), and on a local disk more threads than cores only fight over the interpreter
+lock. So segments go to the threads in batches of :data:`BATCH` (each batch read in
+order on one thread), at most ``workers`` batches at a time and ``2 * workers`` submitted
+ahead: memory and open files stay bounded whatever the number of segments, and results
+come back in the order given (what is computed from them stays deterministic).
+
+:func:`workers_for` says how many threads a root gets: :data:`LOCAL_WORKERS` on a local
+disk (the page cache answers at once and the work is Python's: more threads only
+contend for the interpreter lock), :data:`REMOTE_WORKERS` on an object store (each read
+waits on the network; threads overlap the waits).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import islice
+from typing import TypeVar
+
+from services.storage.store import Storage
+
+__all__ = ["BATCH", "LOCAL_WORKERS", "REMOTE_WORKERS", "batched_map", "workers_for"]
+
+BATCH = 32
+LOCAL_WORKERS = 1  # measured, 7,414 segments on 2 cores: 1 thread 1.4 s, 2: 2.1 s, 4: 2.5 s
+REMOTE_WORKERS = 8
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def workers_for(storage: Storage) -> int:
+    """Threads for one registration's segment reads on ``storage``."""
+    return LOCAL_WORKERS if storage.is_local else REMOTE_WORKERS
+
+
+def _run(fn: Callable[[T], R], batch: list[T]) -> list[R]:
+    return [fn(item) for item in batch]
+
+
+def batched_map(
+    fn: Callable[[T], R], items: Iterable[T], *, workers: int, batch: int = BATCH,
+    stop: Callable[[], bool] | None = None,
+) -> Iterator[tuple[T, R]]:
+    """``(item, fn(item))`` in the order of ``items``, on at most ``workers`` threads, in
+    batches of ``batch``; no new batch is submitted once ``stop()`` holds (the items not
+    submitted are left out of the answer). An exception of ``fn`` propagates."""
+    todo = iter(items)
+    pending: deque[tuple[list[T], Future[list[R]]]] = deque()
+    with ThreadPoolExecutor(max_workers=max(1, workers),
+                            thread_name_prefix="windpipe-segments") as pool:
+        try:
+            while True:
+                while len(pending) < 2 * max(1, workers) and not (stop is not None and stop()):
+                    chunk = list(islice(todo, max(1, batch)))
+                    if not chunk:
+                        break
+                    pending.append((chunk, pool.submit(_run, fn, chunk)))
+                if not pending:
+                    return
+                chunk, fut = pending.popleft()
+                yield from zip(chunk, fut.result(), strict=True)
+        finally:
+            for _chunk, fut in pending:
+                fut.cancel()
