@@ -6,19 +6,15 @@ not at all. Bulk tables (manifest rows, segments, split assignments) are written
 from polars frames: PostgreSQL through ``COPY ... FROM STDIN``
 (psycopg's ``cursor.copy``) on the session's own connection, SQLite through driver
 ``executemany`` in large chunks. Lists use keyset pagination: the page token is an
-opaque base64 encoding of the last key of the previous page.
+opaque base64 encoding of the last key of the previous page (:mod:`catalog.paging`).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
-import json
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, cast
 
 import polars as pl
 import sqlalchemy as sa
@@ -36,7 +32,7 @@ from catalog.models import (
     SplitStatsRow,
     Version,
 )
-from services.contract.errors import ErrorType, WindpipeError
+from catalog.paging import Page, decode_page_token, encode_page_token, page_of
 
 __all__ = [
     "Page",
@@ -45,57 +41,7 @@ __all__ = [
     "encode_page_token",
 ]
 
-T = TypeVar("T")
-
 _SQLITE_CHUNK = 100_000
-
-
-def encode_page_token(key: Sequence[Any]) -> str:
-    """The opaque page token of ``key`` (the last key of a page)."""
-    raw = json.dumps(list(key), separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_page_token(token: str | None, *, shape: tuple[type, ...]) -> list[Any] | None:
-    """The key a page token stands for; ``invalid_request`` if it is not one of ours.
-
-    ``shape`` is the key's element types (``int`` elements must be non-negative), so a
-    well-formed token of another listing, or a hand-made one, is refused here instead
-    of failing deep in a query.
-    """
-    if token is None or token == "":
-        return None
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        key = json.loads(raw)
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        key = None
-    if not _key_has_shape(key, shape):
-        raise WindpipeError(
-            ErrorType.INVALID_REQUEST, f"page_token {token!r} is not a valid page token",
-            details={"page_token": token},
-        )
-    return list(key)
-
-
-def _key_has_shape(key: Any, shape: tuple[type, ...]) -> bool:
-    if not isinstance(key, list) or len(key) != len(shape):
-        return False
-    for value, typ in zip(key, shape, strict=True):
-        if typ is int:
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 63:
-                return False
-        elif not isinstance(value, typ):
-            return False
-    return True
-
-
-@dataclass(frozen=True)
-class Page(Generic[T]):
-    """One page of a list: its items and the token of the next page (None at the end)."""
-
-    items: list[T]
-    next_page_token: str | None
 
 
 class Repository:
@@ -134,7 +80,7 @@ class Repository:
                     rows.append(d)
                     if len(rows) > page_size:
                         break
-        return _page(rows, page_size, lambda d: [d.name])
+        return page_of(rows, page_size, lambda d: [d.name])
 
     # -- versions ---------------------------------------------------------------------
 
@@ -164,7 +110,7 @@ class Repository:
         if after:
             stmt = stmt.where(Version.seq > after[0])
         rows = list(self.session.scalars(stmt.limit(page_size + 1)))
-        return _page(rows, page_size, lambda v: [v.seq])
+        return page_of(rows, page_size, lambda v: [v.seq])
 
     def protocols_elsewhere(self, version_id: str) -> tuple[set[str], int]:
         """The protocols of every version but ``version_id``, and how many those are."""
@@ -260,7 +206,7 @@ class Repository:
                 > sa.tuple_(sa.literal(int(after[0])), sa.literal(int(after[1])))
             )
         rows = list(self.session.scalars(stmt.limit(page_size + 1)))
-        return _page(rows, page_size, lambda s: [s.manifest_row_id, s.ordinal])
+        return page_of(rows, page_size, lambda s: [s.manifest_row_id, s.ordinal])
 
     # -- splits -----------------------------------------------------------------------
 
@@ -422,10 +368,3 @@ def _json_int_list(column: str) -> pl.Expr:
         .list.join(",")
         + pl.lit("]")
     ).alias(column)
-
-
-def _page(rows: list[T], page_size: int, key: Any) -> Page[T]:
-    if len(rows) > page_size:
-        rows = rows[:page_size]
-        return Page(rows, encode_page_token(key(rows[-1])))
-    return Page(rows, None)

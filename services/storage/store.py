@@ -16,12 +16,10 @@ checks the operator's :class:`services.storage.roots.AllowedRoots` before openin
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import threading
-from dataclasses import dataclass, field
-from datetime import timedelta
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -35,9 +33,9 @@ from obstore.exceptions import GenericError, NotFoundError
 from obstore.store import LocalStore, S3Store
 
 from services.contract.errors import ErrorType, WindpipeError
-from services.settings import Settings
 from services.storage.local_io import has_link, read_local
-from services.storage.roots import AllowedRoots
+from services.storage.options import StorageOptions
+from services.storage.ranged import RangedReader
 
 __all__ = [
     "ObjectMeta", "PathEscapeError", "Storage", "StorageOptions", "StorageRoots", "open_root",
@@ -51,131 +49,12 @@ class PathEscapeError(ValueError):
     """A path that is not a plain relative path inside the storage root."""
 
 
-@dataclass(frozen=True)
-class StorageOptions:
-    """How to reach S3-compatible storage (``Settings.s3_*``) and which roots a service
-    may open (``allowed``: None means any, as for a library caller; services pass the
-    operator's list)."""
-
-    s3_endpoint: str | None = None
-    s3_region: str = "us-east-1"
-    s3_allow_http: bool = False
-    s3_access_key_id: str | None = field(default=None, repr=False)
-    s3_secret_access_key: str | None = field(default=None, repr=False)
-    s3_instance_credentials: bool = False
-    allowed: AllowedRoots | None = None
-    connect_timeout_s: float = 5.0
-    timeout_s: float = 30.0
-    max_retries: int = 2
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> StorageOptions:
-        """The storage options of a service's settings (``WINDPIPE_S3_*``, allowed roots,
-        object-store timeouts)."""
-        secret = settings.s3_secret_access_key
-        return cls(
-            s3_endpoint=settings.s3_endpoint, s3_region=settings.s3_region,
-            s3_allow_http=settings.s3_allow_http, s3_access_key_id=settings.s3_access_key_id,
-            s3_secret_access_key=secret.get_secret_value() if secret else None,
-            s3_instance_credentials=settings.s3_instance_credentials,
-            allowed=AllowedRoots.parse(settings.resolved_allowed_roots()),
-            connect_timeout_s=settings.s3_connect_timeout_s,
-            timeout_s=settings.s3_timeout_s, max_retries=settings.s3_max_retries,
-        )
-
-    def s3_credentials(self) -> dict[str, Any]:
-        """S3Store options for credentials: configured keys, the operator's ``AWS_*`` keys
-        (obstore reads them), or unsigned requests (never instance metadata unless
-        ``s3_instance_credentials``)."""
-        if self.s3_access_key_id and self.s3_secret_access_key:
-            return {"access_key_id": self.s3_access_key_id,
-                    "secret_access_key": self.s3_secret_access_key}
-        if (os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")) \
-                or self.s3_instance_credentials:
-            return {}
-        return {"skip_signature": True}
-
-    def client_options(self) -> dict[str, Any]:
-        """obstore ``ClientConfig``: connect and whole-request timeouts, plain HTTP."""
-        opts: dict[str, Any] = {
-            "connect_timeout": timedelta(seconds=self.connect_timeout_s),
-            "timeout": timedelta(seconds=self.timeout_s),
-        }
-        if self.s3_allow_http:
-            opts["allow_http"] = True
-        return opts
-
-    def retry_config(self) -> dict[str, Any]:
-        """obstore ``RetryConfig``: a few retries, all of them within one request timeout."""
-        return {
-            "max_retries": self.max_retries,
-            "retry_timeout": timedelta(seconds=self.timeout_s),
-            "backoff": {"init_backoff": timedelta(milliseconds=100),
-                        "max_backoff": timedelta(seconds=2), "base": 2},
-        }
-
-
 @dataclass(frozen=True, slots=True)
 class ObjectMeta:
     """Size in bytes and entity tag (``None`` where the store has none) of one object."""
 
     size: int
     e_tag: str | None
-
-
-class _RangedReader(io.RawIOBase):
-    """A seekable read-only file over one object, one ranged GET per read.
-
-    ``tail`` (the last bytes of the object, already fetched) answers the footer
-    reads of a parquet reader without another request.
-    """
-
-    def __init__(self, store: Any, path: str, size: int, tail: bytes = b"") -> None:
-        super().__init__()
-        self._store = store
-        self._path = path
-        self._size = size
-        self._pos = 0
-        self._tail = tail
-        self._tail_start = size - len(tail)
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def size(self) -> int:
-        return self._size
-
-    def read(self, size: int = -1) -> bytes:
-        start = self._pos
-        stop = self._size if size is None or size < 0 else min(self._size, start + size)
-        if stop <= start:
-            return b""
-        if self._tail and start >= self._tail_start:
-            data = self._tail[start - self._tail_start : stop - self._tail_start]
-        else:
-            data = bytes(obstore.get_range(self._store, self._path, start=start, end=stop))
-        self._pos = stop
-        return data
-
-    def readall(self) -> bytes:
-        return self.read(-1)
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        data = self.read(len(view))
-        view[: len(data)] = data
-        return len(data)
 
 
 class Storage:
@@ -420,7 +299,7 @@ class Storage:
                 raise FileNotFoundError(f"no object at {rel!r} under {self._uri}")
             return pq.ParquetFile(str(full), memory_map=False, metadata=metadata)
         size = self.head(rel).size
-        raw = _RangedReader(self._store, rel, size, tail)
+        raw = RangedReader(self._store, rel, size, tail)
         return pq.ParquetFile(pa.PythonFile(raw, mode="r"), metadata=metadata)
 
     def zarr_store(self, path: str) -> zarr.storage.StoreLike:
