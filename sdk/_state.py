@@ -18,12 +18,13 @@ catalog).
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 import pyarrow as pa
@@ -277,7 +278,16 @@ class WorkerSource:
         if self._state is None or self._pid != os.getpid():
             self._pid = os.getpid()
             self._state = ClientState(self.settings)
+            atexit.register(self._state.close)
         source = self._state.source(self.plan_id, transport=self.transport, progress=False)
-        yield from source.batches(epoch=epoch, rank=rank, world_size=world_size,
-                                  start_batch=start_batch, worker=worker,
-                                  num_workers=num_workers)
+        batches = cast("Generator[Batch | AlignedBatch, None, None]", source.batches(
+            epoch=epoch, rank=rank, world_size=world_size, start_batch=start_batch,
+            worker=worker, num_workers=num_workers))
+        # A DataLoader worker whose pass is abandoned (the loop broke early) exits with
+        # this generator suspended: close it first at exit, so its Flight reader is
+        # cancelled and its connections closed before the interpreter tears gRPC down.
+        atexit.register(batches.close)
+        try:
+            yield from batches
+        finally:
+            atexit.unregister(batches.close)
