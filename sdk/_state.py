@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 import polars as pl
 import pyarrow as pa
 
+from sdk import _worker_exit as worker_exit
 from sdk._embedded import IN_PROCESS_URL, InProcess, InProcessReaders
 from sdk._exceptions import InvalidConfig, Unavailable, as_sdk_error
 from sdk._local import LocalReaders
@@ -279,6 +280,7 @@ class WorkerSource:
             self._pid = os.getpid()
             self._state = ClientState(self.settings)
             atexit.register(self._state.close)
+            worker_exit.install(self._pid)
         source = self._state.source(self.plan_id, transport=self.transport, progress=False)
         batches = cast("Generator[Batch | AlignedBatch, None, None]", source.batches(
             epoch=epoch, rank=rank, world_size=world_size, start_batch=start_batch,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 import types
 from pathlib import Path
 
@@ -13,19 +15,12 @@ import pytest
 from torch.utils.data import DataLoader
 
 from sdk import InvalidConfig, WindpipeIterableDataset
+from sdk import _worker_exit as worker_exit
 from sdk._state import ClientSettings, WorkerSource
 from sdk._torch import WindpipeDataLoader, check_spawn
 from tests.sdk.wire_toys import ToyFlightServer
 
 SPAWN = {"batch_size": None, "num_workers": 2, "multiprocessing_context": "spawn"}
-# A spawn worker whose pass is abandoned mid-stream (these tests break out of the loop)
-# has been seen, rarely, to abort in gRPC's C++ teardown as it exits; torch reports that
-# from the iterator's __del__ as an unraisable exception, after every assertion here
-# held. Known defect (a worker's exit, not its batches), noted for a fix.
-ABANDONED_WORKER_EXIT = pytest.mark.filterwarnings(
-    "ignore::pytest.PytestUnraisableExceptionWarning")
-
-
 @pytest.fixture(scope="module")
 def toy():
     server = ToyFlightServer(n_batches=11)
@@ -49,7 +44,6 @@ def _first(loader, n: int) -> list:
 
 
 @pytest.mark.slow
-@ABANDONED_WORKER_EXIT
 def test_a_plain_dataloader_with_workers_refuses_a_blind_state_dict(toy):
     ds = _dataset(toy)
     seen = _first(DataLoader(ds, **SPAWN), 4)
@@ -62,7 +56,6 @@ def test_a_plain_dataloader_with_workers_refuses_a_blind_state_dict(toy):
 
 
 @pytest.mark.slow
-@ABANDONED_WORKER_EXIT
 def test_the_windpipe_loader_keeps_the_cursor_across_workers(toy):
     ds = _dataset(toy)
     seen = _first(WindpipeDataLoader(ds, **SPAWN), 4)
@@ -74,6 +67,37 @@ def test_the_windpipe_loader_keeps_the_cursor_across_workers(toy):
     rest = [b.batch_idx for b in WindpipeDataLoader(resumed, **SPAWN)]
     assert rest == list(range(4, 11))
     assert resumed.state_dict()["batch"] == 11
+
+
+@pytest.mark.slow
+def test_workers_of_abandoned_passes_exit_cleanly(toy):
+    """Breaking out of a pass leaves the workers' queue feeders mid-pickle; each
+    worker still exits with status 0 (before sdk._worker_exit, about one pass in ten
+    lost a worker to SIGABRT: terminate called without an active exception)."""
+    codes = []
+    for _ in range(16):
+        batches = iter(DataLoader(_dataset(toy), **SPAWN))
+        for _ in range(3):
+            next(batches)
+        workers = list(batches._workers)  # type: ignore[attr-defined]
+        batches._shutdown_workers()  # type: ignore[attr-defined]
+        codes += [w.exitcode for w in workers]
+    assert codes == [0] * 32
+
+
+def test_the_exit_hook_waits_for_queue_feeders_within_its_grace():
+    release = threading.Event()
+    quick = threading.Thread(target=time.sleep, args=(0.3,), name="QueueFeederThread",
+                             daemon=True)
+    stuck = threading.Thread(target=release.wait, name="QueueFeederThread", daemon=True)
+    quick.start()
+    stuck.start()
+    started = time.monotonic()
+    worker_exit._let_feeders_finish(grace_s=1.0)
+    waited = time.monotonic() - started
+    release.set()
+    assert not quick.is_alive()
+    assert 0.9 <= waited < 3.0  # the stuck one is left after the grace
 
 
 def _double(batch):  # an importable transform
