@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -21,13 +22,14 @@ import psutil
 
 from bench.report import HEADLINE_RATIOS, ratio_table, write_markdown, write_plot_if_possible
 
-__all__ = ["CONTENDERS", "HEADLINE_RATIOS", "main", "ratios", "run_contender"]
+__all__ = ["CONTENDERS", "HEADLINE_RATIOS", "main", "median_record", "ratios", "round_ratios",
+           "run_contender"]
 
 CONTENDERS = (
-    "windpipe_local", "numpy_memmap", "windpipe_flight_warm", "windpipe_flight_cold",
-    "windpipe_full_in_mem", "windpipe_flight_warm_sequential", "windowed_parquet",
-    "rowgroup_parquet", "full_in_mem_torch", "torch_dataloader", "flight_ceiling",
-    "memcpy_ceiling",
+    "windpipe_local", "numpy_strided", "numpy_memmap", "windpipe_flight_warm",
+    "windpipe_flight_cold", "windpipe_full_in_mem", "windpipe_flight_warm_sequential",
+    "windowed_parquet", "rowgroup_parquet", "full_in_mem_torch", "torch_dataloader",
+    "flight_ceiling", "memcpy_ceiling",
 )
 
 
@@ -63,7 +65,28 @@ def run_contender(
     # CPU the timed loop cost the whole process tree (client, workers, server)
     cpu = result.get("run_cpu_s", 0.0)
     result["tokens_per_cpu_s"] = tokens / cpu if cpu else 0.0
+    own = result.get("run_process_cpu_s", 0.0)  # the consuming process alone
+    result["tokens_per_process_cpu_s"] = tokens / own if own else 0.0
     return result
+
+
+def median_record(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """A contender's record over interleaved rounds: the round of median tokens/s (the
+    lower one of an even count), with every round's tokens/s beside it; a failure only
+    when every round failed."""
+    ok = sorted((r for r in results if "error" not in r), key=lambda r: r["tokens_per_s"])
+    if not ok:
+        return results[-1]
+    return {**ok[(len(ok) - 1) // 2],
+            "rounds_tokens_per_s": [r.get("tokens_per_s") for r in results]}
+
+
+def round_ratios(rounds: list[dict[str, Any]]) -> dict[str, float]:
+    """The headline ratios of each round (contenders of one round ran side by side), their
+    median over the rounds."""
+    per_round = [ratios(r) for r in rounds]
+    keys = dict.fromkeys(k for r in per_round for k in r)
+    return {k: statistics.median(r[k] for r in per_round if k in r) for k in keys}
 
 
 def ratios(contenders: dict[str, Any]) -> dict[str, float]:
@@ -102,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the planning timings (default: run them)")
     parser.add_argument("--max-seconds", type=float,
                         help="per contender (default 20, 6 with --quick)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="interleaved rounds: every contender once per round, in turn; "
+                             "each contender's median round and the median of each round's "
+                             "ratios are reported (default %(default)s)")
     parser.add_argument("--max-batches", type=int,
                         help="per contender (default 3000, 300 with --quick)")
     args = parser.parse_args(argv)
@@ -122,23 +149,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"dataset {root}: {rows} cycling rows, {workload.n_batches} full batches "
           f"of {workload.batch_size}x{workload.seq_len} ({time.perf_counter() - t0:.1f} s)")
 
-    contenders: dict[str, Any] = {}
     names = args.only or CONTENDERS
-    for i, name in enumerate(names, 1):
-        slow = name in ("windowed_parquet", "rowgroup_parquet", "torch_dataloader")
-        limit = min(max_batches, 60) if slow else max_batches
-        _say(f"[{i}/{len(names)}] {name}: up to {limit} batches or {seconds:g} s "
-             f"({time.perf_counter() - t0:.0f} s so far) ...")
-        result = run_contender(name, workload_path, max_batches=limit, max_seconds=seconds,
-                               tokens_per_batch=workload.tokens_per_batch)
-        contenders[name] = result
-        if "error" in result:
-            _say(f"{name:24s} FAILED: {result['error'][-300:]}")
-        else:
-            print(f"{name:32s} {result['tokens_per_s'] / 1e6:8.2f} M tokens/s "
-                  f"{result['batches_per_s']:8.1f} batches/s "
-                  f"{result['tokens_per_cpu_s'] / 1e6:7.2f} M tokens/cpu-s "
-                  f"peak {result['peak_rss_bytes'] / 2**20:7.0f} MiB", flush=True)
+    rounds: list[dict[str, Any]] = [{} for _ in range(args.rounds)]
+    for r, results in enumerate(rounds, 1):  # interleaved: every contender once per round
+        for i, name in enumerate(names, 1):
+            slow = name in ("windowed_parquet", "rowgroup_parquet", "torch_dataloader")
+            limit = min(max_batches, 60) if slow else max_batches
+            where = f"round {r}/{args.rounds} " if args.rounds > 1 else ""
+            _say(f"[{where}{i}/{len(names)}] {name}: up to {limit} batches or {seconds:g} s "
+                 f"({time.perf_counter() - t0:.0f} s so far) ...")
+            result = run_contender(name, workload_path, max_batches=limit, max_seconds=seconds,
+                                   tokens_per_batch=workload.tokens_per_batch)
+            results[name] = result
+            if "error" in result:
+                _say(f"{name:24s} FAILED: {result['error'][-300:]}")
+            else:
+                print(f"{name:32s} {result['tokens_per_s'] / 1e6:8.2f} M tokens/s "
+                      f"{result['batches_per_s']:8.1f} batches/s "
+                      f"{result['tokens_per_cpu_s'] / 1e6:7.2f} M tokens/cpu-s "
+                      f"({result.get('tokens_per_process_cpu_s', 0.0) / 1e6:.2f} in-process) "
+                      f"peak {result['peak_rss_bytes'] / 2**20:7.0f} MiB", flush=True)
+    contenders = {name: median_record([r[name] for r in rounds]) for name in names}
 
     record: dict[str, Any] = {
         "contenders": contenders, "concurrency": None, "local_concurrency": None,
@@ -147,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": int(sum(workload.stream_rows)),
         "batch": {"batch_size": workload.batch_size, "seq_len": workload.seq_len,
                   "inputs": 3, "targets": 1, "strategy": workload.strategy},
-        "ratios": ratios(contenders),
+        "rounds": args.rounds, "ratios": round_ratios(rounds),
     }
     if not args.skip_concurrency and not args.only:
         from bench.windpipe_contenders import concurrency, local_concurrency  # noqa: PLC0415

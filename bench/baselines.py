@@ -8,11 +8,9 @@ many batches it produced in how long. They run in their own processes (see
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +20,7 @@ import pyarrow.flight as flight
 import pyarrow.parquet as pq
 import torch
 
+from bench.careful_loader import columns_npy, numpy_strided
 from bench.measure import consume
 from bench.workload import INPUTS, TARGETS, Workload
 
@@ -133,17 +132,11 @@ class _WindowDataset(torch.utils.data.Dataset[tuple[torch.Tensor, ...]]):
 
 
 def numpy_memmap(w: Workload, *, max_batches: int, max_seconds: float) -> dict[str, Any]:
-    """What a careful user writes in 20 lines: parquet decoded once into one ``.npy``,
-    memory-mapped, each batch B slices of T+1 rows copied out of it in the training process
-    (inputs and targets are strided views of that one copy, as such a loader yields them)."""
-    t0 = time.perf_counter()
-    npy = Path(w.root) / "bench-columns.npy"
-    if not npy.exists():  # decoded once, kept for later runs (not timed below)
-        data, _ = _preload(w)
-        tmp = npy.with_suffix(f".tmp-{os.getpid()}.npy")
-        np.save(tmp, data.numpy())
-        os.replace(tmp, npy)
-    load_s = time.perf_counter() - t0
+    """The 20-line loader many users write: parquet decoded once into one ``.npy``,
+    memory-mapped, each batch ``np.stack`` of B slices of T+1 rows copied out of it in the
+    training process (inputs and targets are strided views of that one copy). The careful
+    version of it is ``numpy_strided`` (``bench.careful_loader``)."""
+    npy, load_s = columns_npy(w)
     data_np = np.load(npy, mmap_mode="r")
     base = np.cumsum([0, *w.stream_rows])
     b, t = w.batch_size, w.seq_len
@@ -312,6 +305,7 @@ def memcpy_ceiling(w: Workload, *, max_batches: int, max_seconds: float) -> dict
 
 
 BASELINES: dict[str, Callable[..., dict[str, Any]]] = {
+    "numpy_strided": numpy_strided,
     "numpy_memmap": numpy_memmap,
     "windowed_parquet": windowed_parquet,
     "rowgroup_parquet": rowgroup_parquet,

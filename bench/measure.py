@@ -31,9 +31,11 @@ def consume(batches: Iterator[Any], *, max_batches: int, max_seconds: float) -> 
 
     Each batch is a tuple whose first item is the inputs tensor ``(B, T, C)``.
     ``run_cpu_s`` is the CPU the whole process tree spent in the timed loop (a
-    contender's server and workers included), for tokens per CPU-second.
+    contender's server and workers included), for tokens per CPU-second;
+    ``run_process_cpu_s`` the CPU of the consuming process alone (``time.process_time``).
     """
     cpu0 = tree_cpu_s()
+    own0 = time.process_time()
     start = time.perf_counter()
     n = 0
     checksum = 0.0
@@ -43,5 +45,6 @@ def consume(batches: Iterator[Any], *, max_batches: int, max_seconds: float) -> 
         if n >= max_batches or time.perf_counter() - start > max_seconds:
             break
     seconds = time.perf_counter() - start
+    own = time.process_time() - own0
     return {"batches": n, "seconds": seconds, "checksum": checksum,
-            "run_cpu_s": tree_cpu_s() - cpu0}
+            "run_cpu_s": tree_cpu_s() - cpu0, "run_process_cpu_s": own}

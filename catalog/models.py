@@ -8,6 +8,10 @@ set once when retired, it hides the row from listings and refuses new work on it
 versions, splits and plans are content digests, so writing the same thing twice
 finds the existing row instead of creating a new one.
 
+``registration_jobs`` is the other mutable table: a registration that outlasts its
+request (``catalog/jobs.py``) records its progress and outcome there; its version is
+written in one transaction at its end, as any registration's.
+
 ``plan_artifacts`` holds each plan's stored form (``services.planning.artifact``): its
 streams, piece layout and, for the epoch-independent strategies, its schedule. The
 epochs of a ``shuffled`` plan are a pure function of ``(plan, seed, epoch)``,
@@ -35,6 +39,7 @@ __all__ = [
     "ManifestRow",
     "Plan",
     "PlanArtifactRow",
+    "RegistrationJob",
     "Segment",
     "Split",
     "SplitAssignment",
@@ -266,3 +271,26 @@ class AuditEvent(Base):
     status: Mapped[int] = mapped_column(sa.Integer)
     outcome: Mapped[str] = mapped_column(sa.String(16))
     request_id: Mapped[str] = mapped_column(sa.String(40))
+
+
+class RegistrationJob(Base):
+    """A registration run in the background (``catalog/jobs.py``): its progress while
+    ``running`` (``updated_at`` is its heartbeat), then the version it registered
+    (``result``, the ``VersionOut`` answer) or the error envelope it ended with."""
+
+    __tablename__ = "registration_jobs"
+
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    dataset: Mapped[str] = mapped_column(sa.String(200), index=True)
+    request_key: Mapped[str] = mapped_column(sa.String(64), index=True)
+    principal: Mapped[str] = mapped_column(sa.String(200))
+    state: Mapped[str] = mapped_column(sa.String(16))
+    phase: Mapped[str] = mapped_column(sa.String(20))
+    checked: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    profiled: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    total: Mapped[int | None] = mapped_column(sa.BigInteger, nullable=True)
+    created: Mapped[bool | None] = mapped_column(sa.Boolean, nullable=True)
+    result: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON, nullable=True)
+    error: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(_TS, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(_TS, default=utcnow)

@@ -80,14 +80,16 @@ def bounded_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int,
 
 
 def profile_for(sessions: sessionmaker[Session], storage: Storage,
-                prepared: PreparedVersion) -> VersionProfile:
-    """The stored profile of this version when it is registered already, else a new one."""
+                prepared: PreparedVersion, *,
+                progress: Callable[[int, int], None] | None = None) -> VersionProfile:
+    """The stored profile of this version when it is registered already, else a new one
+    (``progress(done, total)`` after each segment read for it)."""
     with session_scope(sessions) as session:
         existing = Repository(session).get_version(prepared.version_id)
         stored = None if existing is None else existing.profile
     if stored is not None:
         return VersionProfile.model_validate(stored)
-    return profile_version(storage, prepared)
+    return profile_version(storage, prepared, progress=progress)
 
 
 def sampling_problem(times: np.ndarray) -> tuple[int, int, float | None, float | None]:
@@ -151,8 +153,10 @@ def _profile_segment(storage: Storage, info: SegmentInfo, names: list[str]) -> _
     return counts, sampling, len(known)
 
 
-def profile_version(storage: Storage, prepared: PreparedVersion) -> VersionProfile:
-    """Read what needs reading of every segment once and profile the version."""
+def profile_version(storage: Storage, prepared: PreparedVersion, *,
+                    progress: Callable[[int, int], None] | None = None) -> VersionProfile:
+    """Read what needs reading of every segment once and profile the version
+    (``progress(done, total)`` after each segment)."""
     segments = _segments(prepared)
     rows: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     order = {info.path: k for k, (info, _p, _n) in enumerate(segments)}
@@ -163,8 +167,10 @@ def profile_version(storage: Storage, prepared: PreparedVersion) -> VersionProfi
     def work(item: tuple[SegmentInfo, str, list[str]]) -> _Found:
         return _profile_segment(storage, item[0], item[2])
 
-    for (info, protocol, names), (counts, sampling, footer) in batched_map(
-            work, segments, workers=workers_for(storage)):
+    for done, ((info, protocol, names), (counts, sampling, footer)) in enumerate(batched_map(
+            work, segments, workers=workers_for(storage)), start=1):
+        if progress is not None:
+            progress(done, len(segments))
         from_footer += footer
         for name in names:
             entry = rows[(protocol, name)]

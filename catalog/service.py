@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 import polars as pl
@@ -167,6 +168,7 @@ def register_version(
     ctx: CatalogContext, name: str, *, root: str, manifest: str | None = None,
     rows: list[dict[str, Any]] | None = None, pattern: PatternSource | None = None,
     description: str | None = None, visible: Callable[[str], bool] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> Created[Version]:
     """Validate a manifest and all its segments, then store the version in one transaction.
 
@@ -193,8 +195,11 @@ def register_version(
              else manifest_from_pattern(storage, pattern, dataset=name, limits=ctx.limits)
              if pattern is not None else manifest_from_rows(rows or []))
     check_manifest_rows(frame.height, ctx.limits)
-    prepared = prepare_version(storage, frame)
-    profile = profile_for(ctx.sessions, storage, prepared)  # nulls, infinities, sampling
+    report = progress or (lambda _phase, _done, _total: None)  # (phase, segments done, of)
+    prepared = prepare_version(storage, frame, progress=partial(report, "checking"))
+    profile = profile_for(ctx.sessions, storage, prepared,  # nulls, infinities, sampling
+                          progress=partial(report, "profiling"))
+    report("storing", prepared.segments.height, prepared.segments.height)
     for attempt in range(_RETRIES):
         try:
             return _store_version(ctx, name, prepared, description, visible, profile=profile)

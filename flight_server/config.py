@@ -2,10 +2,10 @@
 :class:`services.settings.Settings` in one place (:meth:`FlightServerConfig.from_settings`).
 
 ``flight_server.server.WindpipeFlightServer`` and ``flight_server.runner`` read every
-knob from it (bind address, cache, read-ahead, endpoints, bad segments, tickets, the
-host's tier, limits, storage); what the server talks to (where plans come from, the
-access layer) is passed beside it. The settings' own fields hold the defaults, so
-this module writes none.
+knob from it (bind address, cache, read-ahead, endpoints and their discovery, bad
+segments, tickets, the host's tier and its host id, limits, storage); what the server
+talks to (where plans come from, the access layer) is passed beside it. The settings'
+own fields hold the defaults, so this module writes none.
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ class FlightServerConfig:
     port: int
     public_location: str | None
     locations: tuple[str, ...]
+    discovery: str | None
+    discovery_s: float
+    host_id: str | None
     ticket_secret: bytes = field(repr=False)
     ticket_ttl_s: float
     cache_bytes: int
@@ -60,6 +63,9 @@ class FlightServerConfig:
             port=settings.flight_port if port is None else port,
             public_location=settings.flight_public_location,
             locations=tuple(settings.flight_locations),
+            discovery=settings.flight_discovery,
+            discovery_s=settings.flight_discovery_s,
+            host_id=settings.host_id,
             ticket_secret=settings.ticket_secret.get_secret_value().encode(),
             ticket_ttl_s=settings.ticket_ttl_s,
             cache_bytes=settings.cache_bytes if cache_bytes is None else cache_bytes,

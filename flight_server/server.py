@@ -4,7 +4,8 @@
   totals and ordered endpoints with signed tickets. With several configured
   locations the rank's pass is cut (at unit boundaries) into endpoints whose first
   location is the server that owns their segments (rendezvous hashing of segment
-  paths), the others listed as fallbacks.
+  paths), the others listed as fallbacks. The locations are the configured ones and
+  those ``WINDPIPE_FLIGHT_DISCOVERY`` names (``catalog.discovery``), re-read as it changes.
 * ``DoGet``: a ticket -> one record batch per training batch, the batch's
   :class:`services.contract.wire.BatchMetadata` as ``app_metadata``.
 * ``DoAction``: ``health``, ``cache-stats``, ``tier-info``, ``warm`` (progress results
@@ -26,6 +27,7 @@ envelope in ``extra_info``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -36,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as fl
 
+from catalog.discovery import FlightDiscovery, parse_source
 from catalog.limits import check_world_size
 from catalog.principals import Principal
 from flight_server.access import FlightAccess
@@ -79,7 +82,7 @@ from services.materialize.builder import BatchBuilder
 from services.materialize.cache import ChunkCache
 from services.materialize.pipeline import BatchPipeline
 from services.materialize.plan import PlanContext
-from services.materialize.tier import Tier
+from services.materialize.tier import Tier, TierInfo
 from services.planning.ranks import pass_start, rank_batches
 from services.planning.schedule import Schedule
 from services.planning.sizes import channel_counts, token_bytes
@@ -118,6 +121,9 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         self.tier = (Tier(config.tier_dir, budget_bytes=config.tier_bytes)
                      if config.tier_dir is not None else None)
         self._storage_for: Callable[[str], Storage] = StorageRoots(config.storage).open
+        self.discovery = FlightDiscovery(
+            config.locations, parse_source(config.discovery) if config.discovery else None,
+            interval_s=config.discovery_s)
         self._stopping = threading.Event()
         self._active = 0
         self._streams = 0  # streams started since the server started
@@ -153,6 +159,11 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         )
         return fl.Ticket(sign_ticket(payload, self.config.ticket_secret))
 
+    def locations(self) -> tuple[str, ...]:
+        """The deployment's Flight servers this one routes endpoints to: the configured
+        locations and the discovered ones (``catalog.discovery``, re-read as it changes)."""
+        return self.discovery.locations()
+
     # -- Flight methods ---------------------------------------------------------------
 
     def get_flight_info(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
@@ -177,7 +188,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         )
         per_batch = per_token[schedule.batch_protocol[rest]] * lanes * seq
         endpoints = []
-        locations = self.config.locations
+        locations = self.locations()
         for a, b, home in endpoint_ranges(plan, schedule, batches, start=start,
                                           locations=locations,
                                           min_batches=self.config.endpoint_batches):
@@ -319,7 +330,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                                   streams=self._streams)
             return iter([json.dumps(health.model_dump(mode="json")).encode()])
         if kind == ACTION_TIER_INFO:
-            tier = (TierStatus.model_validate(self.tier.info().as_dict())
+            tier = (TierStatus.model_validate(self._tier_info().as_dict())
                     if self.tier is not None else None)
             return iter([json.dumps(FlightTierInfo(tier=tier).model_dump(mode="json")).encode()])
         if kind == ACTION_CACHE_STATS:
@@ -331,6 +342,14 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             ErrorType.INVALID_REQUEST, f"unknown action {kind!r}",
             details={"actions": list(ACTIONS)},
         ))
+
+    def _tier_info(self) -> TierInfo:
+        """The tier as advertised: its ``host`` is the configured host id (the node's
+        name, which a pod's hostname is not), else the hostname."""
+        assert self.tier is not None
+        info = self.tier.info()
+        host_id = self.config.host_id
+        return dataclasses.replace(info, host=host_id) if host_id else info
 
     def _warm(self, context: Any, body: bytes) -> Iterator[bytes]:
         try:

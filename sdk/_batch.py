@@ -189,6 +189,15 @@ class Batch(BatchLosses):
         name = protocol.value if isinstance(protocol, DatasetProtocolId) else str(protocol)
         return name in self.state.protocols
 
+    def contiguous(self) -> Batch:
+        """The same batch over contiguous tensors: a copy of each tensor that is a strided
+        view, the others as they are (docs/types.md says which may be views).
+
+        For a library that needs contiguous memory; to write into a batch, ``.clone()``
+        its tensors instead (they may share memory with what they were read into).
+        """
+        return self.with_tensors(**{name: t.contiguous() for name, t in self.tensors().items()})
+
     def pin_memory(self) -> Batch:
         """A copy in page-locked memory (needs CUDA; the state stays as is)."""
         if not torch.cuda.is_available():

@@ -13,17 +13,17 @@ Flight locations come from the catalog's ``GET /v1/config`` unless given with
 
 from __future__ import annotations
 
-import threading
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from sdk._exceptions import DataWarning, InvalidRequest, RegistrationWarning, WindpipeError
 from sdk._handles import DatasetVersion, Plan, Split
-from sdk._html import html_table, progress_bar
+from sdk._html import html_table
 from sdk._models import DatasetInfo
+from sdk._register import register_version
 from sdk._state import ClientSettings, ClientState, endpoint_from_environment
 from services.contract.stats import DATA_WARNINGS
 
@@ -150,16 +150,18 @@ class Catalog:
         known one (``cyling``) registers, with a :class:`RegistrationWarning` and the
         details in the version's ``warnings``; nulls, infinities and irregular sampling
         found in the values (``version.profile``) with a :class:`DataWarning` each.
+
+        A registration still running after two seconds (many segments, a slow store)
+        shows ``checked / total`` segments as a progress bar until it ends, whatever the
+        client's timeout; calling ``register`` again with the same arguments, from any
+        process, follows the same job (``sdk._register``).
         """
         body = _register_body(root=root, manifest=manifest, rows=rows, pattern=pattern,
                               set_id=set_id, protocol=protocol, metadata=metadata)
         if description is not None:
             body["description"] = description
-        answer, status = _with_spinner(
-            lambda: self._state.post_json(f"/v1/datasets/{name}/versions", body),
-            desc=f"registering {name}", progress=progress,
-        )
-        version = DatasetVersion.from_json(self._state, answer, created=status == 201)
+        answer, created = register_version(self._state, name, body, progress=progress)
+        version = DatasetVersion.from_json(self._state, answer, created=created)
         for doubt in version.warnings:
             kind = DataWarning if doubt.get("type") in DATA_WARNINGS else RegistrationWarning
             warnings.warn(f"{name}: {doubt['message']}", kind, stacklevel=2)
@@ -226,31 +228,3 @@ def _register_body(
             body["metadata_rows"] = (metadata.to_dicts() if isinstance(metadata, pl.DataFrame)
                                      else list(metadata))
     return body
-
-
-def _with_spinner(
-    call: Callable[[], tuple[Any, int]], *, desc: str, progress: bool | None
-) -> tuple[Any, int]:
-    """Run ``call`` while a tqdm spinner shows the elapsed time (long registrations)."""
-    tqdm = progress_bar()  # imported only when a bar is drawn
-
-    result: list[tuple[Any, int]] = []
-    error: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            result.append(call())
-        except BaseException as exc:
-            error.append(exc)
-
-    thread = threading.Thread(target=run, name="windpipe-register", daemon=True)
-    disable = True if progress is False else None if progress is None else False
-    fmt = "{desc}: {elapsed}"
-    with tqdm(desc=desc, total=None, unit="s", disable=disable, bar_format=fmt) as bar:
-        thread.start()
-        while thread.is_alive():
-            thread.join(timeout=0.2)
-            bar.refresh()
-    if error:
-        raise error[0]
-    return result[0]

@@ -29,6 +29,7 @@ from sdk._exceptions import (
     Unavailable,
     as_sdk_error,
 )
+from sdk._locations import local_host_id
 from sdk._stream import FlightStream
 from sdk._warm import warm_plan
 from services.contract.configs import TRANSPORTS
@@ -163,12 +164,15 @@ class LocalReaders:
                 return self._found
         stream = self._stream()
         found = None
+        host_id = local_host_id()
         for location in stream.locations:
             try:  # refused or unknown (an older server): no tier there, stream instead
                 answer = next(iter(stream.action(location, ACTION_TIER_INFO)), {})
             except (Unavailable, InvalidRequest, Unauthenticated, Forbidden):
                 continue
             info = TierInfo.from_dict(answer.get("tier"))
+            if info is not None and host_id is not None and info.host != host_id:
+                continue  # another node's tier (WINDPIPE_HOST_ID, sdk._locations)
             tier = Tier.attach(info) if info is not None else None
             if tier is not None:
                 found = (tier, location)

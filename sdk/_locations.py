@@ -8,6 +8,13 @@ A key matches a whole location (``grpc://flight-1:8815``), its ``host:port`` or 
 host alone; the value replaces the same part (a whole location, ``host:port``, or the
 host keeping the port). Every location the catalog or a ``FlightInfo`` names goes
 through the map, so failover and every endpoint are remapped alike.
+
+``WINDPIPE_HOST_ID`` (:func:`local_host_id`) names the node this process runs on, for
+the same-host path (``sdk._local``): set, only the tier of a Flight server whose
+``tier-info`` names the same host id is read in process. Why: a pod's hostname is
+not its node's, and several tiers can be reachable from one machine (a shared
+filesystem, or the multi-node test's simulated nodes); the Flight server's
+``WINDPIPE_HOST_ID`` (``--host-id``) is the other half.
 """
 
 from __future__ import annotations
@@ -18,9 +25,10 @@ from urllib.parse import urlsplit
 
 from sdk._exceptions import InvalidConfig
 
-__all__ = ["LOCATION_MAP_ENV", "UNREACHABLE_HINT", "LocationMap"]
+__all__ = ["HOST_ID_ENV", "LOCATION_MAP_ENV", "UNREACHABLE_HINT", "LocationMap", "local_host_id"]
 
 LOCATION_MAP_ENV = "WINDPIPE_FLIGHT_LOCATION_MAP"
+HOST_ID_ENV = "WINDPIPE_HOST_ID"
 UNREACHABLE_HINT = (
     "if these names are only valid inside the deployment's network (compose service "
     "names), map them to addresses this machine reaches: Catalog(url, location_map="
@@ -60,6 +68,12 @@ class LocationMap:
                 return new
             return parts._replace(netloc=f"{new}:{port}" if port is not None else new).geturl()
         return location
+
+
+def local_host_id() -> str | None:
+    """This node's host id (``WINDPIPE_HOST_ID``), or None: then any tier reachable here
+    counts as this host's."""
+    return os.environ.get(HOST_ID_ENV, "").strip() or None
 
 
 def _parse(text: str) -> dict[str, str]:

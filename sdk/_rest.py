@@ -60,9 +60,10 @@ class RestClient:
         params: dict[str, Any] | None = None,
         json: Any = None,
         accept: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> httpx.Response:
         """Send a request; retry what is safe to retry; raise the SDK error of a failure."""
-        headers = {"accept": accept} if accept else None
+        headers = {**(headers or {}), **({"accept": accept} if accept else {})} or None
         clean = {k: v for k, v in (params or {}).items() if v is not None}
         attempt = 0
         deadline = time.monotonic() + self.retry_deadline_s
@@ -103,9 +104,11 @@ class RestClient:
         """GET a JSON document."""
         return self.request("GET", path, params=params).json()
 
-    def post_json(self, path: str, body: Any) -> tuple[Any, int]:
-        """POST a JSON body; returns the answer and its status (201 new, 200 existing)."""
-        response = self.request("POST", path, json=body)
+    def post_json(self, path: str, body: Any, *,
+                  headers: dict[str, str] | None = None) -> tuple[Any, int]:
+        """POST a JSON body; returns the answer and its status (201 new, 200 existing,
+        202 a job still running)."""
+        response = self.request("POST", path, json=body, headers=headers)
         return response.json(), response.status_code
 
     def pages(self, path: str, *, page_size: int = 500, **params: Any) -> Iterator[Any]:

@@ -22,6 +22,7 @@ import atexit
 import dataclasses
 import os
 import threading
+import time
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ClientSettings", "ClientState", "WorkerSource", "endpoint_from_environment"]
 _ARROW_STREAM = "application/vnd.apache.arrow.stream"
+LIVE_RECHECK_S = 1.0  # a plan found live is asked about again after this long (check_live)
+_LIVE_KEPT = 256
 URL_VARIABLE, TOKEN_VARIABLE = "WINDPIPE_URL", "WINDPIPE_TOKEN"
 
 
@@ -123,6 +126,7 @@ class ClientState:
                                 retries=settings.retries, transport=transport)
         self._stream: FlightStream | None = None
         self._lock = threading.Lock()
+        self._live: dict[str, float] = {}  # plan id -> when it was last found live
         self._local = LocalReaders(self.flight, self.artifact_bytes)
         self._in_process = (InProcessReaders(spec, self.artifact_bytes)
                             if spec is not None else None)
@@ -146,12 +150,17 @@ class ClientState:
         """``GET path`` (``params`` as the query), the answer's JSON."""
         return self._rest.get_json(path, **params)
 
-    def post_json(self, path: str, body: Any) -> tuple[Any, int]:
-        """``POST path``: the answer's JSON and its status (201 new, 200 existing)."""
-        return self._rest.post_json(path, body)
+    def post_json(self, path: str, body: Any, *,
+                  headers: dict[str, str] | None = None) -> tuple[Any, int]:
+        """``POST path``: the answer's JSON and its status (201 new, 200 existing, 202 a
+        job still running)."""
+        return self._rest.post_json(path, body, headers=headers)
 
     def delete_json(self, path: str) -> Any:
-        """``DELETE path`` (a soft retirement), the answer's JSON."""
+        """``DELETE path`` (a soft retirement), the answer's JSON; plans found live are
+        asked about again (:meth:`check_live`)."""
+        with self._lock:
+            self._live.clear()
         return self._rest.request("DELETE", path).json()
 
     def pages(self, path: str, **params: Any) -> Iterator[Any]:
@@ -176,10 +185,26 @@ class ClientState:
         return dict(self._rest.get_json("/v1/config"))
 
     def check_live(self, plan_id: str) -> None:
-        """:class:`Conflict` when the plan (or its split or version) is retired."""
+        """:class:`Conflict` when the plan (or its split or version) is retired.
+
+        A plan found live is not asked about again for :data:`LIVE_RECHECK_S`: a
+        same-host pass of a small plan takes milliseconds, and a request per pass cost
+        the catalog more CPU than building the pass (issue 24). A retirement through
+        this client is seen at once (:meth:`delete_json` forgets every answer), one by
+        another client by the passes that start up to a second later.
+        """
+        now = time.monotonic()
+        with self._lock:
+            seen = self._live.get(plan_id)
+        if seen is not None and now - seen < LIVE_RECHECK_S:
+            return
         retired = self._rest.get_json(f"/v1/plans/{plan_id}").get("retired_at")
         if retired:
             raise as_sdk_error(retired_error("plan", plan_id, retired))
+        with self._lock:
+            if len(self._live) >= _LIVE_KEPT:
+                self._live.clear()
+            self._live[plan_id] = now
 
     # -- Flight and the same host ---------------------------------------------------
 
@@ -194,9 +219,13 @@ class ClientState:
             if self._stream is None:
                 s = self.settings
                 locations = list(s.flight_locations or ()) or flight_locations_of(self.config())
+                # locations from the catalog are asked for again (servers come and go)
+                refresh = None if s.flight_locations else (
+                    lambda: flight_locations_of(self.config()))
                 self._stream = FlightStream(locations, token=s.token, timeout=s.timeout,
                                             read_timeout=s.read_timeout,
-                                            location_map=self.location_map)
+                                            location_map=self.location_map,
+                                            refresh=refresh)
             return self._stream
 
     def warm(self, plan_id: str, *, epoch: int = 0,

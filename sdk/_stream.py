@@ -5,12 +5,20 @@ locations are equivalent replicas, tried in order, and every endpoint is consume
 in order. When a server dies mid-pass (unavailable, connection reset, timed out, or
 no batch within ``read_timeout`` seconds: a server that stops answering),
 the stream asks another server for a new ``FlightInfo`` with ``start_batch`` = the
-batches already received, so the pass continues with the next batch: nothing is
-duplicated or skipped (each batch's ``batch_idx`` is checked). The parts of an
-aligned batch (one record batch per protocol) are handed out together once all
-have arrived, so a failover mid-batch re-reads that batch whole. Errors that carry a
+batches already received, so the pass continues with the next batch (and so it does
+when the servers changed between two endpoints, see below): nothing is duplicated or
+skipped (each batch's ``batch_idx`` is checked). The parts of an aligned batch (one
+record batch per protocol) are handed out together once all have arrived, so a
+failover mid-batch re-reads that batch whole. Errors that carry a
 windpipe envelope (a bad segment, a refused ticket) are not retried: they raise the
 SDK exception of their type.
+
+The locations are asked for again (``refresh``: the catalog's ``/v1/config``, which
+lists the servers ``WINDPIPE_FLIGHT_DISCOVERY`` finds) at the start of a pass and
+between two endpoints once ``refresh_s`` seconds have passed, and at a failover once
+a second has: a server added mid-epoch then gets its share of the rest of the pass
+(a new ``FlightInfo``), one removed is no longer tried first. A refresh that fails
+keeps the list (the catalog may be down while the Flight servers are not).
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -39,16 +47,28 @@ _TRANSPORT_ERRORS = (
 )
 
 
+_FAILOVER_REFRESH_S = 1.0  # at most one refresh of the locations a second at failovers
+_REFRESH_WAIT_S = 2.0  # how long a pass waits for a refresh's answer
+
+
 @dataclass
 class _Counters:
-    """``failovers``: times a location failed and another one took over."""
+    """``failovers``: times a location failed and another one took over; ``gets``: the
+    ``DoGet`` calls made, by location; ``refreshes``: the times the locations were
+    asked for again (which path a rank took, and where it read, shows in them)."""
 
     failovers: int = 0
     dead: list[str] = field(default_factory=list)
+    gets: dict[str, int] = field(default_factory=dict)
+    refreshes: int = 0
 
 
 class FlightStream:
-    """A Flight client over a set of equivalent servers (``grpc://host:port``)."""
+    """A Flight client over a set of equivalent servers (``grpc://host:port``).
+
+    ``refresh``: where the locations come from again (see the module docstring);
+    None: ``locations`` stay as given.
+    """
 
     def __init__(
         self,
@@ -59,6 +79,8 @@ class FlightStream:
         read_timeout: float | None = 60.0,
         max_failovers: int = 8,
         location_map: LocationMap | None = None,
+        refresh: Callable[[], Sequence[str]] | None = None,
+        refresh_s: float = 10.0,
     ) -> None:
         if not locations:
             msg = "no Flight location is known: pass flight_locations= or configure the catalog"
@@ -72,6 +94,10 @@ class FlightStream:
         self._get_options = fl.FlightCallOptions(headers=headers)
         self._clients: dict[str, fl.FlightClient] = {}
         self.counters = _Counters()
+        self.refresh_s = refresh_s
+        self._refresh = refresh
+        self._refreshed_at = time.monotonic()
+        self._refresh_lock = threading.Lock()
 
     def close(self) -> None:
         """Close every connection."""
@@ -84,6 +110,32 @@ class FlightStream:
         if client is None:
             client = self._clients[location] = fl.FlightClient(location)
         return client
+
+    def refresh_locations(self, *, failover: bool = False) -> None:
+        """Ask for the locations again when due (``refresh_s`` since the last time, a
+        second at a ``failover``). It waits for the answer at most
+        ``_REFRESH_WAIT_S`` (a slow catalog must not stall a pass; a late answer still
+        lands); a refresh that fails or names none keeps the current list."""
+        if self._refresh is None:
+            return
+        now = time.monotonic()
+        with self._refresh_lock:
+            if now - self._refreshed_at < (_FAILOVER_REFRESH_S if failover else self.refresh_s):
+                return
+            self._refreshed_at = now
+        thread = threading.Thread(target=self._replace_locations, args=(self._refresh,),
+                                  name="windpipe-flight-refresh", daemon=True)
+        thread.start()
+        thread.join(timeout=_REFRESH_WAIT_S)
+
+    def _replace_locations(self, refresh: Callable[[], Sequence[str]]) -> None:
+        try:
+            found = [self.location_map(str(loc)) for loc in refresh()]
+        except (WindpipeError, OSError):
+            return
+        if found:
+            self.counters.refreshes += 1
+            self.locations = found
 
     def _ordered(self, locations: Sequence[str], dead: set[str]) -> list[str]:
         live = [loc for loc in locations if loc not in dead]
@@ -143,13 +195,17 @@ class FlightStream:
         next_batch = command.start_batch
         dead: set[str] = set()
         failovers = 0
+        self.refresh_locations()
         while True:
             info, info_location = self.flight_info(
                 replace(command, start_batch=next_batch), dead=dead
             )
+            known = set(self.locations)
             parts: list[tuple[pa.RecordBatch, BatchMetadata]] = []
             try:
-                for endpoint in info.endpoints:
+                for i, endpoint in enumerate(info.endpoints):
+                    if i and not parts and self._servers_changed(known):
+                        raise _Replan
                     uris = [self.location_map(_uri(loc)) for loc in endpoint.locations]
                     uris = uris or [info_location]
                     for batch, meta in self._endpoint(endpoint.ticket, uris, dead):
@@ -162,6 +218,8 @@ class FlightStream:
                         yield from parts
                         parts = []
                         next_batch += 1
+            except _Replan:
+                continue  # the rest of the pass, spread over the servers known now
             except _Failover as exc:
                 failovers += 1
                 if failovers > self.max_failovers:
@@ -170,8 +228,18 @@ class FlightStream:
                            f"{UNREACHABLE_HINT}")
                     raise Unavailable(msg, details={"dead": sorted(dead)}) from exc.cause
                 time.sleep(min(0.05 * failovers, 0.5))
+                self.refresh_locations(failover=True)
                 continue
             return
+
+    def _servers_changed(self, known: set[str]) -> bool:
+        """Whether the locations (refreshed when due) differ from ``known``, those of the
+        current ``FlightInfo``: then the rest of a long pass is asked for again, so a
+        server added mid-epoch gets its share before the next pass."""
+        if self._refresh is None:
+            return False
+        self.refresh_locations()
+        return set(self.locations) != known
 
     def _endpoint(
         self, ticket: fl.Ticket, uris: list[str], dead: set[str]
@@ -182,6 +250,7 @@ class FlightStream:
             started = False
             reader: Any = None
             try:
+                self.counters.gets[uri] = self.counters.gets.get(uri, 0) + 1
                 reader = self._client(uri).do_get(ticket, self._get_options)
                 for chunk in _chunks(reader, self.read_timeout, uri):
                     if chunk.data is None:
@@ -282,6 +351,10 @@ def _chunks(reader: Any, timeout: float | None, uri: str) -> Iterator[Any]:
             yield item
     finally:
         stop.set()
+
+
+class _Replan(Exception):  # noqa: N818 - internal signal
+    """The servers changed between two endpoints: ask for a new ``FlightInfo``."""
 
 
 class _Failover(WindpipeError):  # noqa: N818 - internal signal

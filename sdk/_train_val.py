@@ -29,10 +29,12 @@ __all__ = ["PassLengthMixin", "TrainValMixin", "train_val_configs"]
 def train_val_configs(config: LoaderConfig) -> tuple[LoaderConfig, LoaderConfig]:
     """The train and validation configs of ``config``: the same fields, ``split="train"``
     and ``split="val"``; the validation one ``strategy="sequential"`` (every validation
-    window once, in the stored order: the same batches every epoch, so epochs compare)."""
+    window once, in the stored order: the same batches every epoch, so epochs compare; a
+    ``block_shuffled`` budget belongs to the train plan only)."""
     body = config.model_dump()
     train = LoaderConfig.model_validate({**body, "split": "train"})
-    val = LoaderConfig.model_validate({**body, "split": "val", "strategy": "sequential"})
+    val = LoaderConfig.model_validate({**body, "split": "val", "strategy": "sequential",
+                                       "shuffle_block_bytes": None})
     return train, val
 
 

@@ -102,6 +102,27 @@ class Settings(BaseSettings):
                     "endpoint routing",
         json_schema_extra={"flag": "--flight-location", "default_text": "this server only"},
     )
+    flight_discovery: str | None = Field(
+        default=None,
+        description="where more Flight servers are found, re-read every "
+                    "WINDPIPE_FLIGHT_DISCOVERY_S: dns://name:port (every address of a name, "
+                    "e.g. a headless Service) or file:///path (a grpc://host:port a line)",
+        json_schema_extra={"flag": "--flight-discovery",
+                           "default_text": "none: the Flight locations only"},
+    )
+    flight_discovery_s: float = Field(
+        default=10.0, gt=0,
+        description="how often the catalog and each Flight server re-read "
+                    "WINDPIPE_FLIGHT_DISCOVERY",
+        json_schema_extra={"flag": "--flight-discovery-s"},
+    )
+    host_id: str | None = Field(
+        default=None,
+        description="this node's name in the Flight server's tier-info; an SDK with "
+                    "WINDPIPE_HOST_ID reads in process only the tier of a server naming the "
+                    "same node (Kubernetes: spec.nodeName in both pods)",
+        json_schema_extra={"flag": "--host-id", "default_text": "the hostname"},
+    )
     cache_bytes: int = Field(
         default=1 << 30, ge=1 << 20, description="each Flight server's chunk cache budget",
         json_schema_extra={"flag": "--cache-bytes"},
@@ -214,6 +235,16 @@ class Settings(BaseSettings):
     s3_max_retries: int = Field(
         default=2, ge=0, description="retries of a failed object-store request (with backoff)"
     )
+    s3_readahead_bytes: int = Field(
+        default=64 << 20, ge=0,
+        description="most bytes a Flight server's read-ahead from an object store holds "
+                    "fetched or in flight per block fill (0: no read-ahead); within it the "
+                    "window follows the measured bandwidth x latency",
+    )
+    s3_coalesce_bytes: int = Field(
+        default=1 << 20, ge=0,
+        description="object-store byte ranges closer than this are fetched in one request",
+    )
     storage_workers: int = Field(
         default=8, ge=1,
         description="threads the catalog runs registrations on (their manifest and segment "
@@ -225,6 +256,11 @@ class Settings(BaseSettings):
         description="registrations waiting for a storage thread; past it a registration "
                     "answers 503 unavailable at once",
         json_schema_extra={"flag": "--storage-queue"},
+    )
+    job_stale_s: float = Field(
+        default=30.0, gt=0,
+        description="seconds without a heartbeat after which a running registration job "
+                    "reads as interrupted (its server stopped; nothing of it was stored)",
     )
     max_batch_size: int = Field(default=65_536, ge=1, description="largest batch_size of a plan")
     max_seq_len: int = Field(default=1 << 20, ge=1, description="largest seq_len of a plan")
@@ -270,6 +306,15 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(v.strip() for v in value.split(",") if v.strip())
         return value
+
+    @field_validator("flight_discovery")
+    @classmethod
+    def _check_discovery(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("dns://", "file://")):
+            msg = (f"flight discovery {value!r}: expected dns://NAME:PORT or "
+                   "file:///PATH (catalog/discovery.py)")
+            raise ValueError(msg)
+        return value or None
 
     @field_validator("root_scopes")
     @classmethod

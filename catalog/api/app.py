@@ -24,9 +24,19 @@ from catalog.api.audit import AuditMiddleware, RequestIdMiddleware
 from catalog.api.auth import authenticate
 from catalog.api.body import BodyLimitMiddleware
 from catalog.api.errors import install_error_handlers
-from catalog.api.routes import access, datasets, flight, health, plans, splits, versions
+from catalog.api.routes import (
+    access,
+    datasets,
+    flight,
+    health,
+    jobs,
+    plans,
+    splits,
+    versions,
+)
 from catalog.api.storage_pool import StoragePool
 from catalog.flight_stats import RequestCounter
+from catalog.jobs import Jobs
 from catalog.service import CatalogContext
 from migrations import upgrade_engine
 from services.database import create_engine
@@ -119,8 +129,12 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
                 cache_bytes=settings.schedule_cache_bytes, limits=settings.limits(),
                 root_scopes=RootScopes.parse(settings.root_scopes),
             )
+            app.state.jobs = Jobs(app.state.catalog.sessions, app.state.storage_pool.submit,
+                                  stale_after_s=settings.job_stale_s)
             yield
         finally:
+            if hasattr(app.state, "jobs"):
+                app.state.jobs.close()
             app.state.ready_pool.shutdown(wait=False, cancel_futures=True)
             app.state.storage_pool.shutdown()
             if own:
@@ -144,6 +158,6 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.include_router(health.router)
     secured = [Depends(authenticate)]
     app.include_router(flight.metrics, dependencies=secured)
-    for module in (health, datasets, versions, splits, plans, flight, access):
+    for module in (health, datasets, jobs, versions, splits, plans, flight, access):
         app.include_router(module.v1, prefix="/v1", dependencies=secured)
     return app

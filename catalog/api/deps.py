@@ -7,10 +7,11 @@ from typing import Annotated
 from fastapi import Depends, Query, Request
 
 from catalog.api.schemas import MAX_PAGE_SIZE
+from catalog.discovery import FlightDiscovery
 from catalog.service import CatalogContext
 from services.settings import Settings
 
-__all__ = ["AppSettings", "Context", "PageSize", "PageToken"]
+__all__ = ["AppSettings", "Context", "Discovery", "PageSize", "PageToken"]
 
 
 def _context(request: Request) -> CatalogContext:
@@ -21,8 +22,19 @@ def _settings(request: Request) -> Settings:
     return request.app.state.settings  # type: ignore[no-any-return]
 
 
+def _discovery(request: Request) -> FlightDiscovery:
+    """The app's Flight locations (made on first use from its settings; two requests
+    racing to make it make two equal ones, and one stays)."""
+    state = request.app.state
+    found = getattr(state, "discovery", None)
+    if not isinstance(found, FlightDiscovery):
+        found = state.discovery = FlightDiscovery.from_settings(state.settings)
+    return found
+
+
 Context = Annotated[CatalogContext, Depends(_context)]
 AppSettings = Annotated[Settings, Depends(_settings)]
+Discovery = Annotated[FlightDiscovery, Depends(_discovery)]
 PageSize = Annotated[
     int, Query(ge=1, le=MAX_PAGE_SIZE, description="items per page")
 ]

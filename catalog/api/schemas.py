@@ -16,6 +16,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from catalog.jobs import JobPhase, JobState, JobView
 from catalog.models import (
     ApiToken,
     AuditEvent,
@@ -41,6 +42,7 @@ __all__ = [
     "FlightServerStatsOut",
     "FlightStatsOut",
     "HealthOut",
+    "JobOut",
     "PageOut",
     "PlanOut",
     "RegisterVersionIn",
@@ -187,6 +189,38 @@ class VersionOut(_Out):
             profile=None if row.profile is None else VersionProfile.model_validate(row.profile),
         )
 
+
+
+class JobOut(_Out):
+    """A registration run as a job (``catalog/jobs.py``): while ``running``, its
+    ``phase`` and the segments ``checked`` and ``profiled`` of ``total`` (null until the
+    manifest is read), then
+    ``version`` (``succeeded``; ``created``: whether it was new) or ``error`` (the error
+    envelope's object; ``failed``, or ``interrupted`` when its server stopped: nothing was
+    stored, post the same registration again)."""
+
+    id: str
+    dataset: str
+    state: JobState
+    phase: JobPhase
+    checked: int
+    profiled: int
+    total: int | None
+    created_at: datetime
+    updated_at: datetime
+    version: VersionOut | None = None
+    created: bool | None = None
+    error: dict[str, Any] | None = None
+
+    @classmethod
+    def from_view(cls, job: JobView) -> JobOut:
+        """From the job as :meth:`catalog.jobs.Jobs.view` reads it."""
+        return cls(id=job.id, dataset=job.dataset, state=job.state, phase=job.phase,
+                   checked=job.checked, profiled=job.profiled, total=job.total,
+                   created_at=job.created_at, updated_at=job.updated_at,
+                   version=None if job.version is None else VersionOut.model_validate(
+                       job.version),
+                   created=job.created, error=job.error)
 
 class SegmentOut(_Out):
     """A normalized segment of a version."""

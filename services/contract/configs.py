@@ -70,6 +70,12 @@ def _protocol_name(value: object) -> str:
     return name
 
 
+def _unset(value: object) -> bool:
+    """An optional field left None is not written: a spec without a field added later
+    dumps (and digests: plan ids) exactly as before it existed."""
+    return value is None
+
+
 def _column_tuple(value: Any, *, what: str, allow_empty: bool = False) -> tuple[str, ...]:
     if isinstance(value, str):
         value = (value,)
@@ -174,7 +180,10 @@ class PlanSpec(_Frozen):
     default_window: WindowConfig = WindowConfig(batch_size=8, seq_len=1024)
     window_by_protocol: dict[str, WindowConfig] = Field(default_factory=dict)
     seed: int = 69
-    strategy: Literal["sequential", "shuffled"] = "sequential"
+    strategy: Literal["sequential", "shuffled", "block_shuffled"] = "sequential"
+    # block_shuffled only (SEMANTICS 3c); left out of the JSON when unset, so plans made
+    # before it existed keep their ids
+    shuffle_block_bytes: int | None = Field(default=None, ge=1, exclude_if=_unset)
     phase_shift: bool = True
     protocol_order: tuple[str, ...] | None = None
     stateful_n_windows: int = Field(default=0, ge=-1)
@@ -249,6 +258,7 @@ class PlanSpec(_Frozen):
             self._check_chain()
         if self.align_by is not None:
             self._check_aligned()
+        self._check_block_shuffle()
         _freeze(self, "inputs", "targets", "window_by_protocol")
         return self
 
@@ -281,6 +291,22 @@ class PlanSpec(_Frozen):
             raise ValueError(msg)
         if any(self.window_for(p).step_rows is not None for p in self.inputs):
             msg = "align_by reads each key's windows back to back: step_rows does not apply"
+            raise ValueError(msg)
+
+    def _check_block_shuffle(self) -> None:
+        if self.strategy != "block_shuffled":
+            if self.shuffle_block_bytes is not None:
+                msg = ("shuffle_block_bytes is the block budget of strategy='block_shuffled'; "
+                       f"strategy {self.strategy!r} does not use it")
+                raise ValueError(msg)
+            return
+        if self.shuffle_block_bytes is None:
+            msg = ("strategy='block_shuffled' needs shuffle_block_bytes: the decoded bytes "
+                   "one shuffle block may read (SEMANTICS 3c)")
+            raise ValueError(msg)
+        if self.stateful_n_windows != 0 or self.align_by is not None:
+            msg = ("strategy='block_shuffled' shuffles single lane windows within blocks: it "
+                   "needs stateful_n_windows=0 (no cross_protocol_state_carry) and no align_by")
             raise ValueError(msg)
 
     @property

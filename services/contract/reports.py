@@ -15,7 +15,8 @@ The Flight actions' results (``docs/wire.md`` section 6): :class:`FlightHealth`
 ``tier-info`` and ``warm`` name.
 
 Every model here dumps to exactly the JSON the wire carries (``model_dump(mode="json")``;
-``aligned`` is left out for a plan that is not aligned, a warm step dumps
+``aligned`` is left out for a plan that is not aligned, ``shuffle_blocks`` for one that is
+not block shuffled, ``shuffle_quality`` where it is null, a warm step dumps
 ``exclude_unset=True``).
 """
 
@@ -36,6 +37,7 @@ __all__ = [
     "ReportWarning",
     "ScheduleBatch",
     "ScheduleLane",
+    "ShuffleBlocksReport",
     "TierStatus",
     "WarmProgress",
 ]
@@ -93,6 +95,16 @@ class AlignedReport(_Wire):
     keys: int = Field(description="alignment keys that yield batches")
 
 
+class ShuffleBlocksReport(_Wire):
+    """A ``block_shuffled`` plan's blocks (SEMANTICS 3c): the budget and what it holds."""
+
+    budget_bytes: int = Field(description="shuffle_block_bytes: what one block may read")
+    blocks: int = Field(description="blocks that yield batches this epoch")
+    working_set_bytes: int = Field(
+        description="the most decoded chunk bytes the batches of one block read (the "
+                    "distinct chunks, each rows x (C_in + C_out) x 4); <= budget_bytes")
+
+
 class ReportWarning(_Wire):
     """Something a plan does that is legal but probably not meant (``type``: what kind,
     ``padding`` for now; ``message`` says what and what to change)."""
@@ -137,6 +149,14 @@ class PlanReport(_Wire):
     cache_working_set_bytes: int = Field(
         description="the most chunk bytes one batch pins in a Flight server's cache (the "
                     "distinct chunks its lanes read; an aligned plan: the worst part)")
+    shuffle_blocks: ShuffleBlocksReport | None = Field(
+        default=None, exclude_if=lambda value: value is None,
+        description="only for block_shuffled plans (absent otherwise)")
+    shuffle_quality: float | None = Field(
+        default=None, exclude_if=lambda value: value is None,
+        description="0..1: mean source-rank gap of consecutive lanes over a random "
+                    "order's, (n + 1) / 3 (1: globally shuffled, 0: in source order); "
+                    "absent for aligned plans and epochs of fewer than two lanes")
     warnings: list[ReportWarning] = Field(
         default_factory=list, exclude_if=lambda value: not value,
         description="what the plan does that is probably not meant (more than half of a "

@@ -90,7 +90,7 @@ class BatchAssembler:
         if not gs.shape[0] or self.lazy_provenance:
             return
         _, counts, ptr, idx = block_lanes(schedule, gs)
-        prov = self._provenance(
+        prov = self.lane_provenance(
             schedule.lane_stream[idx].astype(_I64, copy=False),
             schedule.lane_offset[idx].astype(_I64, copy=False),
             schedule.lane_protocol[idx],
@@ -121,7 +121,7 @@ class BatchAssembler:
             if skipped:
                 offsets = offsets.copy()
                 offsets[list(skipped)] = -1
-            provenance = functools.partial(self._provenance, lp.lane_stream, offsets,
+            provenance = functools.partial(self.lane_provenance, lp.lane_stream, offsets,
                                            lp.lane_protocol, np.full(n, t, dtype=_I64),
                                            lp.lane_key)
             prov_bytes = 0
@@ -169,9 +169,11 @@ class BatchAssembler:
         ]
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
-    def _provenance(self, lane_stream: np.ndarray, offsets: np.ndarray,
-                    lane_protocol: np.ndarray, seq_len: np.ndarray,
-                    lane_key: np.ndarray | None = None) -> pa.RecordBatch:
+    def lane_provenance(self, lane_stream: np.ndarray, offsets: np.ndarray,
+                        lane_protocol: np.ndarray, seq_len: np.ndarray,
+                        lane_key: np.ndarray | None = None) -> pa.RecordBatch:
+        """The provenance columns of lanes (what a batch's wire columns after the tensors
+        hold; the window path computes its batches' with this too)."""
         return provenance_batch(self.plan, self.tables, self._prov_schema,
                                 lane_stream=lane_stream, offsets=offsets,
                                 lane_protocol=lane_protocol, seq_len=seq_len,

@@ -31,6 +31,7 @@ from services.materialize.chunks import load_chunk
 from services.materialize.plan import PlanContext
 from services.materialize.tier import Block, Tier
 from services.planning.sizes import chunk_row_bytes
+from services.storage.segments import read_ahead
 from services.storage.store import Storage
 
 __all__ = [
@@ -144,17 +145,20 @@ def fill_block(plan: PlanContext, storage: Storage, layout: BlockLayout, inputs:
     ``(R, C_in)``, ``(R, C_out)``); returns the bytes read from storage."""
     read = 0
     row_bytes = chunk_row_bytes(layout.c_in, layout.c_out)
-    for k, (c, row) in enumerate(zip(layout.chunks.tolist(), layout.chunk_row.tolist(),
-                                     strict=True)):
-        info = plan.piece_info(int(plan.chunk_piece[c]))
-        spec = plan.variants[int(plan.chunk_spec[c])]
-        matrices, n = load_chunk(storage, info, int(plan.chunk_index[c]), spec)
-        rows = matrices.inputs.shape[0]
-        inputs[row : row + rows] = matrices.inputs
-        targets[row : row + rows] = matrices.targets
-        read += n
-        if progress is not None:
-            progress(k + 1, (row + rows) * row_bytes)
+    chunks = layout.chunks.tolist()
+    ahead = ((plan.piece_info(int(plan.chunk_piece[c])), int(plan.chunk_index[c]),
+              plan.variants[int(plan.chunk_spec[c])].read_columns) for c in chunks)
+    with read_ahead(storage, ahead):  # an object store's chunks fetched ahead, in this order
+        for k, (c, row) in enumerate(zip(chunks, layout.chunk_row.tolist(), strict=True)):
+            info = plan.piece_info(int(plan.chunk_piece[c]))
+            spec = plan.variants[int(plan.chunk_spec[c])]
+            matrices, n = load_chunk(storage, info, int(plan.chunk_index[c]), spec)
+            rows = matrices.inputs.shape[0]
+            inputs[row : row + rows] = matrices.inputs
+            targets[row : row + rows] = matrices.targets
+            read += n
+            if progress is not None:
+                progress(k + 1, (row + rows) * row_bytes)
     return read
 
 

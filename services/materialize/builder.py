@@ -9,7 +9,10 @@ duration of the copy only, so a client that goes away can never leave anything
 pinned) and puts the batch together (:mod:`services.materialize.assembler`:
 ``has_channel``, provenance, metadata; the Arrow record batch for the wire).
 
-Which path reads a batch is the builder's ``blocks=`` option, a row of
+A batch whose lanes are all full windows of one protocol takes a shortcut in an
+in-process reader: :meth:`BatchBuilder.window_pass` (:mod:`services.materialize.windows`,
+one copy per batch, no lane plan). Which path reads any other batch is the builder's
+``blocks=`` option, a row of
 :data:`~services.materialize.read_paths.BLOCK_USES`; a block path that cannot load its
 blocks hands the stream to :meth:`~services.materialize.read_paths.BlockPath.held_only`
 and the chunk path.
@@ -42,7 +45,8 @@ from services.materialize.read_paths import (
     plan_chunk_requests,
     read_paths,
 )
-from services.materialize.tier import Tier
+from services.materialize.tier import Block, Tier
+from services.materialize.windows import WindowPass
 from services.planning.schedule import Schedule
 from services.storage.store import Storage
 
@@ -142,7 +146,24 @@ class BatchBuilder:
         """The wire record batch of a built batch: its arrays wrapped zero-copy."""
         return self._assembler.record_batch(built)
 
+    def window_pass(self, schedule: Schedule, batches: np.ndarray, *, start: int,
+                    end: int) -> WindowPass | None:
+        """The window path of the pass positions ``start..end`` (:mod:`.windows`: full
+        windows of one protocol, one copy each), for a builder whose provenance is lazy
+        (an in-process reader); None for the others: the Flight server's batches take
+        their provenance from blocks prepared ahead (:meth:`prepare`)."""
+        if not self._assembler.lazy_provenance:
+            return None
+        return WindowPass(self.plan, self.tables, self._blocks.layouts, schedule, batches,
+                          start=start, end=end, block=self._block,
+                          provenance=self._assembler.lane_provenance)
+
     # -- read paths -------------------------------------------------------------------
+
+    def _block(self, code: int) -> Block | None:
+        """The loaded block of protocol ``code`` on the current block path (it changes to
+        :meth:`BlockPath.held_only` after a failed load)."""
+        return self._blocks.block(code)
 
     def _path(self, lp: LanePlan) -> tuple[ReadPath, list[ChunkRequest]]:
         """The path that reads ``lp`` and its loads: the block path when it takes it."""

@@ -41,7 +41,8 @@ class BatchPipeline:
 
     Yields ``(i, built)`` (:class:`~services.materialize.builder.BuiltBatch`). After each batch,
     background loads of the chunks of the next ``readahead_batches`` batches start
-    (``ChunkCache.prefetch``).
+    (``ChunkCache.prefetch``). An in-process reader's batches of full windows take the
+window path (``BatchBuilder.window_pass``) instead.
     With ``build_ahead_bytes > 0`` a second thread builds batches ahead, up to that
     many bytes of built batches (at least one), so building the next batch overlaps
     sending this one (numpy and Arrow release the GIL). A build error is raised at
@@ -111,13 +112,21 @@ class BatchPipeline:
         builder, schedule, batches = self._builder, self._schedule, self._batches
         start, end = self._range
         plans: dict[int, LanePlan] = {}
+        windows = builder.window_pass(schedule, batches, start=start, end=end)
+        prepared = -1
         for i in range(start, end):
+            fast = None if windows is None else windows.build(i)
+            if fast is not None:  # full windows of one protocol: one copy, no lane plan
+                plans.pop(i, None)
+                yield i, fast
+                continue
             g = int(batches[i])
-            if i == start or i % BLOCK_BATCHES == 0:
+            k0 = i - i % BLOCK_BATCHES
+            if k0 != prepared:
                 # blocks aligned on the pass (not on ``start``): a batch is the same slice of
                 # the same block in every stream, so a resumed pass is byte-for-byte the tail
-                k0 = i - i % BLOCK_BATCHES
                 builder.prepare(schedule, batches[k0 : k0 + BLOCK_BATCHES])
+                prepared = k0
             self._plan_ahead(i, end, plans)
             lp = plans.pop(i)
             built = builder.build_arrays(schedule, g, batch_idx=i, lp=lp)

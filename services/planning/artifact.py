@@ -137,7 +137,7 @@ class PlanArtifact:
         """The global order of ``epoch``: the stored schedule, or the strategy's per-epoch
         function for a shuffled plan. A pure function of the plan, its seed and ``epoch``."""
         if self.schedule is None:
-            return epoch_schedule(self.streams, self.spec, epoch)
+            return epoch_schedule(self.streams, self.spec, epoch, chunks=self.chunk_table)
         if epoch < 0:
             raise WindpipeError(ErrorType.INVALID_REQUEST, f"epoch must be >= 0, got {epoch}",
                                 details={"epoch": epoch})

@@ -26,11 +26,14 @@ _I64 = np.int64
 
 @dataclass(frozen=True, eq=False)
 class Segments:
-    """The segments of an epoch in sequence order: sequence id, protocol code and B."""
+    """The segments of an epoch in sequence order: sequence id, protocol code, B, and where
+    each one's first window starts (stream and offset: what a block shuffle places it by)."""
 
     seq: np.ndarray  # int64 [NS]
     protocol: np.ndarray  # int16 [NS]
     batch_size: np.ndarray  # int64 [NS]
+    stream: np.ndarray  # int64 [NS]
+    offset: np.ndarray  # int64 [NS]
 
 
 # (segments) -> (segment order, group starts in that order)
@@ -69,8 +72,9 @@ def segmented_schedule(
     seg_proto = proto[w_stream[seg_start]]
     seg_b = windows.batch_size[seg_proto]
 
-    seg_order, g_starts = form_groups(Segments(seq=w_seq[seg_start], protocol=seg_proto,
-                                               batch_size=seg_b))
+    seg_order, g_starts = form_groups(Segments(
+        seq=w_seq[seg_start], protocol=seg_proto, batch_size=seg_b,
+        stream=w_stream[seg_start], offset=w_off[seg_start]))
     seg_start, seg_len, seg_b = seg_start[seg_order], seg_len[seg_order], seg_b[seg_order]
     g_size = np.diff(np.append(g_starts, seg_start.shape[0]))
     g_steps = (

@@ -2,8 +2,8 @@
 
 A :class:`~services.contract.reports.PlanReport` (the wire contract) computed from a
 :class:`~services.planning.schedule.Schedule`. For
-``shuffled`` plans every number belongs to the schedule's epoch (phases and
-permutations change the counts slightly from one epoch to the next).
+``shuffled`` and ``block_shuffled`` plans every number belongs to the schedule's epoch
+(phases and permutations change the counts slightly from one epoch to the next).
 """
 
 from __future__ import annotations
@@ -19,15 +19,21 @@ from services.contract.reports import (
     PlanReport,
     ProtocolReport,
     ReportWarning,
+    ShuffleBlocksReport,
 )
 from services.planning.channels import lacks_target
 from services.planning.ranks import rank_batch_counts, trimmed_batches
 from services.planning.schedule import Schedule
 from services.planning.sizes import channel_counts, token_bytes
 from services.planning.streams import Streams
-from services.planning.working_set import ChunkTable, protocol_row_bytes, working_set_bytes
+from services.planning.working_set import (
+    ChunkTable,
+    protocol_row_bytes,
+    run_chunk_bytes,
+    working_set_bytes,
+)
 
-__all__ = ["PADDING_WARNING_SHARE", "padding_warnings", "plan_report"]
+__all__ = ["PADDING_WARNING_SHARE", "padding_warnings", "plan_report", "shuffle_quality"]
 
 PADDING_WARNING_SHARE = 0.5  # a protocol whose tokens are more than half padding is warned of
 
@@ -43,6 +49,35 @@ def _real_rows(streams: Streams, schedule: Schedule, seq_len: np.ndarray,
     s = np.maximum(schedule.lane_stream, 0)
     real = (off >= 0) & ~lacking[s]
     return np.where(real, np.minimum(seq_len, streams.n_rows[s] - 1 - off), 0)
+
+
+def shuffle_quality(streams: Streams, schedule: Schedule) -> float | None:
+    """How well ``schedule`` mixes its lanes (SEMANTICS 7), in 0..1: the mean absolute
+    source-rank gap between consecutive real lanes in global order over ``(n + 1) / 3``,
+    a uniformly random order's; None with fewer than two lanes or for an aligned plan."""
+    if schedule.parts > 1:
+        return None
+    real = (schedule.lane_offset >= 0) & (schedule.lane_stream >= 0)
+    pos = streams.stream_base[schedule.lane_stream[real]] + schedule.lane_offset[real]
+    n = int(pos.shape[0])
+    if n < 2:
+        return None
+    rank = np.unique(pos, return_inverse=True)[1].astype(np.int64)
+    gap = float(np.abs(np.diff(rank)).mean())
+    return round(min(1.0, gap / ((n + 1) / 3.0)), 4)
+
+
+def _blocks(streams: Streams, spec: PlanSpec, schedule: Schedule,
+            chunks: ChunkTable) -> ShuffleBlocksReport | None:
+    """A block shuffle's budget, blocks and the most chunk bytes one block reads."""
+    if schedule.batch_block is None or spec.shuffle_block_bytes is None:
+        return None
+    per_block = run_chunk_bytes(streams, chunks, schedule, schedule.batch_block)
+    return ShuffleBlocksReport(
+        budget_bytes=spec.shuffle_block_bytes,
+        blocks=int(np.unique(schedule.batch_block).shape[0]),
+        working_set_bytes=int(per_block.max()) if per_block.shape[0] else 0,
+    )
 
 
 def padding_warnings(protocols: dict[str, ProtocolReport], streams: Streams, *,
@@ -137,7 +172,7 @@ def plan_report(
     return PlanReport(
         epoch=int(schedule.epoch),
         strategy=spec.strategy,
-        epoch_dependent=spec.strategy == "shuffled",
+        epoch_dependent=spec.strategy != "sequential",
         streams=int(streams.count),
         rows=int(streams.n_rows.sum()),
         batches=int(schedule.n_consumer_batches),
@@ -160,5 +195,7 @@ def plan_report(
         protocols=protocols,
         aligned=aligned,
         cache_working_set_bytes=working_set_bytes(streams, chunks, schedule),
+        shuffle_blocks=_blocks(streams, spec, schedule, chunks),
+        shuffle_quality=shuffle_quality(streams, schedule),
         warnings=padding_warnings(protocols, streams, aligned=parts > 1),
     )

@@ -56,6 +56,7 @@ class OrderRules:
     chain: bool
     drop_incomplete_batches: bool
     shuffled: bool = False
+    shuffle_block_bytes: int | None = None  # block_shuffled's budget (SEMANTICS 3c)
 
     @classmethod
     def from_spec(cls, spec: PlanSpec) -> OrderRules:
@@ -69,6 +70,7 @@ class OrderRules:
             chain=spec.cross_protocol_state_carry == "chain",
             drop_incomplete_batches=spec.drop_incomplete_batches,
             shuffled=spec.strategy == "shuffled",
+            shuffle_block_bytes=spec.shuffle_block_bytes,
         )
 
     @property

@@ -83,6 +83,8 @@ class Schedule:
     dropped: DropCounts = field(default_factory=DropCounts)
     parts: int = 1  # part batches per batch a consumer sees (aligned: one per protocol)
     lane_key: np.ndarray | None = None  # int64 [NL], aligned plans only
+    # int64 [NB]: the shuffle block each batch reads (SEMANTICS 3c), block_shuffled only
+    batch_block: np.ndarray | None = None
 
     @property
     def n_batches(self) -> int:

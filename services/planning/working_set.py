@@ -17,6 +17,7 @@ before it streams anything.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +28,10 @@ from services.planning.schedule import Schedule
 from services.planning.sizes import channel_counts, chunk_row_bytes
 from services.planning.streams import Streams
 
-__all__ = ["ChunkTable", "batch_chunk_bytes", "protocol_row_bytes", "working_set_bytes"]
+__all__ = [
+    "ChunkTable", "batch_chunk_bytes", "protocol_row_bytes", "run_chunk_bytes",
+    "working_set_bytes",
+]
 
 _I64 = np.int64
 
@@ -114,3 +118,22 @@ def working_set_bytes(streams: Streams, chunks: ChunkTable, schedule: Schedule) 
     """The most chunk bytes any batch of ``schedule`` pins (0 for an empty epoch)."""
     per_batch = batch_chunk_bytes(streams, chunks, schedule)
     return int(per_batch.max()) if per_batch.shape[0] else 0
+
+
+def run_chunk_bytes(streams: Streams, chunks: ChunkTable, schedule: Schedule,
+                    run_of_batch: np.ndarray) -> np.ndarray:
+    """The distinct chunk bytes each run of consecutive batches reads, all its batches
+    together (``run_of_batch``: a label per batch, equal within a run and changing
+    between runs, e.g. a block shuffle's ``batch_block``; one lane length per run)."""
+    label = np.asarray(run_of_batch)
+    nb = int(label.shape[0])
+    if nb == 0:
+        return np.zeros(0, dtype=_I64)
+    first = np.flatnonzero(np.concatenate([[True], label[1:] != label[:-1]]))
+    nr = int(first.shape[0])
+    runs = dataclasses.replace(
+        schedule,
+        batch_lane_ptr=np.append(schedule.batch_lane_ptr[first], schedule.batch_lane_ptr[-1]),
+        batch_seq_len=schedule.batch_seq_len[first], batch_unit=np.arange(nr, dtype=_I64),
+    )
+    return batch_chunk_bytes(streams, chunks, runs)

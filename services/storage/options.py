@@ -26,7 +26,9 @@ __all__ = ["StorageOptions"]
 class StorageOptions:
     """How to reach S3-compatible storage (``Settings.s3_*``) and which roots a service
     may open (``allowed``: None means any, as for a library caller; services pass the
-    operator's list)."""
+    operator's list). ``readahead_bytes`` bounds the bytes a read-ahead holds fetched or
+    in flight (:mod:`services.storage.readahead`); ranges closer than ``coalesce_bytes``
+    are fetched in one request."""
 
     s3_endpoint: str | None = None
     s3_region: str = "us-east-1"
@@ -38,6 +40,8 @@ class StorageOptions:
     connect_timeout_s: float = 5.0
     timeout_s: float = 30.0
     max_retries: int = 2
+    readahead_bytes: int = 64 << 20
+    coalesce_bytes: int = 1 << 20
 
     @classmethod
     def from_settings(cls, settings: Settings) -> StorageOptions:
@@ -52,6 +56,8 @@ class StorageOptions:
             allowed=AllowedRoots.parse(settings.resolved_allowed_roots()),
             connect_timeout_s=settings.s3_connect_timeout_s,
             timeout_s=settings.s3_timeout_s, max_retries=settings.s3_max_retries,
+            readahead_bytes=settings.s3_readahead_bytes,
+            coalesce_bytes=settings.s3_coalesce_bytes,
         )
 
     def s3_credentials(self) -> dict[str, Any]:

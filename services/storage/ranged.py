@@ -7,6 +7,7 @@ reader for remote roots, so a reader fetches the byte ranges it reads, not the o
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from typing import Any
 
 import obstore
@@ -18,11 +19,15 @@ class RangedReader(io.RawIOBase):
     """A seekable read-only file over one object, one ranged GET per read.
 
     ``tail`` (the last bytes of the object, already fetched) answers the footer
-    reads of a parquet reader without another request.
+    reads of a parquet reader without another request; ``fetch`` (a read-ahead's
+    answer for ``[start, end)``, None when it has no such bytes) answers a read before
+    the store is asked.
     """
 
-    def __init__(self, store: Any, path: str, size: int, tail: bytes = b"") -> None:
+    def __init__(self, store: Any, path: str, size: int, tail: bytes = b"", *,
+                 fetch: Callable[[int, int], bytes | None] | None = None) -> None:
         super().__init__()
+        self._fetch = fetch
         self._store = store
         self._path = path
         self._size = size
@@ -55,7 +60,9 @@ class RangedReader(io.RawIOBase):
         if self._tail and start >= self._tail_start:
             data = self._tail[start - self._tail_start : stop - self._tail_start]
         else:
-            data = bytes(obstore.get_range(self._store, self._path, start=start, end=stop))
+            found = self._fetch(start, stop) if self._fetch is not None else None
+            data = found if found is not None else bytes(
+                obstore.get_range(self._store, self._path, start=start, end=stop))
         self._pos = stop
         return data
 

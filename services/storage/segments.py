@@ -12,11 +12,15 @@ shards) along axis 0. The Flight server caches decoded chunks from
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+
 import numpy as np
 import pyarrow as pa
 
 from services.contract.errors import ErrorType, WindpipeError
 from services.logging import get_logger
+from services.storage.formats import FORMATS as FORMATS_BY_NAME
 from services.storage.formats import format_named, format_of_path
 from services.storage.formats.base import (
     ColumnInfo,
@@ -26,6 +30,7 @@ from services.storage.formats.base import (
     SegmentProblem,
 )
 from services.storage.formats.parquet import footer_null_counts, read_small_file
+from services.storage.readahead import AheadRead, ReadAhead
 from services.storage.store import PathEscapeError, Storage
 from services.storage.zarr_chunks import ChunkFileChanged
 
@@ -37,6 +42,7 @@ __all__ = [
     "SegmentInfo",
     "SegmentProblem",
     "inspect_segment",
+    "read_ahead",
     "read_all",
     "read_chunk",
     "read_rows",
@@ -159,6 +165,31 @@ def read_chunk(
             f"({type(exc).__name__}; the server log has the details)",
             path=info.path,
         ) from exc
+
+
+@contextmanager
+def read_ahead(storage: Storage, reads: Iterable[tuple[SegmentInfo, int, Sequence[str]]],
+               ) -> Iterator[ReadAhead | None]:
+    """While the block runs, fetch the chunks ``reads`` names (segment, chunk index,
+    columns), in the order the caller will :func:`read_chunk` them, ahead of it:
+    concurrent, coalesced ranged reads within the storage's read-ahead budget
+    (:meth:`Storage.read_ahead`). The chunks read are byte for byte the same; a chunk
+    the read-ahead could not fetch is read as before, with the same errors. Nothing
+    on a local root (None)."""
+    if storage.is_local:
+        yield None
+        return
+    units: list[AheadRead] = []
+    for info, chunk_idx, columns in reads:
+        fmt = FORMATS_BY_NAME.get(info.format)
+        if fmt is None or not 0 <= chunk_idx < len(info.chunk_rows):
+            continue
+        try:
+            units.extend(fmt.ahead_reads(storage, info, chunk_idx, list(dict.fromkeys(columns))))
+        except (WindpipeError, OSError, ValueError):
+            continue  # the chunk read itself reports what is wrong
+    with storage.read_ahead(units) as ahead:
+        yield ahead
 
 
 def read_rows(

@@ -17,8 +17,9 @@ checks the operator's :class:`services.storage.roots.AllowedRoots` before openin
 from __future__ import annotations
 
 import os
-import re
 import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,20 +34,16 @@ from obstore.exceptions import GenericError, NotFoundError
 from obstore.store import LocalStore, S3Store
 
 from services.contract.errors import ErrorType, WindpipeError
+from services.storage.concurrent import deadline_s, read_ranges
 from services.storage.local_io import has_link, read_local
 from services.storage.options import StorageOptions
+from services.storage.paths import PathEscapeError, normalized_path
 from services.storage.ranged import RangedReader
+from services.storage.readahead import AheadRead, ReadAhead
 
 __all__ = [
     "ObjectMeta", "PathEscapeError", "Storage", "StorageOptions", "StorageRoots", "open_root",
 ]
-
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
-_CONTROL = re.compile(r"[\x00-\x1f]")
-
-
-class PathEscapeError(ValueError):
-    """A path that is not a plain relative path inside the storage root."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +66,7 @@ class Storage:
         s3_bucket: str | None = None,
         s3_prefix: str = "",
         s3_options: dict[str, Any] | None = None,
+        options: StorageOptions | None = None,
     ) -> None:
         self._uri = uri
         self._store = store
@@ -76,6 +74,9 @@ class Storage:
         self._s3_bucket = s3_bucket
         self._s3_prefix = s3_prefix
         self._s3_options = dict(s3_options or {})
+        self._options = options or StorageOptions()
+        self._aheads: list[ReadAhead] = []  # read-aheads running over this root
+        self._aheads_lock = threading.Lock()
 
     @classmethod
     def from_uri(cls, uri: str, options: StorageOptions | None = None) -> Storage:
@@ -111,9 +112,8 @@ class Storage:
             s3["retry_config"] = options.retry_config()
             store = S3Store(bucket, prefix=prefix or None, **s3)
             norm = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
-            return cls(
-                uri=norm, store=store, s3_bucket=bucket, s3_prefix=prefix, s3_options=s3
-            )
+            return cls(uri=norm, store=store, s3_bucket=bucket, s3_prefix=prefix,
+                       s3_options=s3, options=options)
         raise ValueError(f"unsupported storage URI {uri!r} (use file:// or s3://)")
 
     @property
@@ -182,27 +182,7 @@ class Storage:
     @staticmethod
     def _normalized(path: str) -> str:
         """The syntactic checks of :meth:`validate_relative_path` (no file system access)."""
-        if not isinstance(path, str):
-            raise PathEscapeError(f"path {path!r} is not a string")
-        reason = None
-        if not path.strip():
-            reason = "is empty"
-        elif path.startswith("/"):
-            reason = "is absolute"
-        elif "\\" in path:
-            reason = "contains a backslash"
-        elif _SCHEME.match(path):
-            reason = "is a URL, not a path relative to the storage root"
-        elif _CONTROL.search(path):
-            reason = "contains a control character"
-        parts = [p for p in path.split("/") if p not in ("", ".")]
-        if reason is None and ".." in parts:
-            reason = "contains '..'"
-        if reason is None and not parts:
-            reason = "names the root itself"
-        if reason is not None:
-            raise PathEscapeError(f"path {path!r} {reason}")
-        return "/".join(parts)
+        return normalized_path(path)
 
     def exists(self, path: str) -> bool:
         """Whether an object (a file, not a directory) exists at ``path``."""
@@ -215,6 +195,10 @@ class Storage:
     def head(self, path: str) -> ObjectMeta:
         """Size and e-tag of an object; ``FileNotFoundError`` if there is none."""
         rel = self.validate_relative_path(path)
+        ahead = self._ahead(rel)
+        probed = ahead.meta(rel) if ahead is not None else None
+        if probed is not None:  # probed moments ago, and its bytes are read at that version
+            return ObjectMeta(size=probed[0], e_tag=probed[1])
         try:
             meta = obstore.head(self._store, rel)
         except (NotFoundError, FileNotFoundError, IsADirectoryError) as exc:
@@ -241,6 +225,12 @@ class Storage:
         rel = self.validate_relative_path(path)
         if self._local_root is not None:
             return read_local(self._local_root / rel, rel=rel, root_uri=self._uri)
+        ahead = self._ahead(rel)
+        probed = ahead.meta(rel) if ahead is not None else None
+        if ahead is not None and probed is not None:
+            data = ahead.read(rel, 0, probed[0])
+            if data is not None:
+                return data
         try:
             return bytes(obstore.get(self._store, rel).bytes())
         except (NotFoundError, FileNotFoundError, IsADirectoryError) as exc:
@@ -256,12 +246,71 @@ class Storage:
         if self._local_root is not None:
             return read_local(self._local_root / rel, rel=rel, root_uri=self._uri,
                               start=start, end=end)
+        ahead = self._ahead(rel)
+        data = ahead.read(rel, start, end) if ahead is not None else None
+        if data is not None:
+            return data
         try:
             return bytes(obstore.get_range(self._store, rel, start=start, end=end))
         except (NotFoundError, FileNotFoundError, IsADirectoryError) as exc:
             raise FileNotFoundError(f"no object at {rel!r} under {self._uri}") from exc
         except GenericError as exc:
             raise self._unavailable(rel, exc) from exc
+
+    def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Bytes of each range ``[start, end)`` of one object, in the order asked: on an
+        object store all at once (coalesced within ``StorageOptions.coalesce_bytes``,
+        :func:`services.storage.concurrent.read_ranges`), so N ranges cost about one
+        round trip, not N. A missing object is ``FileNotFoundError``, a store that does
+        not answer ``unavailable``, as for :meth:`get_range`."""
+        rel = self.validate_relative_path(path)
+        if self._local_root is not None:
+            return [self.get_range(rel, a, b) for a, b in ranges]
+        opts = self._options
+        return read_ranges(
+            self._store, rel, ranges, errors=lambda exc: self._failed(rel, exc),
+            gap=opts.coalesce_bytes, timeout_s=self._deadline_s())
+
+    @contextmanager
+    def read_ahead(self, reads: Sequence[AheadRead]) -> Iterator[ReadAhead | None]:
+        """Fetch ``reads`` (in the order the caller will make them) ahead of the caller
+        while the block runs, within ``StorageOptions.readahead_bytes``
+        (:mod:`services.storage.readahead`); this storage's reads take their bytes from
+        it. Nothing on a local root (None) or with a zero budget."""
+        if self._local_root is not None or not reads or self._options.readahead_bytes <= 0:
+            yield None
+            return
+        opts = self._options
+        ahead = ReadAhead(self._store, reads, max_bytes=opts.readahead_bytes,
+                          gap=opts.coalesce_bytes, wait_s=self._deadline_s()).start()
+        with self._aheads_lock:
+            self._aheads.append(ahead)
+        try:
+            yield ahead
+        finally:
+            with self._aheads_lock:
+                self._aheads.remove(ahead)
+            ahead.close()
+
+    def _ahead(self, rel: str) -> ReadAhead | None:
+        """The running read-ahead that reads ``rel``, if any."""
+        if not self._aheads:
+            return None
+        with self._aheads_lock:
+            return next((a for a in self._aheads if a.knows(rel)), None)
+
+    def _deadline_s(self) -> float:
+        opts = self._options
+        return deadline_s(timeout_s=opts.timeout_s, max_retries=opts.max_retries,
+                          connect_timeout_s=opts.connect_timeout_s)
+
+    def _failed(self, rel: str, exc: Exception) -> Exception:
+        """The typed error of a failed read of ``rel``: no such object, else unavailable."""
+        if isinstance(exc, (NotFoundError, FileNotFoundError, IsADirectoryError)):
+            return FileNotFoundError(f"no object at {rel!r} under {self._uri}")
+        if isinstance(exc, WindpipeError):
+            return exc
+        return self._unavailable(rel, exc)
 
     def list_prefix(self, prefix: str) -> list[tuple[str, int]]:
         """Every object under ``prefix`` (a directory-like prefix) as sorted (path, size)."""
@@ -299,7 +348,10 @@ class Storage:
                 raise FileNotFoundError(f"no object at {rel!r} under {self._uri}")
             return pq.ParquetFile(str(full), memory_map=False, metadata=metadata)
         size = self.head(rel).size
-        raw = RangedReader(self._store, rel, size, tail)
+        ahead = self._ahead(rel)
+        raw = RangedReader(self._store, rel, size, tail,
+                           fetch=None if ahead is None else (
+                               lambda a, b: ahead.read(rel, a, b)))
         return pq.ParquetFile(pa.PythonFile(raw, mode="r"), metadata=metadata)
 
     def zarr_store(self, path: str) -> zarr.storage.StoreLike:

@@ -17,9 +17,9 @@ from bench.server import data_bytes
 from bench.windpipe_contenders import concurrency, local_concurrency
 from bench.workload import EPOCHS, build_workload
 
-CONTENDERS = ("windpipe_local", "numpy_memmap", "windpipe_flight_warm", "windpipe_flight_cold",
-              "windpipe_full_in_mem", "full_in_mem_torch", "windowed_parquet", "flight_ceiling",
-              "memcpy_ceiling")
+CONTENDERS = ("windpipe_local", "numpy_strided", "numpy_memmap", "windpipe_flight_warm",
+              "windpipe_flight_cold", "windpipe_full_in_mem", "full_in_mem_torch",
+              "windowed_parquet", "flight_ceiling", "memcpy_ceiling")
 SERVER_FIELDS = ("server_peak_rss_bytes", "server_cpu_s", "server_base_rss_bytes",
                  "cache_budget_bytes", "cache_peak_bytes", "storage_bytes")
 
@@ -51,7 +51,7 @@ def test_record_structure_and_numbers(record: dict[str, Any]) -> None:
     for name, r in record["contenders"].items():
         assert "error" not in r, f"{name}: {r.get('error')}"
         for key in ("tokens_per_s", "batches_per_s", "peak_rss_bytes", "cpu_s",
-                    "tokens_per_cpu_s", "run_cpu_s"):
+                    "tokens_per_cpu_s", "run_cpu_s", "tokens_per_process_cpu_s"):
             assert r[key] > 0, (name, key, r[key])
         assert r["tokens_per_s"] == pytest.approx(r["batches_per_s"] * 64 * 1024)
         assert r["batches"] >= 1
@@ -73,11 +73,16 @@ def test_record_structure_and_numbers(record: dict[str, Any]) -> None:
         local["tokens_per_s"] / memmap["tokens_per_s"])
     assert record["ratios"]["cpu/windpipe_local/numpy_memmap"] == pytest.approx(
         local["tokens_per_cpu_s"] / memmap["tokens_per_cpu_s"])
+    strided = record["contenders"]["numpy_strided"]
+    assert record["ratios"]["windpipe_local/numpy_strided"] == pytest.approx(
+        local["tokens_per_s"] / strided["tokens_per_s"])
+    assert record["ratios"]["cpu/windpipe_local/numpy_strided"] == pytest.approx(
+        local["tokens_per_cpu_s"] / strided["tokens_per_cpu_s"])
     assert local["tier_bytes"] > 0
     assert local["storage_bytes"] > 0  # the server filled the tier, the client only mapped it
     # every contender reads the same windows in the same (shuffled) order: the first value
     # of every batch sums alike over the same number of batches
-    same = [n for n in ("windpipe_local", "numpy_memmap", "windpipe_flight_warm",
+    same = [n for n in ("windpipe_local", "numpy_strided", "numpy_memmap", "windpipe_flight_warm",
                         "windpipe_flight_cold", "windpipe_full_in_mem", "full_in_mem_torch")
             if record["contenders"][n]["batches"] == 24]
     assert len(same) >= 4

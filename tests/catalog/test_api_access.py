@@ -43,6 +43,7 @@ CALLS = [
     Call("GET", "/v1/datasets/{name}", "reader", True),
     Call("POST", "/v1/datasets/{name}/versions", "writer", True),
     Call("GET", "/v1/datasets/{name}/versions", "reader", True),
+    Call("GET", "/v1/jobs/{job_id}", "reader", True),
     Call("GET", "/v1/versions/{version_id}", "reader", True),
     Call("GET", "/v1/versions/{version_id}/index", "reader", True),
     Call("GET", "/v1/versions/{version_id}/segments", "reader", True),
@@ -97,13 +98,16 @@ def _resources(client: httpx.Client, root: Path, name: str) -> dict[str, str]:
     body = {"root": root.as_uri(), "manifest": "manifest.parquet"}
     version = client.post(f"/v1/datasets/{name}/versions", json=body, headers=_auth(BOOT))
     assert version.status_code == 201, version.text
+    job = client.post(f"/v1/datasets/{name}/versions", json=body,
+                      headers={**_auth(BOOT), "Prefer": "respond-async"})
+    assert job.status_code == 202, job.text
     split = client.post(f"/v1/versions/{version.json()['id']}/splits", json=SPLIT,
                         headers=_auth(BOOT))
     assert split.status_code == 201, split.text
     plan = client.post(f"/v1/splits/{split.json()['id']}/plans", json=PLAN, headers=_auth(BOOT))
     assert plan.status_code == 201, plan.text
     return {"name": name, "version_id": version.json()["id"], "split_id": split.json()["id"],
-            "plan_id": plan.json()["id"], "root": root.as_uri()}
+            "plan_id": plan.json()["id"], "root": root.as_uri(), "job_id": job.json()["id"]}
 
 
 def _do(client: httpx.Client, call: Call, ids: dict[str, str], token: str | None

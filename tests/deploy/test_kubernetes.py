@@ -6,7 +6,6 @@ SDK's client variables) and a networked deployment sets what it must."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from catalog.discovery import DnsSource, parse_source
 from services.settings import Settings, setting_infos
 from windpipe.cli import build_parser
 
@@ -23,9 +23,11 @@ BASE = ROOT / "deploy" / "kubernetes"
 K8S_VERSION = "1.30.0"
 # variables the SDK (a training pod) reads that are not server settings
 CLIENT_VARIABLES = frozenset({"WINDPIPE_URL", "WINDPIPE_FLIGHT_LOCATION_MAP"})
-# what a networked deployment must set (docs/security.md, docs/deploy.md)
+# what a networked deployment must set (docs/security.md, docs/deploy.md), and one of
+# the ways to find the Flight servers (a static list, or discovery)
 NETWORKED = frozenset({"WINDPIPE_TICKET_SECRET", "WINDPIPE_TOKEN", "WINDPIPE_DATABASE_URL",
-                       "WINDPIPE_ALLOWED_ROOTS", "WINDPIPE_FLIGHT_LOCATIONS"})
+                       "WINDPIPE_ALLOWED_ROOTS"})
+FLIGHT_FOUND_BY = frozenset({"WINDPIPE_FLIGHT_LOCATIONS", "WINDPIPE_FLIGHT_DISCOVERY"})
 SECRET = frozenset({"WINDPIPE_TICKET_SECRET", "WINDPIPE_TOKEN", "WINDPIPE_DATABASE_URL",
                     "WINDPIPE_S3_SECRET_ACCESS_KEY"})
 TIER = "/var/lib/windpipe/tier"
@@ -185,6 +187,8 @@ def test_flight_runs_per_node_with_its_tier_on_the_node():
     env = _container_env(flight)
     assert env["WINDPIPE_FLIGHT_PUBLIC_LOCATION"]["value"] == "grpc://$(NODE_IP):8815"
     assert env["NODE_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
+    node_name = {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["WINDPIPE_HOST_ID"]["valueFrom"] == node_name
     headless = _by_kind("Service", "windpipe-flight")
     assert headless["spec"]["clusterIP"] == "None"
     assert headless["spec"]["selector"] == flight["spec"]["selector"]["matchLabels"]
@@ -195,6 +199,22 @@ def test_flight_runs_per_node_with_its_tier_on_the_node():
                        if m["mountPath"] == TIER)
     train_volume = next(v for v in train_pod["volumes"] if v["name"] == train_mount["name"])
     assert train_volume["hostPath"]["path"] == TIER
+    # ... and names its node as the server does: it reads that node's tier only
+    assert _container_env(train)["WINDPIPE_HOST_ID"]["valueFrom"] == node_name
+
+
+def test_discovery_points_at_the_headless_service():
+    """The catalog and every Flight server find the servers by the headless Service's
+    DNS name (namespace and port as deployed), re-resolved as nodes come and go."""
+    source = parse_source(_config()["WINDPIPE_FLIGHT_DISCOVERY"])
+    assert isinstance(source, DnsSource)
+    headless = _by_kind("Service", "windpipe-flight")
+    namespace = _kustomization()["namespace"]
+    assert source.name == f"{headless['metadata']['name']}.{namespace}.svc.cluster.local"
+    assert source.port in [p["port"] for p in headless["spec"]["ports"]]
+    for kind, name in (("Deployment", "windpipe-catalog"), ("DaemonSet", "windpipe-flight")):
+        env = _container_env(_by_kind(kind, name))
+        assert "WINDPIPE_FLIGHT_DISCOVERY" in env, name
 
 
 def _compose_variables() -> set[str]:
@@ -233,12 +253,14 @@ def test_a_networked_deployment_sets_what_it_must():
         kind, _, workload_name = name.partition("/")
         env = _container_env(_by_kind(kind, workload_name))
         assert env.keys() >= NETWORKED, f"{name}: missing {sorted(NETWORKED - env.keys())}"
+        assert env.keys() & FLIGHT_FOUND_BY, f"{name}: no way to find the Flight servers"
         for key in SECRET:
             ref = env[key]["valueFrom"]["secretKeyRef"]
             assert ref == {"name": "windpipe-secrets", "key": key}, (name, key)
     migrate = _container_env(_by_kind("Job", "windpipe-migrate"))
     assert "secretKeyRef" in migrate["WINDPIPE_DATABASE_URL"]["valueFrom"]
     assert _compose_variables() >= NETWORKED | {"WINDPIPE_FLIGHT_PUBLIC_LOCATION"}
+    assert _compose_variables() & FLIGHT_FOUND_BY
 
 
 def test_the_settings_parse(monkeypatch):
@@ -247,8 +269,8 @@ def test_the_settings_parse(monkeypatch):
                        "WINDPIPE_FLIGHT_PUBLIC_LOCATION": "grpc://10.0.0.11:8815"}.items():
         monkeypatch.setenv(key, value)
     settings = Settings()
-    assert settings.flight_locations == tuple(json.loads(_config()["WINDPIPE_FLIGHT_LOCATIONS"]))
-    assert settings.flight_public_location in settings.flight_locations
+    assert settings.flight_discovery == _config()["WINDPIPE_FLIGHT_DISCOVERY"]
+    assert settings.flight_discovery_s == float(_config()["WINDPIPE_FLIGHT_DISCOVERY_S"])
     assert settings.database_url is not None
     assert settings.database_url.startswith("postgresql://")
     assert settings.allowed_roots == ("s3://windpipe",)

@@ -1,15 +1,22 @@
 """Issue 23's multi-node run on one machine, with real parts only.
 
 The catalog on PostgreSQL, the data in moto's S3 (registered from ``s3://``), three
-"nodes" (a Flight server each on 127.0.0.11 / .12 / .13 with its own tier directory)
-and a ``torch.distributed`` job (gloo, 2 nodes x 2 ranks, four subprocesses running
-this file) training a tiny model through the SDK with all-reduced gradients.
+"nodes" (a Flight server each on 127.0.0.11 / .12 / .13 with its own tier directory
+and host id ``node-0`` / ``node-1`` / ``node-2``) found by discovery (a
+``file://`` source the test edits, as DNS would change), and a ``torch.distributed``
+job (gloo, 2 nodes x 2 ranks, four subprocesses running this file) training a tiny
+model through the SDK with all-reduced gradients. The ranks of training node ``node-0``
+(``WINDPIPE_HOST_ID``) read that node's tier in process (transport ``"auto"``); those of
+``trainer-b``, a node without a Flight server, stream over Flight.
 
-Epoch 0 runs clean (throughput); in epoch 1 the node on 127.0.0.12 is stopped while the
-ranks stream, and they fail over. In both epochs every rank's batches must be exactly
-its pass in ``GET /v1/plans/{id}/schedule`` (0 lost, 0 duplicated across ranks).
-A second test runs two catalog replicas on one PostgreSQL registering the same content
-at once: one version, one row. The figures printed here are in docs/deploy.md.
+Epoch 0 runs clean (throughput); in epoch 1, with the ranks held a few batches in, a
+fourth server (127.0.0.14) is started and added to the discovery source, then the node
+on 127.0.0.12 or .13 (the first seen streaming to a rank) is stopped while the ranks
+stream: the Flight ranks fail over and the new server gets DoGet requests. In both
+epochs every rank's batches must be exactly its pass in ``GET /v1/plans/{id}/schedule``
+(0 lost, 0 duplicated across ranks). A second test runs two catalog replicas on one
+PostgreSQL registering the same content at once: one version, one row. The figures
+printed here are in docs/deploy.md.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from typing import Any
 
 import httpx
 import psycopg
+import pyarrow.flight as fl
 import pytest
 import torch
 import torch.distributed as dist
@@ -44,10 +52,16 @@ from tests.fixtures.servers import free_port, run_catalog_server
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.s3]
 
 ROOT = Path(__file__).resolve().parents[2]
-NODE_HOSTS = ("127.0.0.11", "127.0.0.12", "127.0.0.13")
+NODE_HOSTS = ("127.0.0.11", "127.0.0.12", "127.0.0.13", "127.0.0.14")  # .14: added mid-epoch
+HOST_IDS = ("node-0", "node-1", "node-2", "node-3")
+RANK_HOSTS = ("node-0", "node-0", "trainer-b", "trainer-b")  # WINDPIPE_HOST_ID of each rank
 WORLD = 4  # 2 nodes x 2 ranks
-VICTIM = 1  # the node stopped mid-epoch 1
-KILL_AFTER = 4  # batches rank 0 has consumed in epoch 1 before the kill
+VICTIMS = (1, 2)  # the node stopped mid-epoch 1: the first streaming to a rank, else .12
+ADDED = 3  # the node started mid-epoch 1
+HOLD_AT = 4  # batches of epoch 1 after which the ranks wait for the test's "go"
+KILL_AFTER = HOLD_AT + 2  # batches of epoch 1 the ranks have consumed before the kill
+KILL_BY = 6  # ... and at most this many batches before the end of the pass
+DISCOVERY_S = 0.2
 RANK_TIMEOUT_S = 75.0
 PAUSE_S = 0.05  # each rank's pause after a batch of epoch 1
 CONFIG = LoaderConfig(
@@ -98,33 +112,55 @@ def _progress(out_dir: Path, rank: int, epoch: int) -> int:
     return int(path.read_text() or 0) if path.exists() else 0
 
 
+def _write_locations(path: Path, locations: list[str]) -> None:
+    """The discovery source, replaced whole (as a kubelet updates a mounted ConfigMap)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(f"{loc}\n" for loc in locations))
+    tmp.replace(path)
+
+
+def _health(location: str) -> dict[str, Any]:
+    """A server's anonymous ``health`` action: ``streams`` (DoGet streams started since
+    it started) and ``active_streams``."""
+    with fl.connect(location) as client:
+        result = next(iter(client.do_action(fl.Action("health", b""))))
+    return dict(json.loads(result.body.to_pybytes()))
+
+
 def test_two_nodes_of_ranks_over_three_flight_servers_lose_nothing_when_one_dies(
         postgres_url: str, s3_server: Any, tmp_path: Path) -> None:
     data = write_synthetic_dataset(tmp_path / "synth", cells=4, cycles=6, rows_per_cycle=600)
     root = s3_server.upload_dir(data.path, s3_server.unique_prefix("multi-node"))
     ports = [_free_port_on(host) for host in NODE_HOSTS]
     locations = [f"grpc://{h}:{p}" for h, p in zip(NODE_HOSTS, ports, strict=True)]
+    source = tmp_path / "flight-servers.txt"
+    _write_locations(source, locations[:3])
     base = _settings(postgres_url, s3_server.endpoint_url, tmp_path / "catalog",
-                     flight_locations=tuple(locations), endpoint_batches=2)
+                     flight_discovery=f"file://{source}", flight_discovery_s=DISCOVERY_S,
+                     endpoint_batches=2)
     out_dir = tmp_path / "ranks"
     out_dir.mkdir()
     with ExitStack() as stack:
         url = stack.enter_context(run_catalog_server(base))
-        flights = []
-        for i, (host, port) in enumerate(zip(NODE_HOSTS, ports, strict=True)):
+        client = stack.enter_context(httpx.Client(base_url=url, timeout=30.0))
+
+        def start_node(i: int) -> Any:
             node = base.model_copy(update={
-                "flight_host": host, "data_dir": tmp_path / f"node{i}",
-                "tier_dir": tmp_path / f"node{i}" / "tier", "tier_bytes": 256 << 20})
-            running = start_flight_server(node, port=port, cache_bytes=64 << 20)
+                "flight_host": NODE_HOSTS[i], "host_id": HOST_IDS[i],
+                "data_dir": tmp_path / f"node{i}", "tier_dir": tmp_path / f"node{i}" / "tier",
+                "tier_bytes": 256 << 20})
+            running = start_flight_server(node, port=ports[i], cache_bytes=64 << 20)
             stack.callback(running.stop, grace_s=5.0)
-            flights.append(running)
-        assert [f.location for f in flights] == locations
+            return running
+
+        flights = [start_node(i) for i in range(3)]
+        assert [f.location for f in flights] == locations[:3]
+        assert client.get("/v1/config").json()["flight_locations"] == locations[:3]
         cat = Catalog(url)
         stack.callback(cat.close)
         ver = cat.register("multi-node", root=root, manifest="manifest.parquet")
         plan = ver.split(ValidationConfig.sample(fraction=0.3, seed=1)).plan(CONFIG)
         report = plan.report(world_size=WORLD)
-        client = stack.enter_context(httpx.Client(base_url=url, timeout=30.0))
         schedules = {e: [_schedule(client, plan.id, e, r) for r in range(WORLD)]
                      for e in (0, 1)}
         assert [len(s) for s in schedules[0]] == report["batches_per_rank"]
@@ -137,6 +173,7 @@ def test_two_nodes_of_ranks_over_three_flight_servers_lose_nothing_when_one_dies
             env = {**os.environ, "PYTHONPATH": str(ROOT), "MASTER_ADDR": "127.0.0.1",
                    "MASTER_PORT": str(master_port), "RANK": str(rank),
                    "WORLD_SIZE": str(WORLD), "LOCAL_RANK": str(rank % 2),
+                   "WINDPIPE_HOST_ID": RANK_HOSTS[rank],
                    "WP_URL": url, "WP_PLAN": plan.id, "WP_OUT": str(out_dir),
                    "OMP_NUM_THREADS": "1"}
             log = (out_dir / f"log-{rank}.txt").open("w")
@@ -152,15 +189,34 @@ def test_two_nodes_of_ranks_over_three_flight_servers_lose_nothing_when_one_dies
         def ranks_failed() -> bool:
             return any(p.poll() not in (None, 0) for p in procs)
 
-        # epoch 1: stop node .12 once rank 0 is a few batches in
+        def reached(n: int) -> bool:
+            return ranks_failed() or all(_progress(out_dir, r, 1) >= n for r in range(WORLD))
+
+        # epoch 1, the ranks held after HOLD_AT batches: node .14 joins the discovery source
         try:
-            _wait_for(lambda: ranks_failed() or _progress(out_dir, 0, 1) >= KILL_AFTER,
-                      RANK_TIMEOUT_S, "rank 0 to stream epoch 1")
+            _wait_for(lambda: reached(HOLD_AT), RANK_TIMEOUT_S, "the ranks to stream epoch 1")
         except TimeoutError:
             pytest.fail(f"ranks did not reach epoch 1:\n{logs()}")
         assert not ranks_failed(), logs()
+        flights.append(start_node(ADDED))
+        _write_locations(source, locations)
+        _wait_for(lambda: all(f.server.locations() == tuple(locations) for f in flights)
+                  and client.get("/v1/config").json()["flight_locations"] == locations,
+                  10.0, "every server and the catalog to discover the new one")
+        (out_dir / "go").touch()
+        # ... and node .12 or .13 is stopped (and leaves the source, as a pod leaves DNS):
+        # the first seen streaming to a rank before the pass nears its end, else .12
+        try:
+            _wait_for(lambda: reached(KILL_AFTER), RANK_TIMEOUT_S, "the ranks to go on")
+        except TimeoutError:
+            pytest.fail(f"ranks did not go on:\n{logs()}")
+        busy: list[int] = []
+        while not busy and not reached(per_rank - KILL_BY):
+            busy = [i for i in VICTIMS if _health(locations[i])["active_streams"] > 0]
+        victim, victim_busy = (busy or VICTIMS)[0], bool(busy)
         killed_at = time.time()
-        flights[VICTIM].stop(grace_s=0.0)
+        flights[victim].stop(grace_s=0.0)
+        _write_locations(source, [loc for i, loc in enumerate(locations) if i != victim])
         kill_progress = [_progress(out_dir, r, 1) for r in range(WORLD)]
         for proc in procs:
             try:
@@ -168,6 +224,7 @@ def test_two_nodes_of_ranks_over_three_flight_servers_lose_nothing_when_one_dies
             except subprocess.TimeoutExpired:
                 pytest.fail(f"a rank did not finish in time:\n{logs()}")
         assert [p.returncode for p in procs] == [0] * WORLD, logs()
+        added_streams = int(_health(locations[ADDED])["streams"])
 
     results = [json.loads((out_dir / f"rank-{r}.json").read_text()) for r in range(WORLD)]
     for epoch in (0, 1):
@@ -184,11 +241,25 @@ def test_two_nodes_of_ranks_over_three_flight_servers_lose_nothing_when_one_dies
         assert all(math.isfinite(x) for x in res["losses"])
     # the all-reduced model is the same on every rank
     assert len({res["weights"] for res in results}) == 1
-    assert sum(res["failovers"][1] for res in results) >= 1
-    assert kill_progress[0] < per_rank  # the kill landed mid-epoch
+
+    # node-0's ranks built every batch in process from node-0's tier: no DoGet at all
+    for res in results[:2]:
+        assert res["transport"] == ["local", "local"]
+        assert res["local"] == [locations[0], str(tmp_path / "node0" / "tier")]
+        assert res["gets"] == [{}, {}]
+    # trainer-b's ranks streamed; in epoch 1 they failed over and reached the new node
+    for res in results[2:]:
+        assert res["transport"] == ["flight", "flight"]
+        assert set(res["gets"][0]) <= set(locations[:3])
+        assert locations[ADDED] in res["gets"][1]
+    if victim_busy:  # a rank was reading from the stopped node: it failed over
+        assert sum(res["failovers"][1] for res in results[2:]) >= 1
+    assert added_streams >= sum(res["gets"][1][locations[ADDED]] for res in results[2:])
+    assert min(kill_progress) >= KILL_AFTER  # the kill landed mid-epoch
+    assert max(kill_progress) < per_rank
 
     stalls = []
-    for res in results:
+    for res in results[2:]:
         after = [t for t in res["times"]["1"] if t > killed_at]
         if after:
             stamps = [killed_at, *after]
@@ -198,9 +269,12 @@ def test_two_nodes_of_ranks_over_three_flight_servers_lose_nothing_when_one_dies
     checked = 2 * WORLD * per_rank
     print(f"\nmulti-node: {checked} batches checked ({WORLD} ranks x {per_rank} x 2 epochs, "
           f"0 lost, 0 duplicated); epoch 0 {WORLD * per_rank / max(e0):.0f} batches/s "
-          f"aggregate over 3 Flight servers; failover after the kill "
-          f"{failover_s:.2f} s (longest gap, {PAUSE_S} s of it the ranks' pause); failovers "
-          f"{[res['failovers'][1] for res in results]}")
+          f"aggregate (2 ranks in process on node-0's tier, 2 over Flight from 3 servers); "
+          f"failover after the kill {failover_s:.2f} s (longest gap, {PAUSE_S} s of it the "
+          f"ranks' pause); failovers {[res['failovers'][1] for res in results]} (node "
+          f"{NODE_HOSTS[victim]} stopped while streaming to a rank: {victim_busy}); DoGets on "
+          f"the added node {added_streams}; location refreshes "
+          f"{[res['refreshes'] for res in results[2:]]}")
 
 
 def test_two_catalog_replicas_registering_the_same_content_at_once_make_one_version(
@@ -252,16 +326,22 @@ def _rank_main() -> None:
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     cat = Catalog(os.environ["WP_URL"])
     stream = cat.flight()
+    stream.refresh_s = 0.5  # the test's pace: ask the catalog for the servers often
     plan = cat.plan(os.environ["WP_PLAN"])
     result: dict[str, Any] = {"epochs": {}, "times": {}, "epoch_s": {}, "losses": [],
-                              "failovers": []}
+                              "failovers": [], "transport": [], "gets": [], "local": None}
     for epoch in (0, 1):
         dist.barrier()
         seen, stamps = [], []
         before = stream.counters.failovers
+        gets_before = dict(stream.counters.gets)
         started = time.perf_counter()
-        for batch in plan.batches(epoch=epoch, rank=rank, world_size=world,
-                                  transport="flight"):
+        source = plan._source(transport="auto", progress=False)  # what plan.batches takes
+        result["transport"].append(source.transport)
+        reader = getattr(source, "reader", None)
+        if reader is not None:
+            result["local"] = [reader.location, str(reader.tier.directory)]
+        for batch in plan.batches(epoch=epoch, rank=rank, world_size=world):
             assert isinstance(batch, Batch)
             # the synthetic data has nulls and infinities on purpose: train on finite lanes
             finite = torch.isfinite(batch.inputs).all(-1, keepdim=True) & torch.isfinite(
@@ -287,11 +367,19 @@ def _rank_main() -> None:
             result["losses"].append(float(loss))
             (out / f"progress-{rank}-{epoch}").write_text(str(len(seen)))
             if epoch == 1:
+                if len(seen) == HOLD_AT:  # held while the test adds a node
+                    deadline = time.monotonic() + RANK_TIMEOUT_S / 2
+                    while not (out / "go").exists() and time.monotonic() < deadline:
+                        time.sleep(0.01)
                 time.sleep(PAUSE_S)  # keep the ranks streaming while a node is stopped
         result["epoch_s"][str(epoch)] = time.perf_counter() - started
         result["epochs"][str(epoch)] = seen
         result["times"][str(epoch)] = stamps
         result["failovers"].append(stream.counters.failovers - before)
+        result["gets"].append({loc: n - gets_before.get(loc, 0)
+                               for loc, n in stream.counters.gets.items()
+                               if n > gets_before.get(loc, 0)})
+    result["refreshes"] = stream.counters.refreshes
     result["weights"] = repr([p.detach().tolist() for p in model.parameters()])
     (out / f"rank-{rank}.json").write_text(json.dumps(result))
     dist.barrier()

@@ -79,6 +79,8 @@ SERVER_FLAGS = {
     "--catalog-url": "catalog_url", "--flight-location": "flight_locations",
     "--root-scope": "root_scopes", "--sqlite-busy-timeout-s": "sqlite_busy_timeout_s",
     "--storage-workers": "storage_workers", "--storage-queue": "storage_queue",
+    "--flight-discovery": "flight_discovery", "--flight-discovery-s": "flight_discovery_s",
+    "--host-id": "host_id",
 }
 
 

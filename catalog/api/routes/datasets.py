@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse
 
 from catalog import service
 from catalog.api.auth import CurrentPrincipal, dataset_param, require
 from catalog.api.deps import Context, PageSize, PageToken
 from catalog.api.manifest_body import ManifestBodyRoute
+from catalog.api.routes.jobs import prefer_wait
 from catalog.api.schemas import (
     DEFAULT_PAGE_SIZE,
     DatasetOut,
+    JobOut,
     PageOut,
     RegisterVersionIn,
     VersionOut,
 )
-from catalog.api.storage_pool import StoragePool
+from catalog.jobs import Jobs, request_key
 from catalog.pattern import PatternSource
 from catalog.principals import Role
 from catalog.service import CatalogContext
@@ -70,35 +75,60 @@ _register = APIRouter(route_class=ManifestBodyRoute)
     operation_id="register_version", dependencies=_WRITE,
     status_code=status.HTTP_201_CREATED,
     response_model=VersionOut,
-    responses={200: {"model": VersionOut, "description": "this content was already registered"}},
+    responses={
+        200: {"model": VersionOut, "description": "this content was already registered"},
+        202: {"model": JobOut, "description": "still running: poll the job (Location)"},
+    },
 )
 async def register_version(
     *, ctx: Context, name: DatasetName, body: RegisterVersionIn, response: Response,
     principal: CurrentPrincipal, request: Request,
-) -> VersionOut:
+) -> VersionOut | JSONResponse:
     """Validate a manifest and every segment, then store the version (201; 200 if known;
-    409 for content registered under another name, named only if the caller sees it)."""
+    409 for content registered under another name, named only if the caller sees it).
+
+    The registration runs as a job (``catalog/jobs.py``); one still running after the
+    ``Prefer: wait=N`` seconds the caller allows (``respond-async``: 0; none: 20) answers
+    202 with the job and its ``Location``. The same request again finds the running job."""
     visible = None if principal.datasets is None else functools.partial(
         principal.may, Role.READER)
-    pool: StoragePool = request.app.state.storage_pool
-    version, created = await pool.run(_register_version, ctx, name, body, visible)
-    if not created:
-        response.status_code = status.HTTP_200_OK
-    return version
+    jobs: Jobs = request.app.state.jobs
+    payload = body.model_dump(mode="json", exclude_none=True)
+    job_id, future = jobs.start(
+        dataset=name, key=request_key(name, payload), principal=principal.name,
+        work=functools.partial(_register_version, ctx, name, body, visible))
+    wait = prefer_wait(request.headers.get("prefer"))
+    if future is not None:
+        try:
+            answer, created = await asyncio.wait_for(
+                asyncio.shield(asyncio.wrap_future(future)), timeout=wait)
+        except TimeoutError:
+            pass
+        else:
+            if not created:
+                response.status_code = status.HTTP_200_OK
+            return VersionOut.model_validate(answer)
+    job = jobs.view(job_id)
+    assert job is not None
+    return JSONResponse(
+        jsonable_encoder(JobOut.from_view(job).model_dump(mode="json")),
+        status_code=status.HTTP_202_ACCEPTED,
+        headers={"Location": f"/v1/jobs/{job_id}", "Retry-After": "1"})
 
 
 def _register_version(
     ctx: CatalogContext, name: str, body: RegisterVersionIn,
-    visible: Callable[[str], bool] | None,
-) -> tuple[VersionOut, bool]:
+    visible: Callable[[str], bool] | None, progress: Callable[[str, int, int], None],
+) -> tuple[dict[str, Any], bool]:
     pattern = None if body.pattern is None else PatternSource(
         pattern=body.pattern, set_id=body.set_id, protocol=body.protocol,
         metadata=body.metadata, metadata_rows=body.metadata_rows)
     result = service.register_version(
         ctx, name, root=body.root, manifest=body.manifest, rows=body.rows, pattern=pattern,
-        description=body.description, visible=visible,
+        description=body.description, visible=visible, progress=progress,
     )
-    return VersionOut.from_row(result.value, warnings=result.warnings), result.created
+    answer = VersionOut.from_row(result.value, warnings=result.warnings)
+    return answer.model_dump(mode="json", by_alias=True), result.created
 
 
 v1.include_router(_register)

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from catalog.api.auth import require
-from catalog.api.deps import AppSettings, Context
+from catalog.api.deps import AppSettings, Context, Discovery
 from catalog.api.schemas import FlightStatsOut
 from catalog.flight_stats import (
     PROMETHEUS_CONTENT_TYPE,
@@ -42,14 +42,15 @@ def _token(settings: Settings) -> str | None:
     response_model_exclude_none=True,
 )
 def get_flight_stats(
-    settings: AppSettings, timeout_s: TimeoutS = DEFAULT_TIMEOUT_S
+    settings: AppSettings, discovery: Discovery, timeout_s: TimeoutS = DEFAULT_TIMEOUT_S
 ) -> FlightStatsOut:
-    """The chunk-cache counters of every configured Flight server (``cache-stats`` action).
+    """The chunk-cache counters of every Flight server, configured or discovered
+    (``cache-stats`` action).
 
     Always 200: a server that does not answer within ``timeout_s`` is listed with an
     ``error`` (``unavailable``, ``unauthenticated``, ...) instead of ``stats``.
     """
-    servers = fetch_cache_stats(settings.flight_locations, timeout_s=timeout_s,
+    servers = fetch_cache_stats(discovery.locations(), timeout_s=timeout_s,
                                 token=_token(settings))
     return FlightStatsOut.model_validate({"servers": [s.as_dict() for s in servers]})
 
@@ -59,10 +60,11 @@ def get_flight_stats(
     responses={200: {"description": "Prometheus text format 0.0.4",
                      "content": {"text/plain": {}}}},
 )
-def get_metrics(request: Request, ctx: Context, settings: AppSettings) -> Response:
+def get_metrics(request: Request, ctx: Context, settings: AppSettings,
+                discovery: Discovery) -> Response:
     """Catalog object counts, HTTP requests and every Flight server's cache statistics."""
     counter: RequestCounter = request.app.state.requests
-    servers = fetch_cache_stats(settings.flight_locations, timeout_s=DEFAULT_TIMEOUT_S,
+    servers = fetch_cache_stats(discovery.locations(), timeout_s=DEFAULT_TIMEOUT_S,
                                 token=_token(settings))
     text = render_metrics(table_rows=catalog_table_rows(ctx), requests=counter.snapshot(),
                           servers=servers)

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Request
 from sqlalchemy.engine import Engine
 
 from catalog.api.auth import CurrentPrincipal, require
-from catalog.api.deps import AppSettings
+from catalog.api.deps import AppSettings, Discovery
 from catalog.api.schemas import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ConfigOut, HealthOut
 from catalog.principals import LOCAL, Role
 from services.contract.errors import ErrorType, WindpipeError
@@ -62,15 +62,18 @@ def _ping(engine: Engine) -> None:
 
 
 @v1.get("/config", operation_id="get_config", dependencies=_READ, response_model=ConfigOut)
-def get_config(request: Request, settings: AppSettings,
+def get_config(request: Request, settings: AppSettings, discovery: Discovery,
                principal: CurrentPrincipal) -> ConfigOut:
     """Server version, limits, Flight locations, supported storage schemes and whether
-    calls need a bearer token (``none`` only for the open, loopback ``local`` catalog)."""
+    calls need a bearer token (``none`` only for the open, loopback ``local`` catalog).
+
+    The Flight locations are the configured ones and those ``WINDPIPE_FLIGHT_DISCOVERY``
+    names now (``catalog.discovery``): clients ask again to find servers added since."""
     return ConfigOut(
         server_version=request.app.version,
         limits={"default_page_size": DEFAULT_PAGE_SIZE, "max_page_size": MAX_PAGE_SIZE,
                 **settings.limits().as_dict()},
-        flight_locations=list(settings.flight_locations),
+        flight_locations=list(discovery.locations()),
         storage_schemes=STORAGE_SCHEMES,
         auth="none" if principal.name == LOCAL else "bearer",
     )

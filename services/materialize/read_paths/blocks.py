@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from services.contract.errors import WindpipeError
 from services.materialize.blocks import BlockLayout, block_key, block_layouts, block_request
 from services.materialize.blocks import gather_lanes as gather_block_lanes
 from services.materialize.cache import ChunkCache, ChunkRequest
@@ -14,7 +15,7 @@ from services.materialize.lanes import LanePlan
 from services.materialize.plan import PlanContext
 from services.materialize.plan_tables import PlanTables
 from services.materialize.read_paths.base import BufferPool, LaneArrays
-from services.materialize.tier import Tier
+from services.materialize.tier import Block, Tier
 from services.storage.store import Storage
 
 __all__ = ["BlockPath"]
@@ -60,6 +61,29 @@ class BlockPath:
                     self.plan, layout, storage=self._storage, tier=self._tier)
             out.append(req)
         return out
+
+    def block(self, code: int) -> Block | None:
+        """The loaded block of protocol ``code`` (the window path's source), or None when
+        this path does not read it here: a held-only path whose block is not held, or a
+        load that failed (the general path then reads the batch and reports why).
+
+        It is pinned only while it is looked up: the caller's reference keeps a mapped
+        tier file (never rewritten) or an in-memory block alive after the cache lets go.
+        """
+        layout = self.layouts[code]
+        key = block_key(layout)
+        if not self.loads and not self.cache.contains(key):
+            return None
+        req = self._requests.get(code)
+        if req is None:
+            req = self._requests[code] = block_request(
+                self.plan, layout, storage=self._storage, tier=self._tier)
+        try:
+            with self.cache.acquire([req]) as pins:
+                found: Block = pins[key]
+        except WindpipeError:
+            return None
+        return found
 
     def read(self, lp: LanePlan, requests: list[ChunkRequest]) -> LaneArrays:
         """``lp``'s lanes gathered from its pinned blocks (full lanes of one protocol: one

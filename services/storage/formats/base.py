@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from services.contract.errors import ErrorType, WindpipeError
+from services.storage.readahead import AheadRead
 from services.storage.store import Storage
 
 __all__ = [
@@ -139,6 +140,12 @@ class SegmentFormatReader(Protocol):
     def read_chunk(self, storage: Storage, info: SegmentInfo, chunk_idx: int,
                    names: list[str], *, sizes: dict[str, int] | None) -> dict[str, np.ndarray]:
         """Chunk ``chunk_idx`` of checked numeric columns ``names`` as float64 arrays."""
+        ...
+
+    def ahead_reads(self, storage: Storage, info: SegmentInfo, chunk_idx: int,
+                    names: list[str]) -> list[AheadRead]:
+        """What :meth:`read_chunk` of the same arguments will read from an object store,
+        for a read-ahead to fetch first (:mod:`services.storage.readahead`)."""
         ...
 
     def read_rows(self, storage: Storage, info: SegmentInfo, start: int, stop: int,

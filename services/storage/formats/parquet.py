@@ -24,9 +24,12 @@ from services.storage.formats.base import (
     is_numeric,
     to_float64,
 )
+from services.storage.readahead import AheadRead
 from services.storage.store import Storage
 
-__all__ = ["PARQUET", "ParquetFormat", "footer_null_counts", "read_small_file"]
+__all__ = [
+    "PARQUET", "ParquetFormat", "column_chunk_ranges", "footer_null_counts", "read_small_file",
+]
 
 _TAIL_BYTES = 64 * 1024
 
@@ -156,6 +159,31 @@ class ParquetFormat:
             table = pf.read_row_group(chunk_idx, columns=names)
         return {name: to_float64(table.column(name)) for name in names}
 
+    def ahead_reads(self, storage: Storage, info: SegmentInfo, chunk_idx: int,
+                    names: list[str]) -> list[AheadRead]:
+        """The read of row group ``chunk_idx``: its column chunks of ``names``, located in
+        the footer the probe brings (checked against the fingerprint first: a segment
+        that changed is left to :meth:`read_chunk`, which reports it). The footer and
+        the match are cached, so the chunk read neither reads nor re-hashes it."""
+
+        def ranges(size: int, e_tag: str | None,
+                   tail: memoryview) -> list[tuple[int, int]] | None:
+            data = bytes(tail)
+            footer_len = int.from_bytes(data[-8:-4], "little") if len(data) >= 8 else -1
+            if footer_len < 0 or footer_len + 8 > len(data) or data[-4:] != b"PAR1":
+                return None  # a footer larger than the probe: read it the usual way
+            _, fingerprint = _footer(storage, info.path, size, data)
+            if fingerprint != info.fingerprint:
+                return None
+            meta = cache_get(("pq", storage.uri, info.path, info.fingerprint))
+            if meta is None:
+                meta = pq.read_metadata(pa.BufferReader(data))
+                cache_put(("pq", storage.uri, info.path, info.fingerprint), meta)
+            cache_put(("pq-ok", storage.uri, info.path, info.fingerprint), (size, e_tag))
+            return column_chunk_ranges(meta, chunk_idx, names)
+
+        return [AheadRead(info.path, ranges, tail_bytes=_TAIL_BYTES)]
+
     def read_rows(self, storage: Storage, info: SegmentInfo, start: int, stop: int,
                   names: list[str], *, by_chunk: ChunkReader) -> dict[str, np.ndarray]:
         """The row groups the rows span, read by ``by_chunk`` and cut."""
@@ -170,6 +198,28 @@ class ParquetFormat:
             for name in names:
                 parts[name].append(chunk[name][lo:hi])
         return {name: np.concatenate(parts[name]) for name in names}
+
+
+def column_chunk_ranges(meta: pq.FileMetaData, group: int,
+                        names: list[str]) -> list[tuple[int, int]] | None:
+    """Byte ranges ``[start, end)`` of row group ``group``'s column chunks of ``names``
+    (dictionary page included), as the parquet reader reads them; None when a column
+    is not a top-level column of the file."""
+    if not 0 <= group < meta.num_row_groups:
+        return None
+    where = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
+    rg = meta.row_group(group)
+    out = []
+    for name in names:
+        j = where.get(name)
+        if j is None:
+            return None
+        col = rg.column(j)
+        dict_at = col.dictionary_page_offset
+        start = dict_at if col.has_dictionary_page and dict_at and dict_at > 0 \
+            else col.data_page_offset
+        out.append((int(start), int(start) + int(col.total_compressed_size)))
+    return out
 
 
 def footer_null_counts(storage: Storage, info: SegmentInfo, names: list[str]) -> dict[str, int]:

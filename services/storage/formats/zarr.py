@@ -27,6 +27,7 @@ from services.storage.formats.base import (
     is_numeric,
 )
 from services.storage.formats.zarr_docs import layout_from_docs
+from services.storage.readahead import AheadRead
 from services.storage.store import Storage
 from services.storage.zarr_chunks import ZarrColumnPlan, column_plan, read_chunk_file
 
@@ -71,6 +72,12 @@ def _plans(storage: Storage, info: SegmentInfo, names: list[str]) -> dict[str, A
             plans[name] = column_plan(f"{info.path}/{name}", doc)
         cache_put(key, plans)
     return dict(plans)
+
+
+def _whole(size: int, e_tag: str | None, tail: memoryview) -> list[tuple[int, int]]:
+    """A chunk file is read whole (what the probe did not bring)."""
+    del e_tag
+    return [(0, size - len(tail))] if size > len(tail) else []
 
 
 class ZarrFormat:
@@ -194,6 +201,20 @@ class ZarrFormat:
         if slow:
             out.update(self._rows(storage, info, start, stop, slow))
         return {name: out[name] for name in names}
+
+    def ahead_reads(self, storage: Storage, info: SegmentInfo, chunk_idx: int,
+                    names: list[str]) -> list[AheadRead]:
+        """The chunk files :meth:`read_chunk` reads directly, whole (a column read through
+        zarr's array API is left to it)."""
+        plans = _plans(storage, info, names)
+        reads = []
+        for name in names:
+            plan: ZarrColumnPlan | None = plans.get(name)
+            if plan is not None and plan.length == info.row_count and (
+                len(info.chunk_rows) == 1 or plan.chunk_len == info.chunk_rows[0]
+            ):
+                reads.append(AheadRead(f"{plan.prefix}{chunk_idx}", _whole))
+        return reads
 
     def read_rows(self, storage: Storage, info: SegmentInfo, start: int, stop: int,
                   names: list[str], *, by_chunk: ChunkReader) -> dict[str, np.ndarray]:

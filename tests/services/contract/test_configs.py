@@ -201,7 +201,8 @@ def test_loader_config_splits_into_plan_spec_and_options():
         "protocol_order", "stateful_n_windows", "cross_protocol_state_carry",
         "drop_incomplete_batches", "drop_incomplete_distributed", "group_key",
         "alignment_key", "inputs", "targets", "scaling",
-        "align_by"}  # windpipe's addition (SEMANTICS 9)
+        "align_by",  # windpipe's addition (SEMANTICS 9)
+        "shuffle_block_bytes"}  # windpipe's addition (SEMANTICS 3c)
     assert set(LoaderConfig.RUNTIME_FIELDS) == {
         "data_access", "num_workers", "prefetch_factor", "persistent_workers", "pin_memory",
         "multiprocessing_context", "device", "prefetch_to_device", "non_blocking", "transport"}

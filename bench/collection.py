@@ -1,0 +1,141 @@
+"""A collection at scale: many small segments beside the same rows in large ones (issue 25).
+
+    python -m bench.collection --segments 10000
+
+writes a synthetic collection of about ``--segments`` small parquet segments (``windpipe
+synth``'s generator, ``--rows-per-cycle`` rows a cycle) and the same rows as one large
+segment per cell and protocol, then measures, side by side in one run:
+
+- registration per segment through a served catalog (the SDK follows the job) beside the
+  floor of reading every footer with pyarrow in one loop (page cache warm for both);
+- the catalog's index, split and plan of the small-segment version;
+- the cold first epoch (fresh catalog and Flight server in this process: nothing cached
+  yet) over small segments vs the same rows in large segments, in real rows/s;
+- the peak RSS of this process (catalog and reader run in it) after each step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import polars as pl
+
+from bench.registration import footer_floor, register_once
+from catalog.api.server import start_catalog_server
+from flight_server.runner import start_flight_server
+from sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
+from sdk._torch_import import require_torch
+from services.settings import Settings
+from services.synth import write_synthetic_dataset
+
+__all__ = ["cold_epoch", "main", "merge_segments"]
+
+_PER_CELL_CYCLE = 1.7  # cycling every cycle, hppc every 5th, eis every 2nd
+_CELLS = 100
+_CONFIG = LoaderConfig(
+    split="train", default_window=WindowConfig(batch_size=64, seq_len=32),
+    inputs={"cycling": ("current_a", "voltage_v")}, targets={"cycling": ("voltage_v",)})
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def merge_segments(small: Path, large: Path) -> int:
+    """The rows of ``small``'s manifest as one parquet segment per (set, cell, protocol)
+    under ``large`` (cycles in order, ``cidx`` 0); returns the segments written."""
+    manifest = pl.read_parquet(small / "manifest.parquet")
+    rows = []
+    for (set_id, cell_id, protocol), group in manifest.sort("cidx").group_by(
+            ["set_id", "cell_id", "protocol"], maintain_order=True):
+        frames = [pl.read_parquet(small / p) for p in group.get_column("segment_path")
+                  if str(p).endswith(".parquet")]
+        if not frames:
+            continue
+        rel = f"segments/{set_id}/{cell_id}/{protocol}.parquet"
+        (large / rel).parent.mkdir(parents=True, exist_ok=True)
+        pl.concat(frames, how="diagonal_relaxed").write_parquet(large / rel)
+        rows.append({"set_id": set_id, "cell_id": cell_id, "cidx": 0, "protocol": protocol,
+                     "segment_path": rel})
+    pl.DataFrame(rows).write_parquet(large / "manifest.parquet")
+    return len(rows)
+
+
+def cold_epoch(root: Path, *, work: Path, name: str) -> dict[str, float]:
+    """The first epoch of a plan over ``root`` streamed over Flight from fresh servers
+    (chunk cache empty, no tier) in this process: ``rows`` (real rows, not batches: short
+    streams pad more windows), ``epoch_s``, and the seconds of ``index``, ``split`` and
+    ``plan``."""
+    settings = Settings(data_dir=work, log_level="WARNING", host="127.0.0.1",
+                        allowed_roots=(str(root),), tier_bytes=0)
+    flight = start_flight_server(settings.model_copy(update={"flight_port": 0}))
+    catalog_server = start_catalog_server(
+        settings.model_copy(update={"flight_locations": (flight.location,)}), port=0)
+    try:
+        catalog = Catalog(catalog_server.url, timeout=600.0, read_timeout=600.0)
+        with warnings.catch_warnings():  # the synthetic data's nulls, on purpose
+            warnings.simplefilter("ignore")
+            version = catalog.register(name, root=str(root), manifest="manifest.parquet",
+                                       progress=False)
+        t0 = time.perf_counter()
+        version.index()
+        t1 = time.perf_counter()
+        split = version.split(ValidationConfig.sample(0.2, seed=0))
+        t2 = time.perf_counter()
+        plan = split.plan(_CONFIG)
+        t3 = time.perf_counter()
+        require_torch()  # the batches are torch tensors: import torch before the clock
+        start = time.perf_counter()
+        rows = sum(int(batch.mask.sum()) for batch in plan.batches(transport="flight"))
+        epoch_s = time.perf_counter() - start
+        catalog.close()
+        return {"rows": rows, "epoch_s": epoch_s, "index": t1 - t0, "split": t2 - t1,
+                "plan": t3 - t2}
+    finally:
+        catalog_server.stop(grace_s=5.0)
+        flight.stop(grace_s=5.0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the flags, write both collections, print every figure."""
+    parser = argparse.ArgumentParser(prog="python -m bench.collection",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--segments", type=int, default=10_000)
+    parser.add_argument("--rows-per-cycle", type=int, default=60)
+    args = parser.parse_args(argv)
+    cycles = max(1, round(args.segments / (_CELLS * _PER_CELL_CYCLE)))
+    with tempfile.TemporaryDirectory(prefix="windpipe-collection-") as tmp:
+        small, large = Path(tmp) / "small", Path(tmp) / "large"
+        start = time.perf_counter()
+        write_synthetic_dataset(small, cells=_CELLS, cycles=cycles,
+                                rows_per_cycle=args.rows_per_cycle, zarr_fraction=0.0)
+        n_large = merge_segments(small, large)
+        print(f"wrote both collections in {time.perf_counter() - start:.1f} s "
+              f"(peak RSS {_peak_mib():.0f} MiB)")
+        footer_floor(small)  # warm the page cache: both sides read warm files
+        n_parquet, floor_s = footer_floor(small)
+        version_id, n_small, reg_s = register_once(small, work=Path(tmp) / "catalog")
+        print(f"segments {n_small:,} small, {n_large:,} large; cycles per cell {cycles}")
+        print(f"footer floor   {floor_s:8.2f} s {floor_s / n_parquet * 1e6:8.0f} us/segment")
+        print(f"registration   {reg_s:8.2f} s {reg_s / n_small * 1e6:8.0f} us/segment "
+              f"= {reg_s / floor_s:.1f}x the floor (peak RSS {_peak_mib():.0f} MiB)")
+        small_run = cold_epoch(small, work=Path(tmp) / "cold-small", name="small")
+        large_run = cold_epoch(large, work=Path(tmp) / "cold-large", name="large")
+        print(f"index {small_run['index']:.2f} s, split {small_run['split']:.2f} s, "
+              f"plan {small_run['plan']:.2f} s (small segments)")
+        rates = {}
+        for label, run in (("small", small_run), ("large", large_run)):
+            rates[label] = run["rows"] / run["epoch_s"]
+            print(f"cold epoch {label} segments {rates[label] / 1e6:8.2f} M rows/s "
+                  f"({int(run['rows']):,} rows in {run['epoch_s']:.2f} s)")
+        print(f"small / large {rates['small'] / rates['large']:.2f}x "
+              f"(peak RSS {_peak_mib():.0f} MiB; version {version_id})")
+
+
+if __name__ == "__main__":
+    main()

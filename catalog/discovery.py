@@ -1,0 +1,147 @@
+"""Where a deployment's Flight servers are: the static list and a source re-read as it changes.
+
+Why: in Kubernetes the Flight servers are a DaemonSet, one per node, and nodes come and
+go; a static ``WINDPIPE_FLIGHT_LOCATIONS`` would have to be edited and re-applied at
+each change. ``WINDPIPE_FLIGHT_DISCOVERY`` names a source that is read again every
+``WINDPIPE_FLIGHT_DISCOVERY_S`` seconds, by the catalog (``/v1/config``, ``/metrics``,
+``/v1/flight/stats``) and by every Flight server (the endpoint routing of
+``flight_server.locality``); the SDK asks ``/v1/config`` again at the start of a pass
+and at a failover (``sdk._stream``). A server added mid-epoch thus gets new requests
+within a refresh; one removed stops being offered.
+
+Sources (:func:`parse_source`):
+
+* ``dns://NAME:PORT``: every address ``NAME`` resolves to, as ``grpc://ADDR:PORT`` (a
+  headless Service answers one address per ready pod);
+* ``file:///PATH``: one ``grpc://host:port`` per line (``#`` starts a comment), e.g. a
+  mounted ConfigMap, which the kubelet updates in place.
+
+There is no announcement endpoint on purpose: a location in ``/v1/config`` receives
+every client's bearer token, so only what the operator controls (settings, their DNS,
+a file they mount) may name one, never a caller. A source that fails keeps the last
+list it gave (a DNS blip must not empty the deployment); the failure is logged.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from services.logging import get_logger
+from services.settings import Settings
+
+__all__ = ["DISCOVERY_SCHEMES", "DiscoverySource", "DnsSource", "FileSource",
+           "FlightDiscovery", "parse_source"]
+
+DISCOVERY_SCHEMES = ("dns", "file")
+_log = get_logger("windpipe.discovery")
+
+
+class DiscoverySource(Protocol):
+    """Reads the Flight locations it names (raises ``OSError`` when it cannot)."""
+
+    def read(self) -> tuple[str, ...]:
+        """The locations now, ``grpc://host:port`` each."""
+        ...
+
+
+@dataclass(frozen=True)
+class DnsSource:
+    """Every address of ``name`` (A and AAAA records), each as ``grpc://ADDR:port``."""
+
+    name: str
+    port: int
+
+    def read(self) -> tuple[str, ...]:
+        """Resolve ``name`` now (the system resolver; a headless Service's answer)."""
+        infos = socket.getaddrinfo(self.name, self.port, type=socket.SOCK_STREAM)
+        hosts = sorted({str(info[4][0]) for info in infos})
+        return tuple(f"grpc://[{h}]:{self.port}" if ":" in h else f"grpc://{h}:{self.port}"
+                     for h in hosts)
+
+
+@dataclass(frozen=True)
+class FileSource:
+    """The lines of ``path``: one location each, blank lines and ``#`` comments skipped."""
+
+    path: Path
+
+    def read(self) -> tuple[str, ...]:
+        """Read the file now."""
+        lines = (line.split("#", 1)[0].strip() for line in self.path.read_text().splitlines())
+        return tuple(dict.fromkeys(line for line in lines if line))
+
+
+def parse_source(text: str) -> DnsSource | FileSource:
+    """The source ``text`` names (``ValueError`` saying what is expected otherwise)."""
+    parts = urlsplit(text)
+    if parts.scheme == "dns" and parts.hostname and parts.port:
+        return DnsSource(parts.hostname, parts.port)
+    if parts.scheme == "file" and parts.path:
+        return FileSource(Path(parts.path))
+    msg = (f"flight discovery {text!r}: expected dns://NAME:PORT (every address of a "
+           "name, e.g. a headless Service) or file:///PATH (one grpc://host:port a line)")
+    raise ValueError(msg)
+
+
+class FlightDiscovery:
+    """The static locations, then those ``source`` names (read at most every
+    ``interval_s`` seconds, lazily: whoever asks after the interval reads it, the
+    others meanwhile get the last list)."""
+
+    def __init__(self, static: tuple[str, ...], source: DiscoverySource | None, *,
+                 interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.static = tuple(static)
+        self.source = source
+        self.interval_s = interval_s
+        self._clock = clock
+        self._found: tuple[str, ...] = ()
+        self._read_at: float | None = None
+        self._reading = False
+        self._lock = threading.Lock()
+        if source is not None:
+            self._refresh()  # the first list before the first caller: none sees it empty
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *,
+                      static: tuple[str, ...] | None = None) -> FlightDiscovery:
+        """``flight_locations`` (or ``static``) and ``flight_discovery``."""
+        text = settings.flight_discovery
+        return cls(tuple(settings.flight_locations) if static is None else static,
+                   parse_source(text) if text else None,
+                   interval_s=settings.flight_discovery_s)
+
+    def locations(self) -> tuple[str, ...]:
+        """The static locations, then the discovered ones not among them."""
+        if self.source is not None:
+            self._refresh()
+        return tuple(dict.fromkeys((*self.static, *self._found)))
+
+    def _refresh(self) -> None:
+        assert self.source is not None
+        now = self._clock()
+        with self._lock:
+            due = self._read_at is None or now - self._read_at >= self.interval_s
+            if not due or self._reading:
+                return
+            self._reading = True
+        try:
+            found: tuple[str, ...] | None = self.source.read()
+        except (OSError, UnicodeError) as exc:
+            found = None
+            _log.warning("flight.discovery.failed", source=repr(self.source),
+                         error=f"{type(exc).__name__}: {exc}", kept=len(self._found))
+        with self._lock:
+            if found is not None:
+                if found != self._found:
+                    _log.info("flight.discovery.changed", added=sorted(set(found) - set(
+                        self._found)), removed=sorted(set(self._found) - set(found)))
+                self._found = found
+            self._read_at = self._clock()
+            self._reading = False

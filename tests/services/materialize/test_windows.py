@@ -1,0 +1,129 @@
+"""The window path (services/materialize/windows.py): full-window batches built with one copy
+are byte for byte the general builder's, and write no byte twice (issue 24)."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from services.contract.configs import LoaderConfig, WindowConfig
+from services.contract.wire import batch_schema
+from services.materialize.builder import BatchBuilder, BuiltBatch
+from services.materialize.cache import ChunkCache
+from services.materialize.pipeline import BatchPipeline
+from services.materialize.plan import PlanContext
+from services.materialize.tier import Tier
+from services.planning.ranks import rank_batches
+from services.storage.store import Storage
+from tests.flight_server.helpers import Dataset, StreamSpec, write_dataset
+from tests.flight_server.test_batches import CONFIGS, SPECS, _config
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    return write_dataset(tmp_path_factory.mktemp("windows-ds"), SPECS, fmt="mixed",
+                         chunk_rows=16, seed=3)
+
+
+def _builder(plan: PlanContext, tier: Tier | None) -> BatchBuilder:
+    return BatchBuilder(plan, Storage.from_uri(plan.root_uri), ChunkCache(64 << 20),
+                        batch_schema(plan_id=plan.plan_id, version_id="v-test"), tier=tier,
+                        blocks="always", lazy_provenance=True)
+
+
+def _same(a: BuiltBatch, b: BuiltBatch) -> None:
+    for name in ("inputs", "targets", "mask", "has_channel"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype, name
+        assert x.shape == y.shape, name
+        assert np.ascontiguousarray(x).tobytes() == np.ascontiguousarray(y).tobytes(), name
+    assert a.meta.encode() == b.meta.encode()
+    assert a.provenance().serialize().to_pybytes() == b.provenance().serialize().to_pybytes()
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("with_tier", [False, True])
+def test_window_batches_equal_the_general_builders(dataset: Dataset, tmp_path: Path,
+                                                   name: str, with_tier: bool) -> None:
+    tier = Tier(tmp_path / "tier", budget_bytes=64 << 20) if with_tier else None
+    plan = dataset.plan(_config(name), plan_id=name)
+    general, windows = _builder(plan, tier), _builder(plan, tier)
+    fast = 0
+    for epoch in (0, 1):
+        schedule = plan.schedule(epoch)
+        batches = rank_batches(schedule, rank=0, world_size=1,
+                               drop_incomplete_distributed=False)
+        start = 1 if batches.shape[0] > 2 else 0  # a resumed pass starts mid-segment
+        path = windows.window_pass(schedule, batches, start=start, end=int(batches.shape[0]))
+        assert path is not None
+        for i in range(start, int(batches.shape[0])):
+            built = path.build(i)
+            if built is None:
+                continue
+            fast += 1
+            _same(built, general.build_arrays(schedule, int(batches[i]), batch_idx=i))
+    assert fast > 0  # every config has batches of full windows
+
+
+@pytest.mark.parametrize("name", ["sequential", "shuffled", "chain"])
+def test_a_pass_is_the_same_with_and_without_the_window_path(dataset: Dataset,
+                                                             name: str) -> None:
+    plan = dataset.plan(_config(name), plan_id=name)
+    schedule = plan.schedule(0)
+    batches = rank_batches(schedule, rank=0, world_size=1, drop_incomplete_distributed=False)
+    end = int(batches.shape[0])
+
+    class _General(BatchBuilder):
+        def window_pass(self, *_a: object, **_kw: object) -> None:
+            return None
+
+    plain = _General(plan, Storage.from_uri(plan.root_uri), ChunkCache(64 << 20),
+                     batch_schema(plan_id=name, version_id="v-test"), blocks="always",
+                     lazy_provenance=True)
+    got = list(BatchPipeline(_builder(plan, None), schedule, batches, start=0, end=end,
+                             readahead_batches=0))
+    want = list(BatchPipeline(plain, schedule, batches, start=0, end=end, readahead_batches=0))
+    assert [i for i, _ in got] == [i for i, _ in want] == list(range(end))
+    for (_, a), (_, b) in zip(got, want, strict=True):
+        _same(a, b)
+
+
+def test_a_full_window_batch_writes_each_byte_once(tmp_path: Path) -> None:
+    """Bytes allocated while building a batch of B full windows: its inputs and targets
+    (each window one contiguous run, copied once from the block), its mask and
+    has_channel, and nothing the size of a second copy; nothing is copied per lane."""
+    ds = write_dataset(tmp_path / "ds", [StreamSpec("cycling", "c1", 1, (4000,))],
+                       fmt="parquet", chunk_rows=512, seed=1)
+    b, t = 16, 128
+    config = LoaderConfig(
+        inputs={"cycling": ("current_a", "temperature_c")}, targets={"cycling": ("voltage_v",)},
+        default_window=WindowConfig(batch_size=b, seq_len=t, drop_incomplete=True),
+        strategy="shuffled", drop_incomplete_batches=True)
+    plan = ds.plan(config, plan_id="one-copy")
+    builder = _builder(plan, Tier(tmp_path / "tier", budget_bytes=64 << 20))
+    schedule = plan.schedule(0)
+    batches = rank_batches(schedule, rank=0, world_size=1, drop_incomplete_distributed=False)
+    path = builder.window_pass(schedule, batches, start=0, end=int(batches.shape[0]))
+    assert path is not None
+    assert path.build(0) is not None  # the block is loaded, the lane tables computed
+    c_in, c_out = len(plan.specs[0].input_columns), len(plan.specs[0].target_columns)
+    window_block = b * t * (c_in + c_out) * 4  # T rows of every channel of B windows
+    small = b * t + b * len(plan.specs[0].channels)  # the mask and has_channel (uint8)
+    tracemalloc.start()
+    try:
+        for i in range(1, int(batches.shape[0])):
+            tracemalloc.reset_peak()
+            before = tracemalloc.get_traced_memory()[0]
+            built = path.build(i)
+            peak = tracemalloc.get_traced_memory()[1] - before
+            assert built is not None
+            assert built.inputs.flags.owndata
+            assert built.targets.flags.owndata
+            assert built.inputs.nbytes + built.targets.nbytes == window_block
+            assert window_block + small <= peak < window_block + small + 8192, i
+            del built
+    finally:
+        tracemalloc.stop()
