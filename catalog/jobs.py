@@ -172,7 +172,8 @@ class Jobs:
                 return None
             state: JobState = row.state  # type: ignore[assignment]
             error = row.error
-            if state == "running" and self._stale(row.updated_at):
+            if state == "running" and row.id not in self._running \
+                    and self._stale(row.updated_at):
                 state = "interrupted"
                 error = error_envelope(ErrorType.UNAVAILABLE, _INTERRUPTED,
                                        {"retryable": True, "job_id": row.id})["error"]

@@ -99,11 +99,11 @@ async def register_version(
         work=functools.partial(_register_version, ctx, name, body, visible))
     wait = prefer_wait(request.headers.get("prefer"))
     if future is not None:
+        waiter = asyncio.wrap_future(future)
         try:
-            answer, created = await asyncio.wait_for(
-                asyncio.shield(asyncio.wrap_future(future)), timeout=wait)
-        except TimeoutError:
-            pass
+            answer, created = await asyncio.wait_for(asyncio.shield(waiter), timeout=wait)
+        except TimeoutError:  # the job's outcome is its row's; nothing awaits it here
+            waiter.add_done_callback(lambda done: done.cancelled() or done.exception())
         else:
             if not created:
                 response.status_code = status.HTTP_200_OK
