@@ -109,7 +109,7 @@ def _wait_for(predicate: Any, timeout_s: float, what: str) -> None:
 
 def _progress(out_dir: Path, rank: int, epoch: int) -> int:
     path = out_dir / f"progress-{rank}-{epoch}"
-    return int(path.read_text() or 0) if path.exists() else 0
+    return int(path.read_text()) if path.exists() else 0
 
 
 def _write_locations(path: Path, locations: list[str]) -> None:
@@ -247,13 +247,14 @@ def test_two_nodes_of_ranks_over_three_flight_servers_lose_nothing_when_one_dies
         assert res["transport"] == ["local", "local"]
         assert res["local"] == [locations[0], str(tmp_path / "node0" / "tier")]
         assert res["gets"] == [{}, {}]
-    # trainer-b's ranks streamed; in epoch 1 they failed over and reached the new node
+    # trainer-b's ranks streamed; in epoch 1 they reached the new node. Whether stopping a
+    # busy node cost a rank a failover depends on what gRPC had already delivered into
+    # the client's buffers (a whole endpoint of these small batches fits): the failovers
+    # are a figure, printed below; what must hold is the schedule, checked above.
     for res in results[2:]:
         assert res["transport"] == ["flight", "flight"]
         assert set(res["gets"][0]) <= set(locations[:3])
         assert locations[ADDED] in res["gets"][1]
-    if victim_busy:  # a rank was reading from the stopped node: it failed over
-        assert sum(res["failovers"][1] for res in results[2:]) >= 1
     assert added_streams >= sum(res["gets"][1][locations[ADDED]] for res in results[2:])
     assert min(kill_progress) >= KILL_AFTER  # the kill landed mid-epoch
     assert max(kill_progress) < per_rank
@@ -365,7 +366,10 @@ def _rank_main() -> None:
                          "digest": digest})
             stamps.append(time.time())
             result["losses"].append(float(loss))
-            (out / f"progress-{rank}-{epoch}").write_text(str(len(seen)))
+            # written whole, then renamed: the test never reads a half-written count
+            part = out / f"progress-{rank}-{epoch}.part"
+            part.write_text(str(len(seen)))
+            os.replace(part, out / f"progress-{rank}-{epoch}")
             if epoch == 1:
                 if len(seen) == HOLD_AT:  # held while the test adds a node
                     deadline = time.monotonic() + RANK_TIMEOUT_S / 2
