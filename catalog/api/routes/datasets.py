@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Request, Response, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from catalog import service
 from catalog.api.auth import CurrentPrincipal, dataset_param, require
@@ -94,9 +95,10 @@ async def register_version(
         principal.may, Role.READER)
     jobs: Jobs = request.app.state.jobs
     payload = body.model_dump(mode="json", exclude_none=True)
-    job_id, future = jobs.start(
-        dataset=name, key=request_key(name, payload), principal=principal.name,
-        work=functools.partial(_register_version, ctx, name, body, visible))
+    # the job's row is written off the event loop: a slow database stalls no other call
+    job_id, future = await run_in_threadpool(functools.partial(
+        jobs.start, dataset=name, key=request_key(name, payload), principal=principal.name,
+        work=functools.partial(_register_version, ctx, name, body, visible)))
     wait = prefer_wait(request.headers.get("prefer"))
     if future is not None:
         waiter = asyncio.wrap_future(future)
@@ -108,8 +110,8 @@ async def register_version(
             if not created:
                 response.status_code = status.HTTP_200_OK
             return VersionOut.model_validate(answer)
-    job = jobs.view(job_id)
-    assert job is not None
+    job = await run_in_threadpool(jobs.view, job_id)
+    assert job is not None  # a job's row is never deleted once its work is submitted
     return JSONResponse(
         jsonable_encoder(JobOut.from_view(job).model_dump(mode="json")),
         status_code=status.HTTP_202_ACCEPTED,
