@@ -27,7 +27,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -101,6 +101,8 @@ class _Running:
     checked: int = 0
     profiled: int = 0
     total: int | None = None
+    gate: threading.Event = field(default_factory=threading.Event)
+    abandoned: bool = False
 
     def report(self, phase: str, done: int, total: int) -> None:
         self.phase, self.total = phase, total
@@ -147,19 +149,24 @@ class Jobs:
             if live is not None:
                 return live, self._futures.get(live)
             job_id = f"j-{uuid.uuid4().hex}"
-            with session_scope(self._sessions) as session:
-                session.add(RegistrationJob(id=job_id, dataset=dataset, request_key=key,
-                                            principal=principal, state="running",
-                                            **_Running().values()))
-            self._running[job_id] = _Running()
+            running = self._running[job_id] = _Running()
+            # admitted (or refused at once, before any write) first; the work waits at
+            # the gate until the job's row exists
             try:
                 future = self._submit(self._run, job_id, work)
             except BaseException:
                 del self._running[job_id]
-                with session_scope(self._sessions) as session:
-                    session.execute(sa.delete(RegistrationJob).where(
-                        RegistrationJob.id == job_id))
                 raise
+            try:
+                with session_scope(self._sessions) as session:
+                    session.add(RegistrationJob(id=job_id, dataset=dataset, request_key=key,
+                                                principal=principal, state="running",
+                                                **running.values()))
+            except BaseException:
+                running.abandoned = True
+                raise
+            finally:
+                running.gate.set()
             self._futures[job_id] = future
             future.add_done_callback(lambda _f: self._forget(job_id))
             return job_id, future
@@ -203,6 +210,10 @@ class Jobs:
 
     def _run(self, job_id: str, work: RegistrationWork) -> tuple[dict[str, Any], bool]:
         running = self._running[job_id]
+        running.gate.wait()
+        if running.abandoned:  # its row could not be written: the caller got that error
+            self._forget(job_id)
+            raise WindpipeError(ErrorType.UNAVAILABLE, "the job could not be recorded")
         try:
             version, created = work(running.report)
         except WindpipeError as exc:

@@ -6,13 +6,18 @@ answer (``null_values``, ``non_finite_values``, ``irregular_sampling``; the SDK 
 them as ``sdk.DataWarning``), so a notebook shows them, never silently: a null input
 is ``-2.0`` in a batch (SEMANTICS 5), which on an unscaled channel looks like a value.
 
-The cost is kept low: once every segment has passed registration's checks, each is
-read once (a small local parquet file in one read), in batches on a few threads
-(:mod:`catalog.batched`), and only for the columns that need it: float columns
+The cost is kept low: a small local parquet file is profiled while registration's
+checks hold its bytes (they read it whole to fingerprint its footer; the figures ride
+with the prepared version, :mod:`catalog.figures`), so no segment is opened twice for
+it. Any other segment (zarr, a larger file, an object store, figures a mixed-type
+column makes insufficient) is read once more after the checks, in batches on a few
+threads (:mod:`catalog.batched`), and only for the columns that need it: float columns
 (a NaN or an infinity is in no footer) and the time column. The null counts of a
 parquet segment's other numeric columns come from its footer's statistics, unread
-(:func:`services.storage.segments.unread_null_counts`); zarr integer arrays cannot
-hold a null. A version registered again answers its stored profile without reading.
+(:func:`services.storage.segments.unread_null_counts`; ``null_counts_from_footer``
+counts those column-segments, whichever way the segment was profiled); zarr integer
+arrays cannot hold a null. A version registered again answers its stored profile
+without reading.
 
 Irregular sampling, per segment with a time column (``time_s``), over its finite
 times: a *non-monotonic* step is one where time does not increase (``<= 0``); a *gap*
@@ -34,10 +39,10 @@ import polars as pl
 from sqlalchemy.orm import Session, sessionmaker
 
 from catalog.batched import batched_map, workers_for
+from catalog.figures import FLOATING, Found, found_from, sampling_problem
 from catalog.registration import PreparedVersion
 from catalog.repository import Repository
 from services.contract.stats import (
-    GAP_FACTOR,
     TIME_COLUMN,
     ColumnProfile,
     SamplingProblem,
@@ -52,7 +57,6 @@ __all__ = ["MAX_LISTED", "bounded_map", "profile_for", "profile_version", "profi
 
 MAX_LISTED = 100
 _SHOWN = 4  # columns named in one warning's message
-_FLOATING = ("float", "double", "mixed")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -92,27 +96,14 @@ def profile_for(sessions: sessionmaker[Session], storage: Storage,
     return profile_version(storage, prepared, progress=progress)
 
 
-def sampling_problem(times: np.ndarray) -> tuple[int, int, float | None, float | None]:
-    """``(gaps, non_monotonic, median positive step, largest step)`` of a time column."""
-    t = times[np.isfinite(times)]
-    if t.shape[0] < 2:
-        return 0, 0, None, None
-    d = np.diff(t)
-    non_monotonic = int(np.count_nonzero(d <= 0))
-    gaps = 0
-    if d.shape[0] >= 2:
-        left = np.concatenate((d[1:2], d[:-1]))
-        right = np.concatenate((d[1:], d[-2:-1]))
-        near = np.maximum(left, right)
-        gaps = int(np.count_nonzero((np.minimum(left, right) > 0) & (d > GAP_FACTOR * near)))
-    positive = d[d > 0]
-    median = float(np.median(positive)) if positive.shape[0] else None
-    return gaps, non_monotonic, median, float(d.max())
-
-
 def _segments(prepared: PreparedVersion) -> list[tuple[SegmentInfo, str, list[str]]]:
-    """Per segment (manifest order): its info, protocol and numeric columns."""
-    numeric = {p: [c for c in cols if c.get("numeric")] for p, cols in prepared.schema.items()}
+    """Per segment (manifest order): its info, protocol and numeric columns. The columns
+    of a segment depend only on its protocol and the columns its manifest row lacks, so
+    each such set is built once (a collection has a handful, whatever its size)."""
+    numeric = {p: [(c, frozenset(c.get("missing", ()))) for c in cols if c.get("numeric")]
+               for p, cols in prepared.schema.items()}
+    lacking = {p: frozenset().union(*(m for _c, m in cols)) for p, cols in numeric.items()}
+    built: dict[tuple[str, int | None], tuple[tuple[ColumnInfo, ...], list[str]]] = {}
     seg = prepared.segments.join(
         prepared.manifest_rows.select("manifest_row_id", "protocol"), on="manifest_row_id",
         how="left").sort("manifest_position")
@@ -120,23 +111,22 @@ def _segments(prepared: PreparedVersion) -> list[tuple[SegmentInfo, str, list[st
     for mrid, protocol, path, fmt, n, chunks, fp in seg.select(
             "manifest_row_id", "protocol", "path", "format", "row_count", "chunk_rows",
             "fingerprint").iter_rows():
-        cols = [c for c in numeric.get(protocol, ()) if mrid not in c.get("missing", ())]
-        info = SegmentInfo(
-            path=path, format=fmt, row_count=int(n),
-            columns=tuple(ColumnInfo(c["name"], str(c["dtype"]), numeric=True) for c in cols),
-            chunk_rows=tuple(int(r) for r in chunks), fingerprint=fp)
-        out.append((info, str(protocol), [c["name"] for c in cols]))
+        key = (protocol, mrid if mrid in lacking.get(protocol, ()) else None)
+        if key not in built:
+            cols = [c for c, missing in numeric.get(protocol, ()) if mrid not in missing]
+            built[key] = (tuple(ColumnInfo(c["name"], str(c["dtype"]), numeric=True)
+                                for c in cols), [c["name"] for c in cols])
+        columns, names = built[key]
+        info = SegmentInfo(path=path, format=fmt, row_count=int(n), columns=columns,
+                           chunk_rows=tuple(chunks), fingerprint=fp)
+        out.append((info, str(protocol), names))
     return out
 
 
-_Found = tuple[dict[str, tuple[int, int]], tuple[int, int, float | None, float | None] | None,
-               int]
-
-
-def _profile_segment(storage: Storage, info: SegmentInfo, names: list[str]) -> _Found:
+def _profile_segment(storage: Storage, info: SegmentInfo, names: list[str]) -> Found:
     """``({column: (nulls, non_finite)}, sampling or None, columns counted from the
     footer)`` of one segment."""
-    plain = [n for n in names if not any(f in info.column(n).dtype for f in _FLOATING)
+    plain = [n for n in names if not any(f in info.column(n).dtype for f in FLOATING)
              and n != TIME_COLUMN]
     known = unread_null_counts(storage, info, plain) if plain else {}
     read = [n for n in names if n not in known]
@@ -155,22 +145,42 @@ def _profile_segment(storage: Storage, info: SegmentInfo, names: list[str]) -> _
 
 def profile_version(storage: Storage, prepared: PreparedVersion, *,
                     progress: Callable[[int, int], None] | None = None) -> VersionProfile:
-    """Read what needs reading of every segment once and profile the version
-    (``progress(done, total)`` after each segment)."""
+    """Profile the version: from the figures the checks took of a segment
+    (``prepared.figures``) where they answer, else reading what needs reading of the
+    segment once (``progress(done, total)``: once for the segments the figures answered,
+    then after each segment read)."""
     segments = _segments(prepared)
-    rows: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
-    order = {info.path: k for k, (info, _p, _n) in enumerate(segments)}
-    problems: list[tuple[int, SamplingProblem]] = []
-    irregular: dict[str, int] = defaultdict(int)
-    from_footer = 0
+    found: list[Found | None] = []
+    for info, _protocol, names in segments:
+        figures = prepared.figures.get(info.path)
+        found.append(None if figures is None else found_from(figures, info, names))
+    rest = [k for k, f in enumerate(found) if f is None]
+    done = len(segments) - len(rest)
+    if progress is not None and done:
+        progress(done, len(segments))
 
-    def work(item: tuple[SegmentInfo, str, list[str]]) -> _Found:
-        return _profile_segment(storage, item[0], item[2])
+    def work(k: int) -> Found:
+        return _profile_segment(storage, segments[k][0], segments[k][2])
 
-    for done, ((info, protocol, names), (counts, sampling, footer)) in enumerate(batched_map(
-            work, segments, workers=workers_for(storage)), start=1):
+    for k, result in batched_map(work, rest, workers=workers_for(storage)):
+        found[k] = result
+        done += 1
         if progress is not None:
             progress(done, len(segments))
+    return _aggregate(segments, found)
+
+
+def _aggregate(segments: list[tuple[SegmentInfo, str, list[str]]],
+               found: list[Found | None]) -> VersionProfile:
+    """The version's profile from every segment's findings (manifest order)."""
+    rows: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    problems: list[SamplingProblem] = []
+    irregular: dict[str, int] = defaultdict(int)
+    from_footer = 0
+    for (info, protocol, names), result in zip(segments, found, strict=True):
+        if result is None:
+            raise AssertionError(f"segment {info.path!r} was not profiled")
+        counts, sampling, footer = result
         from_footer += footer
         for name in names:
             entry = rows[(protocol, name)]
@@ -181,15 +191,14 @@ def profile_version(storage: Storage, prepared: PreparedVersion, *,
         if sampling is not None and (sampling[0] or sampling[1]):
             irregular[protocol] += 1
             gaps, non_mono, median, largest = sampling
-            problems.append((order[info.path], SamplingProblem(
-                path=info.path, protocol=protocol, rows=info.row_count, gaps=gaps,
-                non_monotonic=non_mono, median_step=median, max_step=largest)))
-    problems.sort(key=lambda item: item[0])
+            if len(problems) < MAX_LISTED:  # manifest order: the first listed
+                problems.append(SamplingProblem(
+                    path=info.path, protocol=protocol, rows=info.row_count, gaps=gaps,
+                    non_monotonic=non_mono, median_step=median, max_step=largest))
     columns = [ColumnProfile(protocol=p, column=c, rows=v[0], nulls=v[1], non_finite=v[2])
                for (p, c), v in sorted(rows.items())]
     return VersionProfile(columns=columns, irregular_segments=dict(sorted(irregular.items())),
-                          sampling=[p for _k, p in problems[:MAX_LISTED]],
-                          null_counts_from_footer=from_footer)
+                          sampling=problems, null_counts_from_footer=from_footer)
 
 
 def _listing(items: list[tuple[str, int, int]]) -> str:

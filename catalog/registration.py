@@ -22,17 +22,25 @@ adjacent in the manifest.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 
 from catalog.batched import batched_map, workers_for
+from catalog.figures import SegmentFigures, figures_of
 from catalog.manifest import IDENTITY_COLUMNS, metadata_columns, normalize_manifest
 from catalog.problems import ProblemLog
 from services.contract.identity import canonical_json, manifest_row_id
-from services.storage.segments import ColumnInfo, SegmentInfo, SegmentProblem, inspect_segment
+from services.contract.stats import TIME_COLUMN
+from services.storage.segments import (
+    ColumnInfo,
+    SegmentInfo,
+    SegmentProblem,
+    inspect_segment_values,
+)
 from services.storage.store import PathEscapeError, Storage
 
 __all__ = ["PreparedVersion", "prepare_version"]
@@ -55,6 +63,9 @@ class PreparedVersion:
     adds ``"missing"``: those rows' ``manifest_row_id`` values, sorted. ``dtype`` is the
     column's arrow type, or ``"mixed(a|b)"`` when segments disagree; ``numeric`` holds
     when every segment's type is numeric (all are read as float64, SEMANTICS 5).
+    ``figures``: per segment path, the profile figures the checks took from the bytes
+    they read (:mod:`catalog.figures`; small local parquet files), so that
+    :func:`catalog.profile.profile_version` reads only the other segments.
     """
 
     version_id: str
@@ -63,6 +74,7 @@ class PreparedVersion:
     segments: pl.DataFrame
     schema: dict[str, list[dict[str, Any]]]
     metadata_columns: tuple[str, ...]
+    figures: Mapping[str, SegmentFigures] = field(default_factory=dict)
 
     @property
     def total_rows(self) -> int:
@@ -169,36 +181,52 @@ def _protocol_schema(
     return schema
 
 
-def _inspect(storage: Storage, path: str) -> SegmentInfo | str:
-    """The segment's description, or its problem's text (the exception, its traceback and
-    what that holds are dropped here)."""
+_Inspected = tuple[SegmentInfo, SegmentFigures | None] | str
+
+
+def _inspect(storage: Storage, path: str) -> _Inspected:
+    """The segment's description and the profile figures of the bytes read for it (None:
+    not a small local parquet file), or its problem's text (the exception, its traceback
+    and what that holds are dropped here; so are the values once counted)."""
     try:
-        return inspect_segment(storage, path)
+        info, values = inspect_segment_values(storage, path, also=(TIME_COLUMN,))
     except SegmentProblem as exc:
         return exc.message
+    if values is None:
+        return info, None
+    try:
+        return info, figures_of(values)
+    except (pa.ArrowException, ValueError, TypeError):
+        return info, None  # the profile reads the segment as before, and says what is wrong
 
 
 def _inspect_all(
     storage: Storage, paths: list[str], progress: Callable[[int, int], None] | None,
     *, stop_after: int, workers: int,
-) -> dict[str, SegmentInfo | str]:
+) -> tuple[dict[str, SegmentInfo | str], dict[str, SegmentFigures]]:
     """Inspect ``paths`` in order on at most ``workers`` threads, in batches
     (:mod:`catalog.batched`); no new batch is started once ``stop_after`` have failed
-    (the rest are missing from the answer)."""
+    (the rest are missing from the answer). Also answers the profile figures taken."""
     results: dict[str, SegmentInfo | str] = {}
+    figures: dict[str, SegmentFigures] = {}
     total = len(paths)
     failed = [0]  # read by the stop check between batches
 
-    def inspect(path: str) -> SegmentInfo | str:
+    def inspect(path: str) -> _Inspected:
         return _inspect(storage, path)
 
-    for path, info in batched_map(inspect, paths, workers=min(workers, max(total, 1)),
-                                  stop=lambda: failed[0] >= stop_after):
-        results[path] = info
-        failed[0] += isinstance(info, str)
+    for path, found in batched_map(inspect, paths, workers=min(workers, max(total, 1)),
+                                   stop=lambda: failed[0] >= stop_after):
+        if isinstance(found, str):
+            results[path] = found
+            failed[0] += 1
+        else:
+            results[path] = found[0]
+            if found[1] is not None:
+                figures[path] = found[1]
         if progress is not None:
             progress(len(results), total)
-    return results
+    return results, figures
 
 
 def prepare_version(
@@ -244,7 +272,7 @@ def prepare_version(
         canon.append(path)
     _metadata_problems(frame, meta, problems)
 
-    infos = _inspect_all(storage, list(first_row), progress, stop_after=problems.listed,
+    infos, figures = _inspect_all(storage, list(first_row), progress, stop_after=problems.listed,
                          workers=workers_for(storage) if workers is None else workers)
     if len(infos) < len(first_row):
         problems.stop(f"segment checks stopped after {problems.listed} failed "
@@ -269,11 +297,12 @@ def prepare_version(
         raise problems.error()
 
     good: list[SegmentInfo] = [infos[p] for p in canon]  # type: ignore[misc,index]
-    return _build(storage, frame, meta, good)
+    return _build(storage, frame, meta, good, figures)
 
 
 def _build(
-    storage: Storage, frame: pl.DataFrame, meta: tuple[str, ...], infos: list[SegmentInfo]
+    storage: Storage, frame: pl.DataFrame, meta: tuple[str, ...], infos: list[SegmentInfo],
+    figures: Mapping[str, SegmentFigures],
 ) -> PreparedVersion:
     seg = frame.select(*_IDENT, *meta).with_columns(
         pl.Series("path", [i.path for i in infos], dtype=pl.String),
@@ -323,4 +352,5 @@ def _build(
         segments=segments,
         schema=schema,
         metadata_columns=meta,
+        figures=figures,
     )

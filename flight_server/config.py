@@ -15,6 +15,7 @@ from pathlib import Path
 
 from services.contract.limits import Limits
 from services.materialize.builder import BadSegmentPolicy
+from services.materialize.tier import tier_budget
 from services.settings import Settings
 from services.storage.store import StorageOptions
 
@@ -27,8 +28,11 @@ _ANY_HOST = ("0.0.0.0", "::", "")  # the wildcard binds, reached on loopback her
 class FlightServerConfig:
     """A Flight server's knobs (each one a field of :class:`Settings`, see there).
 
-    ``tier_dir`` is resolved: None when the tier is off. ``ticket_secret`` and
-    ``storage`` (which holds the S3 secret) stay out of the repr.
+    ``tier_dir`` and ``tier_bytes`` are resolved when the config is made (at server
+    start): an unset budget becomes half the free space of the tier's disk
+    (:func:`services.materialize.tier.tier_budget`, said in ``tier_source``), and
+    ``tier_dir`` is None when the tier is off. ``ticket_secret`` and ``storage`` (which
+    holds the S3 secret) stay out of the repr.
     """
 
     host: str
@@ -47,6 +51,7 @@ class FlightServerConfig:
     on_bad_segment: BadSegmentPolicy
     tier_dir: Path | None
     tier_bytes: int
+    tier_source: str
     auto_blocks: bool
     build_ahead_bytes: int
     auth_cache_s: float
@@ -58,6 +63,7 @@ class FlightServerConfig:
                       cache_bytes: int | None = None) -> FlightServerConfig:
         """The Flight server part of ``settings``; ``port`` and ``cache_bytes`` override
         theirs (tests bind port 0 and use budgets below the settings' 1 MiB floor)."""
+        budget = tier_budget(settings.resolved_tier_dir(), settings.tier_bytes)
         return cls(
             host=settings.resolved_flight_host(),
             port=settings.flight_port if port is None else port,
@@ -73,8 +79,9 @@ class FlightServerConfig:
             readahead_batches=settings.readahead_batches,
             endpoint_batches=settings.endpoint_batches,
             on_bad_segment=settings.on_bad_segment,
-            tier_dir=settings.resolved_tier_dir(),
-            tier_bytes=settings.tier_bytes,
+            tier_dir=settings.resolved_tier_dir() if budget.bytes else None,
+            tier_bytes=budget.bytes,
+            tier_source=budget.source,
             auto_blocks=settings.auto_blocks,
             build_ahead_bytes=settings.build_ahead_bytes,
             auth_cache_s=settings.auth_cache_s,

@@ -57,6 +57,7 @@ from flight_server.locality import endpoint_ranges
 from flight_server.plan_sources import PlanCache
 from flight_server.stream_checks import StreamAuth, check_cache_fit
 from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
+from flight_server.tier_fill import TierFill
 from flight_server.warm import warm_results
 from services.contract.errors import ErrorType, WindpipeError
 from services.contract.reports import (
@@ -118,8 +119,15 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         self._access = access
         self.plans = plans
         self.cache = ChunkCache(config.cache_bytes, wait_timeout_s=config.cache_wait_s)
-        self.tier = (Tier(config.tier_dir, budget_bytes=config.tier_bytes)
+        self.tier = (Tier(config.tier_dir, budget_bytes=config.tier_bytes,
+                          budget_source=config.tier_source)
                      if config.tier_dir is not None else None)
+        # plans beyond the cache are decoded into the tier behind their first pass
+        self.tier_fill = (TierFill(self.tier, cache_bytes=config.cache_bytes)
+                          if self.tier is not None and config.auto_blocks else None)
+        _log.info("flight.tier", path=str(config.tier_dir) if config.tier_dir else None,
+                  budget_bytes=config.tier_bytes, budget=config.tier_source,
+                  cache_bytes=config.cache_bytes)
         self._storage_for: Callable[[str], Storage] = StorageRoots(config.storage).open
         self.discovery = FlightDiscovery(
             config.locations, parse_source(config.discovery) if config.discovery else None,
@@ -233,6 +241,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                       "end_batch": end, "peer": peer_text(context)}
             check_cache_fit(plan, schedule, batches[start:end], start=start,
                             budget_bytes=self.cache.budget_bytes)
+            if self.tier_fill is not None:
+                self.tier_fill.start(plan, builder.storage)
             auth = StreamAuth(self._access, token=caller_token(context), principal=principal,
                               plan_id=payload.plan_id, trust_s=self.config.auth_cache_s)
             gen = self._stream(context, builder, schedule, batches,
@@ -380,6 +390,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         Returns True when the server stopped within the deadline.
         """
         self._stopping.set()
+        if self.tier_fill is not None:
+            self.tier_fill.stop()
         done = threading.Event()
 
         def _shutdown() -> None:

@@ -33,10 +33,20 @@ def warm_results(plan: PlanContext, storage: Storage, cache: ChunkCache,
                  tier: Tier | None) -> Iterator[WarmProgress]:
     """Load every block of ``plan``; yields progress results (see the module docstring).
 
-    A plan larger than the cache budget is refused at once, before anything loads.
+    A plan larger than the tier's budget (without a tier: the cache's) is refused at
+    once, before anything loads: with a tier the blocks are mapped files, which the
+    cache charges only their mapping (:func:`services.materialize.tier.mapping_charge`).
     """
-    total_bytes = sum(layout.nbytes for layout in block_layouts(plan))
-    if total_bytes > cache.budget_bytes:
+    layouts = block_layouts(plan)
+    total_bytes = sum(layout.nbytes for layout in layouts)
+    if tier is not None and not tier.fits(total_bytes, blocks=len(layouts)):
+        raise WindpipeError(
+            ErrorType.RESOURCE_EXHAUSTED,
+            f"plan {plan.plan_id} needs {total_bytes} bytes in the host tier but its budget "
+            f"is {tier.budget_bytes} bytes: raise --tier-bytes or use data_access='windowed'",
+            details={"needed_bytes": total_bytes, "budget_bytes": tier.budget_bytes},
+        )
+    if tier is None and total_bytes > cache.budget_bytes:
         raise WindpipeError(
             ErrorType.RESOURCE_EXHAUSTED,
             f"plan {plan.plan_id} needs {total_bytes} bytes in memory but the cache budget is "

@@ -152,10 +152,12 @@ class Settings(BaseSettings):
                     "keeps it in memory)",
         json_schema_extra={"flag": "--tier-dir", "default_text": "tier/ in the data dir"},
     )
-    tier_bytes: int = Field(
-        default=4 << 30, ge=0,
-        description="byte budget of the tier (least recently used blocks go; 0: no tier)",
-        json_schema_extra={"flag": "--tier-bytes"},
+    tier_bytes: int | None = Field(
+        default=None, ge=0,
+        description="byte budget of the tier, the level that holds what the cache cannot "
+                    "(least recently used blocks go; 0: no tier); unset: half the free "
+                    "space of its disk at server start, at most 1 TiB, no tier under 64 MiB",
+        json_schema_extra={"flag": "--tier-bytes", "default_text": "auto"},
     )
     auto_blocks: bool = Field(
         default=True,

@@ -36,6 +36,7 @@ from fastapi import FastAPI
 from catalog.api.app import create_app
 from sdk import Catalog
 from sdk._embedded import InProcess
+from services.materialize.tier import tier_budget
 from services.settings import Settings
 from services.storage.store import StorageOptions
 
@@ -125,6 +126,6 @@ def embedded(
         storage=dataclasses.replace(StorageOptions.from_settings(settings), allowed=None),
         cache_bytes=settings.cache_bytes if cache_bytes is None else cache_bytes,
         tier_dir=None if tier_dir is None else tier_dir.resolve(),
-        tier_bytes=settings.tier_bytes,
+        tier_bytes=tier_budget(tier_dir, settings.tier_bytes).bytes,
     )
     return Catalog(in_process=spec, token=token)

@@ -206,12 +206,14 @@ class CacheCounters(_Wire):
 
 
 class TierStatus(_Wire):
-    """Where a Flight server's host tier is: its directory, id, host and byte budget."""
+    """Where a Flight server's host tier is: its directory, id, host and byte budget, and
+    how the budget was chosen (``"set"``, or ``"auto: 50% of 123.0 GiB free"``)."""
 
     path: str
     id: str
     host: str
     budget_bytes: int
+    budget_source: str = Field(default="set", description="how the budget was chosen")
 
 
 class FlightHealth(_Wire):

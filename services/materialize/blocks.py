@@ -29,7 +29,7 @@ from services.contract.wire import INPUT_PAD
 from services.materialize.cache import ChunkRequest
 from services.materialize.chunks import load_chunk
 from services.materialize.plan import PlanContext
-from services.materialize.tier import Block, Tier
+from services.materialize.tier import Block, Tier, mapping_charge
 from services.planning.sizes import chunk_row_bytes
 from services.storage.segments import read_ahead
 from services.storage.store import Storage
@@ -82,7 +82,9 @@ def block_key(layout: BlockLayout) -> tuple[str, str]:
 def block_request(plan: PlanContext, layout: BlockLayout, *, storage: Storage | None,
                   tier: Tier | None, progress: Progress | None = None) -> ChunkRequest:
     """The cache request of one block: mapped from the tier when some process already
-    built it, else decoded from ``storage`` (into the tier when there is one).
+    built it, else decoded from ``storage`` (into the tier when there is one). With a
+    tier the cache is charged :func:`~services.materialize.tier.mapping_charge`, not
+    the block's bytes.
 
     Without ``storage`` (an in-process reader that leaves decoding to its server) a
     block the tier does not hold is ``unavailable``.
@@ -107,7 +109,10 @@ def block_request(plan: PlanContext, layout: BlockLayout, *, storage: Storage | 
         read = fill(inputs, targets)
         return Block(inputs=inputs, targets=targets), read
 
-    return ChunkRequest(key=block_key(layout), nbytes=layout.nbytes, load=load)
+    # a tier block is a mapped file (its pages are the page cache's): the cache charges
+    # the mapping, so a plan larger than the cache is served from the tier
+    charge = mapping_charge(layout.nbytes) if tier is not None else layout.nbytes
+    return ChunkRequest(key=block_key(layout), nbytes=charge, load=load)
 
 
 def _layouts(plan: PlanContext) -> tuple[BlockLayout, ...]:

@@ -20,8 +20,15 @@ Rules a reader can rely on:
   open) are unlinked until the directory fits the budget; a process that has one
   mapped keeps its pages until it unmaps it (POSIX), so eviction never breaks a reader.
 
-The Flight server advertises its tier (path, id, host) in the ``health`` action; an
-in-process reader that finds the same ``tier.json`` id at that path shares it.
+The Flight server advertises its tier (path, id, host, budget and how the budget was
+chosen) in the authenticated ``tier-info`` action; an in-process reader that finds the
+same ``tier.json`` id at that path shares it.
+
+The tier is the capacity level, the RAM chunk cache the speed level: a block is always
+a mapped file, whose pages are the kernel's page cache, so the chunk cache charges a
+mapped block :func:`mapping_charge` (what the mapping costs the process), not its bytes,
+and a plan larger than the cache is served from the tier. Its budget, unless set, is
+:func:`tier_budget`'s: half the free space of the disk that holds it, at server start.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import socket
 import threading
 import time
@@ -44,13 +52,21 @@ import numpy as np
 from services.contract.errors import ErrorType, WindpipeError
 from services.planning.sizes import VALUE_BYTES, chunk_row_bytes
 
-__all__ = ["TIER_FORMAT", "Block", "Tier", "TierInfo", "tier_bytes"]
+__all__ = [
+    "AUTO_TIER_CAP", "AUTO_TIER_FLOOR", "AUTO_TIER_FRACTION", "TIER_FORMAT", "Block", "Tier",
+    "TierBudget", "TierInfo", "mapping_charge", "tier_budget", "tier_bytes",
+]
 
 TIER_FORMAT = 1
 _MAGIC = b"WPBLOCK1"
 _HEADER = 64
 _SUFFIX = ".wpb"
 _STALE_S = 3600.0
+_PAGE_TABLE_RATIO = 512  # 8 bytes of page table per 4 KiB page mapped
+AUTO_TIER_FRACTION = 0.5  # an unset budget: this fraction of the disk's free space
+AUTO_TIER_FLOOR = 64 << 20  # ... and no tier when that is less than this
+AUTO_TIER_CAP = 1 << 40  # ... and never more than this
+_GIB = 1 << 30
 
 Fill = Callable[[np.ndarray, np.ndarray], int]  # (inputs, targets) -> bytes read from storage
 
@@ -85,19 +101,80 @@ class Block:
 
 
 
+@dataclass(frozen=True, kw_only=True)
+class TierBudget:
+    """A tier's byte budget (0: no tier) and, in words, how it was chosen (stated in the
+    ``tier-info`` answer and the server's start log, so an operator sees what "auto" meant
+    on this disk)."""
+
+    bytes: int
+    source: str
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / _GIB:.1f} GiB"
+
+
+def tier_budget(directory: Path | None, configured: int | None) -> TierBudget:
+    """The budget of a tier at ``directory``: ``configured`` when set (0: no tier), else
+    (``None``: auto) :data:`AUTO_TIER_FRACTION` of the free space of the filesystem that
+    holds it plus the blocks it already holds (a restart does not shrink its own tier),
+    capped at :data:`AUTO_TIER_CAP`; below :data:`AUTO_TIER_FLOOR` there is no tier (a
+    nearly full disk is not filled further).
+
+    Resolved once, at server start: the budget of a running tier does not follow the
+    disk's later free space, which the tier's own writes change.
+    """
+    if configured is not None:
+        return TierBudget(bytes=configured,
+                          source="set: 0, no tier" if configured == 0 else "set")
+    if directory is None:
+        return TierBudget(bytes=0, source="auto: no tier directory")
+    probe = Path(directory).resolve()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError as exc:
+        return TierBudget(bytes=0, source=f"auto: free space of {probe} unknown ({exc}): "
+                                          "no tier")
+    own = 0
+    if Path(directory).is_dir():
+        own = sum(p.stat().st_size for p in Path(directory).glob(f"*{_SUFFIX}")
+                  if p.is_file())
+    budget = min(int((free + own) * AUTO_TIER_FRACTION), AUTO_TIER_CAP)
+    held = f" + {_gib(own)} of its blocks" if own else ""
+    how = f"auto: {AUTO_TIER_FRACTION:.0%} of {_gib(free)} free{held}"
+    if budget < AUTO_TIER_FLOOR:
+        return TierBudget(bytes=0, source=f"{how} is under {AUTO_TIER_FLOOR >> 20} MiB: "
+                                          "no tier")
+    return TierBudget(bytes=budget, source=how + (
+        f", capped at {_gib(AUTO_TIER_CAP)}" if budget == AUTO_TIER_CAP else ""))
+
+
+def mapping_charge(nbytes: int) -> int:
+    """What a mapped block of ``nbytes`` bytes costs its process beyond the page cache
+    (a header page and the page tables): the chunk cache charges this, so a plan larger
+    than the cache but within the tier is held as mapped blocks; their pages are the
+    kernel's to keep or drop (the page cache is the RAM level of the tier)."""
+    return _HEADER + nbytes // _PAGE_TABLE_RATIO
+
+
 @dataclass(frozen=True)
 class TierInfo:
-    """What a server advertises: where its tier is, its id, and the host it is on."""
+    """What a server advertises: where its tier is, its id, the host it is on, its budget
+    and how that budget was chosen."""
 
     path: str
     id: str
     host: str
     budget_bytes: int
+    budget_source: str = "set"
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""
         return {"path": self.path, "id": self.id, "host": self.host,
-                "budget_bytes": self.budget_bytes}
+                "budget_bytes": self.budget_bytes, "budget_source": self.budget_source}
 
     @classmethod
     def from_dict(cls, body: Any) -> TierInfo | None:
@@ -106,7 +183,8 @@ class TierInfo:
             return None
         try:
             return cls(path=str(body["path"]), id=str(body["id"]), host=str(body["host"]),
-                       budget_bytes=int(body["budget_bytes"]))
+                       budget_bytes=int(body["budget_bytes"]),
+                       budget_source=str(body.get("budget_source", "set")))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -129,12 +207,13 @@ def _split(rows: int, c_in: int) -> int:
 class Tier:
     """One tier directory (created with its ``tier.json`` when first used, not before)."""
 
-    def __init__(self, directory: Path, *, budget_bytes: int) -> None:
+    def __init__(self, directory: Path, *, budget_bytes: int, budget_source: str = "set") -> None:
         if budget_bytes < 1:
             msg = f"tier budget must be positive, got {budget_bytes}"
             raise ValueError(msg)
         self.directory = Path(directory)
         self.budget_bytes = int(budget_bytes)
+        self.budget_source = budget_source
         self._lock = threading.Lock()
         self._id: str | None = None
         self.builds = self.hits = self.evictions = self.bytes_written = 0
@@ -164,7 +243,8 @@ class Tier:
     def info(self) -> TierInfo:
         """What a server advertises."""
         return TierInfo(path=str(self.directory.resolve()), id=self.id,
-                        host=socket.gethostname(), budget_bytes=self.budget_bytes)
+                        host=socket.gethostname(), budget_bytes=self.budget_bytes,
+                        budget_source=self.budget_source)
 
     def stats(self) -> dict[str, int]:
         """Counters of this process and the bytes of the directory's blocks."""
@@ -175,6 +255,11 @@ class Tier:
     def fits(self, nbytes: int, *, blocks: int = 1) -> bool:
         """Whether ``blocks`` blocks of ``nbytes`` bytes in all fit the budget together."""
         return tier_bytes(nbytes, blocks=blocks) <= self.budget_bytes
+
+    def holds(self, key: str) -> bool:
+        """Whether the block ``key`` is in the tier now (another process may evict it
+        the next moment: :meth:`get_or_build` is what a reader relies on)."""
+        return self._path(key).is_file()
 
     def used_bytes(self) -> int:
         """Bytes of every block file in the directory."""

@@ -12,8 +12,9 @@ shards) along axis 0. The Flight server caches decoded chunks from
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +30,12 @@ from services.storage.formats.base import (
     SegmentInfo,
     SegmentProblem,
 )
-from services.storage.formats.parquet import footer_null_counts, read_small_file
+from services.storage.formats.parquet import (
+    ParquetFormat,
+    SegmentValues,
+    footer_null_counts,
+    read_small_file,
+)
 from services.storage.readahead import AheadRead, ReadAhead
 from services.storage.store import PathEscapeError, Storage
 from services.storage.zarr_chunks import ChunkFileChanged
@@ -41,7 +47,9 @@ __all__ = [
     "SegmentFormat",
     "SegmentInfo",
     "SegmentProblem",
+    "SegmentValues",
     "inspect_segment",
+    "inspect_segment_values",
     "read_ahead",
     "read_all",
     "read_chunk",
@@ -53,6 +61,7 @@ __all__ = [
 
 _log = get_logger("windpipe.storage")
 SMALL_FILE_BYTES = 4 << 20  # a local parquet segment up to this size is read in one go
+T = TypeVar("T")
 
 
 def segment_format(storage: Storage, path: str) -> SegmentFormat:
@@ -62,12 +71,35 @@ def segment_format(storage: Storage, path: str) -> SegmentFormat:
 
 def inspect_segment(storage: Storage, path: str) -> SegmentInfo:
     """Open a segment, check it and describe it; :class:`SegmentProblem` on any defect."""
+    return _checked(storage, path, lambda rel: format_of_path(storage, rel).inspect(storage, rel))
+
+
+def inspect_segment_values(storage: Storage, path: str, *, also: Collection[str] = (),
+                           ) -> tuple[SegmentInfo, SegmentValues | None]:
+    """:func:`inspect_segment`, and from the same one read, the values of a local parquet
+    file of at most :data:`SMALL_FILE_BYTES` (:meth:`ParquetFormat.inspect_values`:
+    the footer's null counts, every row of the numeric columns it cannot answer for and
+    of ``also``); None for any other segment. Registration profiles the values this way
+    instead of reading every segment a second time."""
+
+    def inspect(rel: str) -> tuple[SegmentInfo, SegmentValues | None]:
+        fmt = format_of_path(storage, rel)
+        if isinstance(fmt, ParquetFormat):
+            return fmt.inspect_values(storage, rel, max_bytes=SMALL_FILE_BYTES, also=also)
+        return fmt.inspect(storage, rel), None
+
+    return _checked(storage, path, inspect)
+
+
+def _checked(storage: Storage, path: str, inspect: Callable[[str], T]) -> T:
+    """``inspect(rel)`` of the validated path, any failure a :class:`SegmentProblem` (but
+    an unavailable store, which is retried later)."""
     try:
         rel = storage.validate_relative_path(path)
     except PathEscapeError as exc:
         raise SegmentProblem(str(exc), path=path) from exc
     try:
-        return format_of_path(storage, rel).inspect(storage, rel)
+        return inspect(rel)
     except SegmentProblem:
         raise
     except WindpipeError as exc:

@@ -3,11 +3,13 @@ batches, with the same version, rows, schema and profile as one segment at a tim
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
@@ -140,3 +142,40 @@ def test_a_missing_segment_in_the_middle_is_named(tmp_path: Path) -> None:
     assert details["problem_count"] == 1
     assert details["problems"] == [{"row": row, "segment_path": path,
                                     "problem": f"segment {path!r} does not exist"}]
+
+
+def test_the_checks_profile_small_parquet_files_as_a_second_read_would(many: Path) -> None:
+    storage = Storage.from_uri(str(many))
+    prepared = prepare_version(storage, _manifest(many))
+    parquet = set(prepared.segments.filter(pl.col("format") == "parquet")
+                  .get_column("path").to_list())
+    assert set(prepared.figures) == parquet  # every small local parquet file, no zarr
+    fused = profile_version(storage, prepared)
+    reread = profile_version(storage, dataclasses.replace(prepared, figures={}))
+    assert fused == reread
+
+
+def test_a_column_of_mixed_types_is_profiled_as_before(tmp_path: Path) -> None:
+    """A column stored as int64 in one segment and float64 in another is read in both
+    (its schema type is mixed): the figures of the int64 one lack it, so it is read."""
+    root = tmp_path / "data"
+    (root / "s").mkdir(parents=True)
+    t = np.arange(50, dtype=np.float64)
+    t[30:] += 100.0  # a gap
+    n = pl.Series("n", [1, None] * 25, dtype=pl.Int64)  # counted from the footers
+    pl.DataFrame({"time_s": t, "x": np.arange(50, dtype=np.int64), "n": n}).write_parquet(
+        root / "s/a.parquet")
+    pl.DataFrame({"time_s": t, "x": [1.0, float("inf"), None, float("nan")] * 12 + [0.0, 0.0],
+                  "n": n}).write_parquet(root / "s/b.parquet")
+    manifest = pl.DataFrame({"set_id": ["s", "s"], "cell_id": ["c", "c"], "cidx": [0, 1],
+                             "protocol": ["p", "p"],
+                             "segment_path": ["s/a.parquet", "s/b.parquet"]})
+    storage = Storage.from_uri(str(root))
+    prepared = prepare_version(storage, manifest)
+    assert prepared.schema["p"][1]["dtype"].startswith("mixed(")
+    fused = profile_version(storage, prepared)
+    assert fused == profile_version(storage, dataclasses.replace(prepared, figures={}))
+    assert [(c.column, c.nulls, c.non_finite) for c in fused.columns] == [
+        ("n", 50, 0), ("time_s", 0, 0), ("x", 24, 12)]
+    assert fused.irregular_segments == {"p": 2}
+    assert fused.null_counts_from_footer == 2

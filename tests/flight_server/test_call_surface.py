@@ -84,6 +84,7 @@ def test_health_names_nothing_of_the_host(server: RunningFlightServer, tmp_path:
     assert answer.tier is not None
     assert answer.tier.path == tier_dir
     assert answer.tier.host == socket.gethostname()
+    assert answer.tier.budget_source == "set"  # how the budget was chosen (auto: the disk)
     assert (tmp_path / "tier" / "tier.json").is_file()
 
 

@@ -6,7 +6,8 @@
 | chunks | :mod:`.chunks` | from its pinned chunks; lanes of bad segments skipped under ``"skip"`` |
 
 A builder's ``blocks=`` option is a row of :data:`BLOCK_USES`: whether its block path
-loads blocks (``"auto"``: when the plan's blocks fit, :func:`blocks_fit`) or reads only
+loads blocks (``"auto"``: when the plan's blocks fit the cache or the tier holds them,
+:func:`blocks_fit`) or reads only
 those the cache holds, and whether the chunk path reads what the block path does not.
 :func:`read_paths` makes the two paths of a builder. When a block path that loads
 cannot (a segment it cannot read, blocks that do not fit after all) and chunks follow
@@ -67,11 +68,23 @@ BLOCK_USES: dict[BlockUse, BlockUseRule] = {
 
 
 def blocks_fit(layouts: tuple[BlockLayout, ...], cache: ChunkCache, tier: Tier | None) -> bool:
-    """Whether a plan's blocks fit the cache budget with an eighth of it to spare, and the
-    tier (when there is one)."""
+    """Whether a plan's blocks fit the cache budget with an eighth of it to spare (and the
+    tier, when there is one), or, larger than the cache, the tier holds them all already.
+
+    The second case is the tier as the capacity level: mapped blocks cost the cache only
+    their mapping, so the pass is one gather per batch from the page cache instead of
+    decoding chunks from storage again. Blocks larger than the cache are not decoded at
+    a stream's first batch (a whole protocol's rows would stall it past a client's read
+    deadline); the Flight server fills the tier behind the stream instead
+    (``flight_server.tier_fill``).
+    """
     whole = sum(x.nbytes for x in layouts)
-    return whole + cache.budget_bytes // AUTO_SPARE <= cache.budget_bytes and (
-        tier is None or tier.fits(whole, blocks=len(layouts)))
+    in_cache = whole + cache.budget_bytes // AUTO_SPARE <= cache.budget_bytes
+    if tier is None:
+        return in_cache
+    if not tier.fits(whole, blocks=len(layouts)):
+        return False
+    return in_cache or all(tier.holds(x.key) for x in layouts)
 
 
 def read_paths(plan: PlanContext, tables: PlanTables, cache: ChunkCache, *, use: BlockUse,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections.abc import Collection
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -28,10 +30,23 @@ from services.storage.readahead import AheadRead
 from services.storage.store import Storage
 
 __all__ = [
-    "PARQUET", "ParquetFormat", "column_chunk_ranges", "footer_null_counts", "read_small_file",
+    "PARQUET", "ParquetFormat", "SegmentValues", "column_chunk_ranges", "footer_null_counts",
+    "read_small_file",
 ]
 
 _TAIL_BYTES = 64 * 1024
+_FLOATING = ("float", "double")
+
+
+class SegmentValues(NamedTuple):
+    """What one read of a whole small file tells about its values, beside its description:
+    ``footer_nulls``, the null counts its footer's statistics hold (numeric columns whose
+    every row group counts them); ``columns``, the decoded arrow columns asked for, every
+    row (none for a file without rows; :func:`to_float64` reads them as a chunk read
+    would)."""
+
+    footer_nulls: dict[str, int]
+    columns: dict[str, pa.ChunkedArray]
 
 
 def _footer(storage: Storage, rel: str, size: int, tail: bytes | None = None,
@@ -56,10 +71,11 @@ def _footer(storage: Storage, rel: str, size: int, tail: bytes | None = None,
     return tail, digest.hexdigest()
 
 
-def _local_tail(storage: Storage, rel: str, *, nbytes: int = _TAIL_BYTES,
+def _local_tail(storage: Storage, rel: str, *, nbytes: int = _TAIL_BYTES, whole_up_to: int = 0,
                 ) -> tuple[int, str, bytes] | None:
-    """Size, version token and last ``nbytes`` bytes of a local file in one open (``rel``
-    already validated); None for a root that is not local."""
+    """Size, version token and last ``nbytes`` bytes (the whole file when it is at most
+    ``whole_up_to`` bytes) of a local file in one open (``rel`` already validated); None
+    for a root that is not local."""
     root = storage.local_root
     if root is None:
         return None
@@ -72,7 +88,7 @@ def _local_tail(storage: Storage, rel: str, *, nbytes: int = _TAIL_BYTES,
         size = int(st.st_size)
         if not stat.S_ISREG(st.st_mode):
             raise FileNotFoundError(f"no object at {rel!r} under {storage.uri}")
-        start = max(0, size - nbytes)
+        start = 0 if size <= whole_up_to else max(0, size - nbytes)
         tail = os.pread(fd, size - start, start)
     finally:
         os.close(fd)
@@ -95,7 +111,38 @@ class ParquetFormat:
     def inspect(self, storage: Storage, rel: str) -> SegmentInfo:
         """Schema and row groups from the footer (fingerprinted and cached). A local file
         is opened once: its size, token and tail in one read, the footer parsed from it."""
-        local = _local_tail(storage, rel)
+        return self._described(storage, rel)[0]
+
+    def inspect_values(self, storage: Storage, rel: str, *, max_bytes: int,
+                       also: Collection[str]) -> tuple[SegmentInfo, SegmentValues | None]:
+        """:meth:`inspect`, and when the file is local and at most ``max_bytes`` (read
+        whole by the same one open), its :class:`SegmentValues` from those bytes: the
+        footer's null counts and the values of the numeric columns a footer cannot
+        answer for (floating ones, those without null counts) and of ``also``. The
+        values are the bytes the fingerprint was computed from, so registration's
+        profile needs no second read. None when the file is larger, remote, or its pages
+        do not decode (the caller reads them the usual way, which reports what is wrong)."""
+        info, pf, whole = self._described(storage, rel, whole_up_to=max_bytes)
+        if pf is None or not whole:
+            return info, None
+        numeric = [c for c in info.columns if c.numeric]
+        footer = _meta_null_counts(pf.metadata, [c.name for c in numeric])
+        names = [c.name for c in numeric if c.name in also or c.name not in footer
+                 or any(f in c.dtype for f in _FLOATING)]
+        if not names or not info.row_count:
+            return info, SegmentValues(footer, {})
+        try:
+            table = pf.read(columns=names, use_threads=False)
+        except (OSError, pa.ArrowException):
+            return info, None
+        return info, SegmentValues(footer, {name: table.column(name) for name in names})
+
+    def _described(self, storage: Storage, rel: str, *, whole_up_to: int = 0,
+                   ) -> tuple[SegmentInfo, pq.ParquetFile | None, bool]:
+        """The description; for a local file, the parsed file over the bytes of the one
+        read (None otherwise), and whether they are the whole file (``whole_up_to``: read
+        a local file whole up to this size)."""
+        local = _local_tail(storage, rel, whole_up_to=whole_up_to)
         if local is None:
             size, token = storage.version_token(rel)
             tail, fingerprint = _footer(storage, rel, size)
@@ -103,9 +150,10 @@ class ParquetFormat:
             size, token, tail = local
             tail, fingerprint = _footer(storage, rel, size, tail)
         footer_len = int.from_bytes(tail[-8:-4], "little")
+        parsed = None
         if local is not None and footer_len + 8 <= len(tail):
-            meta = pq.read_metadata(pa.BufferReader(tail))
-            schema = meta.schema.to_arrow_schema()
+            parsed = pq.ParquetFile(pa.BufferReader(tail))
+            meta, schema = parsed.metadata, parsed.schema_arrow
         else:
             with storage.open_parquet(rel, tail=tail) as pf:
                 meta = pf.metadata
@@ -115,7 +163,7 @@ class ParquetFormat:
         info = SegmentInfo(rel, self.name, int(meta.num_rows), columns, chunks, fingerprint)
         cache_put(("pq", storage.uri, rel, info.fingerprint), meta)
         cache_put(("pq-ok", storage.uri, rel, info.fingerprint), (size, token))
-        return info
+        return info, parsed, parsed is not None and len(tail) == size
 
     def verify(self, storage: Storage, info: SegmentInfo) -> dict[str, int] | None:
         """One ``stat`` / ``head``; the footer is re-hashed only when size or token moved."""
@@ -230,6 +278,11 @@ def footer_null_counts(storage: Storage, info: SegmentInfo, names: list[str]) ->
     if meta is None:
         with storage.open_parquet(info.path) as pf:
             meta = pf.metadata
+    return _meta_null_counts(meta, names)
+
+
+def _meta_null_counts(meta: pq.FileMetaData, names: list[str]) -> dict[str, int]:
+    """:func:`footer_null_counts` of a parsed footer."""
     where = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
     out: dict[str, int] = {}
     for name in names:
