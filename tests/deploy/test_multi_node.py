@@ -247,14 +247,17 @@ def test_two_nodes_of_ranks_over_three_flight_servers_lose_nothing_when_one_dies
         assert res["transport"] == ["local", "local"]
         assert res["local"] == [locations[0], str(tmp_path / "node0" / "tier")]
         assert res["gets"] == [{}, {}]
-    # trainer-b's ranks streamed; in epoch 1 they reached the new node. Whether stopping a
+    # trainer-b's ranks streamed, and in epoch 1 reached the new node. Whether stopping a
     # busy node cost a rank a failover depends on what gRPC had already delivered into
     # the client's buffers (a whole endpoint of these small batches fits): the failovers
     # are a figure, printed below; what must hold is the schedule, checked above.
     for res in results[2:]:
         assert res["transport"] == ["flight", "flight"]
         assert set(res["gets"][0]) <= set(locations[:3])
-        assert locations[ADDED] in res["gets"][1]
+    # a rank whose last endpoint was already under way when the node joined has no
+    # endpoint left to move: the added node must serve at least one of the two ranks
+    assert any(locations[ADDED] in res["gets"][1] for res in results[2:]), \
+        [res["gets"][1] for res in results[2:]]
     assert added_streams >= sum(res["gets"][1][locations[ADDED]] for res in results[2:])
     assert min(kill_progress) >= KILL_AFTER  # the kill landed mid-epoch
     assert max(kill_progress) < per_rank

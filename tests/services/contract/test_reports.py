@@ -62,5 +62,6 @@ def test_warm_steps_and_health_keep_their_keys() -> None:
                                                             exclude_unset=True) == body
     health = {"status": "ok", "version": 1, "active_streams": 0, "streams": 2}
     assert FlightHealth.model_validate(health).model_dump(mode="json") == health
-    tier = {"tier": {"path": "/t", "id": "t1", "host": "h", "budget_bytes": 8}}
+    tier = {"tier": {"path": "/t", "id": "t1", "host": "h", "budget_bytes": 8,
+                     "budget_source": "set"}}
     assert FlightTierInfo.model_validate(tier).model_dump(mode="json") == tier
