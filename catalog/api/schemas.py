@@ -10,6 +10,7 @@ contract's models (``services.contract.reports``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
@@ -214,13 +215,10 @@ class JobOut(_Out):
 
     @classmethod
     def from_view(cls, job: JobView) -> JobOut:
-        """From the job as :meth:`catalog.jobs.Jobs.view` reads it."""
-        return cls(id=job.id, dataset=job.dataset, state=job.state, phase=job.phase,
-                   checked=job.checked, profiled=job.profiled, total=job.total,
-                   created_at=job.created_at, updated_at=job.updated_at,
-                   version=None if job.version is None else VersionOut.model_validate(
-                       job.version),
-                   created=job.created, error=job.error)
+        """From the job as :meth:`catalog.jobs.Jobs.view` reads it (the same fields; its
+        ``version`` is the stored ``VersionOut`` JSON, validated here)."""
+        return cls.model_validate(dataclasses.asdict(job))
+
 
 class SegmentOut(_Out):
     """A normalized segment of a version."""
