@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sdk._exceptions import ResourceExhausted, as_sdk_error
-from sdk._html import progress_bar
+from sdk._html import bar_disabled, progress_bar
 from sdk._warm import WarmResult
 from services.contract.errors import WindpipeError as ContractError
 from services.contract.wire import BatchMetadata, batch_schema
@@ -166,7 +166,7 @@ class InProcessReaders:
         storage = self.roots.open(plan.root_uri)
         t0 = time.perf_counter()
         chunks = 0
-        disable = True if progress is False else None if progress is None else False
+        disable = bar_disabled(progress=progress)
         with progress_bar()(desc=f"warming {plan_id}", total=total, unit="B",
                             unit_scale=True, disable=disable) as bar:
             for layout in layouts:

@@ -7,7 +7,9 @@ import importlib.util
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["html_table", "human_bytes", "human_count", "progress_bar", "text_table"]
+__all__ = [
+    "bar_disabled", "html_table", "human_bytes", "human_count", "progress_bar", "text_table",
+]
 
 
 def human_bytes(n: float | None) -> str:
@@ -71,3 +73,9 @@ def progress_bar() -> Any:
     from tqdm.auto import tqdm as auto  # noqa: PLC0415
 
     return auto
+
+
+def bar_disabled(*, progress: bool | None) -> bool | None:
+    """tqdm's ``disable`` for a ``progress`` option: False hides the bar, True draws it,
+    None leaves it to tqdm (drawn on a terminal, not in a pipe)."""
+    return True if progress is False else None if progress is None else False

@@ -15,7 +15,7 @@ import time
 from typing import Any, Protocol
 
 from sdk._exceptions import Unavailable, error_from_envelope
-from sdk._html import progress_bar
+from sdk._html import bar_disabled, progress_bar
 
 __all__ = ["POLL_S", "WAIT_S", "register_version"]
 
@@ -44,7 +44,7 @@ def register_version(client: _Client, name: str, body: dict[str, Any], *,
 def _follow(client: _Client, job: dict[str, Any], *, desc: str,
             progress: bool | None) -> tuple[dict[str, Any], bool]:
     tqdm = progress_bar()
-    disable = True if progress is False else None if progress is None else False
+    disable = bar_disabled(progress=progress)
     with tqdm(desc=desc, total=job.get("total"), unit="segment", disable=disable) as bar:
         while job["state"] == "running":
             time.sleep(POLL_S)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sdk._exceptions import WindpipeError
-from sdk._html import progress_bar
+from sdk._html import bar_disabled, progress_bar
 from services.contract.reports import WarmProgress
 from services.contract.wire import ACTION_WARM
 
@@ -76,7 +76,7 @@ def warm_plan(
     last: dict[str, WarmProgress] = {}
     seconds: dict[str, float] = {}
     errors: list[BaseException] = []
-    disable = True if progress is False else None if progress is None else False
+    disable = bar_disabled(progress=progress)
     with tqdm(desc=f"warming {plan_id}", total=0, unit="B", unit_scale=True,
               disable=disable) as bar:
         for t in threads:
