@@ -17,7 +17,8 @@ import threading
 import numpy as np
 
 from services.logging import get_logger
-from services.materialize.blocks import BlockLayout, block_layouts, fill_block
+from services.materialize.block_fill import fill_block
+from services.materialize.blocks import BlockLayout, block_layouts
 from services.materialize.plan import PlanContext
 from services.materialize.read_paths import AUTO_SPARE
 from services.materialize.tier import Tier

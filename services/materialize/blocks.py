@@ -26,22 +26,18 @@ import numpy as np
 
 from services.contract.errors import ErrorType, WindpipeError
 from services.contract.wire import INPUT_PAD
+from services.materialize.block_fill import Progress, fill_block
 from services.materialize.cache import ChunkRequest
-from services.materialize.chunks import load_chunk
 from services.materialize.plan import PlanContext
 from services.materialize.tier import Block, Tier, mapping_charge
 from services.planning.sizes import chunk_row_bytes
-from services.storage.segments import read_ahead
 from services.storage.store import Storage
 
 __all__ = [
-    "BlockLayout", "block_key", "block_layouts", "block_request", "fill_block", "gather_lanes",
+    "BlockLayout", "block_key", "block_layouts", "block_request", "gather_lanes",
 ]
 
 _I64 = np.int64
-
-Progress = Callable[[int, int], None]  # (chunks done in this block, bytes decoded)
-
 
 @dataclass(frozen=True, eq=False)
 class BlockLayout:
@@ -144,29 +140,6 @@ def _layouts(plan: PlanContext) -> tuple[BlockLayout, ...]:
     return tuple(out)
 
 
-def fill_block(plan: PlanContext, storage: Storage, layout: BlockLayout, inputs: np.ndarray,
-               targets: np.ndarray, *, progress: Progress | None = None) -> int:
-    """Decode and scale every chunk of the block into ``inputs`` / ``targets`` (shaped
-    ``(R, C_in)``, ``(R, C_out)``); returns the bytes read from storage."""
-    read = 0
-    row_bytes = chunk_row_bytes(layout.c_in, layout.c_out)
-    chunks = layout.chunks.tolist()
-    ahead = ((plan.piece_info(int(plan.chunk_piece[c])), int(plan.chunk_index[c]),
-              plan.variants[int(plan.chunk_spec[c])].read_columns) for c in chunks)
-    with read_ahead(storage, ahead):  # an object store's chunks fetched ahead, in this order
-        for k, (c, row) in enumerate(zip(chunks, layout.chunk_row.tolist(), strict=True)):
-            info = plan.piece_info(int(plan.chunk_piece[c]))
-            spec = plan.variants[int(plan.chunk_spec[c])]
-            matrices, n = load_chunk(storage, info, int(plan.chunk_index[c]), spec)
-            rows = matrices.inputs.shape[0]
-            inputs[row : row + rows] = matrices.inputs
-            targets[row : row + rows] = matrices.targets
-            read += n
-            if progress is not None:
-                progress(k + 1, (row + rows) * row_bytes)
-    return read
-
-
 def gather_lanes(
     blocks: dict[int, tuple[Block, BlockLayout]], *, lane_stream: np.ndarray,
     lane_offset: np.ndarray, lane_protocol: np.ndarray, n_rows: np.ndarray, seq_len: int,
@@ -207,15 +180,27 @@ def gather_lanes(
         inputs[empty] = INPUT_PAD
         targets[empty] = np.nan
         mask[empty] = 0
-    for b in short[avail[short] > 0].tolist():
-        k = int(avail[b])  # rows of the lane's stream from its first input on
-        n_in, n_tg = min(k, t), max(min(k - 1, t), 0)
-        if k > 0:
-            block, _ = blocks[int(lane_protocol[b])]
-            r = int(rows[b])
-            inputs[b, :n_in] = block.inputs[r : r + n_in]
-            targets[b, :n_tg] = block.targets[r + 1 : r + 1 + n_tg]
-        inputs[b, n_in:] = INPUT_PAD
-        targets[b, n_tg:] = np.nan
-        mask[b, n_tg:] = 0
+    for code, (block, _) in blocks.items():
+        lanes = short[(avail[short] > 0) & (lane_protocol[short] == code)]
+        if lanes.shape[0]:
+            _short_lanes(block, lanes, rows[lanes], avail[lanes], t=t, inputs=inputs,
+                         targets=targets, mask=mask)
     return inputs, targets, mask
+
+
+def _short_lanes(block: Block, lanes: np.ndarray, start: np.ndarray, avail: np.ndarray, *,
+                 t: int, inputs: np.ndarray, targets: np.ndarray, mask: np.ndarray) -> None:
+    """Lanes ``lanes`` that end early (``avail < T + 1`` rows of their stream from block
+    row ``start`` on), all at once: ``min(avail, T)`` input rows and ``avail - 1`` target
+    rows, then the padding of SEMANTICS 5 (inputs ``-2.0``, targets NaN, mask 0)."""
+    j = np.arange(t, dtype=_I64)
+    n_in = np.minimum(avail, t)[:, None]
+    n_tg = np.clip(avail - 1, 0, t)[:, None]
+    last = block.inputs.shape[0] - 1
+    src = np.minimum(start[:, None] + j, last)  # rows past the lane's are never used
+    has_in = j < n_in
+    has_tg = j < n_tg
+    inputs[lanes] = np.where(has_in[..., None], block.inputs[src], INPUT_PAD)
+    targets[lanes] = np.where(has_tg[..., None], block.targets[np.minimum(src + 1, last)],
+                              np.float32(np.nan))
+    mask[lanes] = has_tg

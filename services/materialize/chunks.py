@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
@@ -35,7 +37,9 @@ from services.planning.sizes import chunk_row_bytes
 from services.storage.segments import SegmentChanged, SegmentInfo, SegmentProblem, read_chunk
 from services.storage.store import Storage
 
-__all__ = ["ChannelSpec", "ChunkKey", "ChunkMatrices", "load_chunk"]
+__all__ = [
+    "ChannelSpec", "ChunkKey", "ChunkMatrices", "lay_out", "load_chunk", "segment_errors",
+]
 
 _log = get_logger("windpipe.materialize")
 
@@ -162,8 +166,27 @@ def load_chunk(
     ``skip`` policy never drops data for it).
     """
     rows = int(info.chunk_rows[chunk_idx])
-    try:
+    with segment_errors(info, chunk_idx):
         data = read_chunk(storage, info, chunk_idx, list(spec.read_columns))
+    read = sum(int(a.nbytes) for a in data.values())
+    for name, arr in data.items():
+        if arr.shape != (rows,):
+            raise WindpipeError(
+                ErrorType.SEGMENT_ERROR,
+                f"segment {info.path!r} chunk {chunk_idx}: column {name!r} has "
+                f"{arr.shape[0]} rows, expected {rows} (changed since registration?)",
+                details={"path": info.path, "chunk": chunk_idx},
+            )
+    return lay_out(data, rows, spec), read
+
+
+@contextmanager
+def segment_errors(info: SegmentInfo, chunk_idx: int) -> Iterator[None]:
+    """The errors of reading chunk ``chunk_idx`` of ``info`` (or from it on) as
+    :func:`load_chunk` reports them: ``segment_error`` naming the segment, but
+    ``unavailable`` stays (the store, not the data)."""
+    try:
+        yield
     except (SegmentProblem, SegmentChanged):
         raise
     except WindpipeError as exc:
@@ -182,15 +205,12 @@ def load_chunk(
             f"({type(exc).__name__}; the server log has the details)",
             details={"path": info.path, "chunk": chunk_idx},
         ) from exc
-    read = sum(int(a.nbytes) for a in data.values())
-    for name, arr in data.items():
-        if arr.shape != (rows,):
-            raise WindpipeError(
-                ErrorType.SEGMENT_ERROR,
-                f"segment {info.path!r} chunk {chunk_idx}: column {name!r} has "
-                f"{arr.shape[0]} rows, expected {rows} (changed since registration?)",
-                details={"path": info.path, "chunk": chunk_idx},
-            )
+
+
+def lay_out(data: Mapping[str, np.ndarray], rows: int, spec: ChannelSpec) -> ChunkMatrices:
+    """Scale float64 columns of ``rows`` rows (null as NaN) and lay them out as the chunk
+    matrices of ``spec`` (the module docstring): one call for any number of rows, so a
+    block fill lays out many small chunks at once."""
     scaled: dict[str, np.ndarray] = {}
 
     def column(name: str) -> np.ndarray:
@@ -213,4 +233,4 @@ def load_chunk(
                                             strict=True)):
         if present:
             targets[:, c] = column(name)
-    return ChunkMatrices(inputs=inputs, targets=targets), read
+    return ChunkMatrices(inputs=inputs, targets=targets)

@@ -31,7 +31,7 @@ from services.storage.store import Storage
 
 __all__ = [
     "PARQUET", "ParquetFormat", "SegmentValues", "column_chunk_ranges", "footer_null_counts",
-    "read_small_file",
+    "read_small_chunks", "read_small_file",
 ]
 
 _TAIL_BYTES = 64 * 1024
@@ -306,6 +306,35 @@ def read_small_file(storage: Storage, info: SegmentInfo, names: list[str], *,
     one go and checked against the fingerprint from the same bytes (what is read is what
     was registered: :class:`SegmentChanged` otherwise); None for other segments (read
     them chunk by chunk)."""
+    pf = _small_file(storage, info, max_bytes=max_bytes)
+    if pf is None:
+        return None
+    table = pf.read(columns=names, use_threads=False)
+    return {name: to_float64(table.column(name)) for name in names}
+
+
+def read_small_chunks(storage: Storage, info: SegmentInfo, chunks: list[int],
+                      names: list[str], *, max_bytes: int) -> pa.Table | None:
+    """Row groups ``chunks`` (in that order) of columns ``names`` of a local file of at
+    most ``max_bytes`` as one arrow table, from one read checked against the fingerprint
+    like :func:`read_small_file`; None for other segments. A file whose row groups no
+    longer match the registration raises :class:`SegmentProblem`."""
+    pf = _small_file(storage, info, max_bytes=max_bytes)
+    if pf is None:
+        return None
+    meta = pf.metadata
+    if meta.num_row_groups != len(info.chunk_rows) or any(
+            meta.row_group(k).num_rows != info.chunk_rows[k] for k in chunks):
+        raise SegmentProblem(
+            f"segment {info.path!r} changed since registration (its row groups differ)",
+            path=info.path)
+    return pf.read_row_groups(chunks, columns=names, use_threads=False)
+
+
+def _small_file(storage: Storage, info: SegmentInfo, *, max_bytes: int,
+                ) -> pq.ParquetFile | None:
+    """The parsed file over one whole read of a local file of at most ``max_bytes``,
+    its fingerprint checked on those bytes; None for a larger or remote file."""
     rel = storage.validate_relative_path(info.path)
     try:
         found = _local_tail(storage, rel, nbytes=max_bytes)
@@ -320,8 +349,8 @@ def read_small_file(storage: Storage, info: SegmentInfo, names: list[str], *,
         fingerprint = ""
     if fingerprint != info.fingerprint:
         raise SegmentChanged(info, f"now {size} bytes, footer differs")
-    table = pq.ParquetFile(pa.BufferReader(data)).read(columns=names)
-    return {name: to_float64(table.column(name)) for name in names}
+    meta = cache_get(("pq", storage.uri, info.path, info.fingerprint))
+    return pq.ParquetFile(pa.BufferReader(data), metadata=meta)
 
 
 PARQUET = ParquetFormat()
