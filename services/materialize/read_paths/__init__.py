@@ -7,8 +7,8 @@
 
 A builder's ``blocks=`` option is a row of :data:`BLOCK_USES`: whether its block path
 loads blocks (``"auto"``: when the plan's blocks fit the cache or the tier holds them,
-:func:`blocks_fit`) or reads only
-those the cache holds, and whether the chunk path reads what the block path does not.
+:func:`blocks_fit`) or reads only those the cache or the tier holds, and whether the
+chunk path reads what the block path does not.
 :func:`read_paths` makes the two paths of a builder. When a block path that loads
 cannot (a segment it cannot read, blocks that do not fit after all) and chunks follow
 it, the builder goes on with :meth:`BlockPath.held_only` (``on_bad_segment`` then

@@ -24,7 +24,12 @@ __all__ = ["BlockPath"]
 class BlockPath:
     """Reads batches from blocks. With ``loads`` it reads every batch, loading the blocks
     it needs (from the tier, else decoded from storage); without, only a batch whose
-    blocks the cache already holds (:meth:`requests` is None for the others)."""
+    blocks the cache or the tier already holds (:meth:`requests` is None for the others).
+
+    The tier counts for a path without loads so that a stream of a plan larger than the
+    cache, which starts on chunks while ``flight_server.tier_fill`` decodes its blocks
+    into the tier behind it, reads from the tier from the batch after a block is done:
+    the first pass is decoded once, sequentially, not per window for the rest of it."""
 
     def __init__(self, plan: PlanContext, tables: PlanTables, cache: ChunkCache,
                  pool: BufferPool, *, storage: Storage | None, tier: Tier | None,
@@ -39,6 +44,7 @@ class BlockPath:
         self._tier = tier
         self._chain = plan.spec.cross_protocol_state_carry == "chain"
         self._requests: dict[int, ChunkRequest] = {} if memo is None else memo
+        self._in_tier: set[int] = set()  # protocol codes whose block the tier was seen to hold
 
     def held_only(self) -> BlockPath:
         """This path reading only blocks the cache holds (what follows a failed load)."""
@@ -53,7 +59,7 @@ class BlockPath:
         out = []
         for code in codes:
             layout = self.layouts[code]
-            if not self.loads and not self.cache.contains(block_key(layout)):
+            if not self.loads and not self._held(code, layout):
                 return None
             req = self._requests.get(code)
             if req is None:
@@ -72,7 +78,7 @@ class BlockPath:
         """
         layout = self.layouts[code]
         key = block_key(layout)
-        if not self.loads and not self.cache.contains(key):
+        if not self.loads and not self._held(code, layout):
             return None
         req = self._requests.get(code)
         if req is None:
@@ -84,6 +90,18 @@ class BlockPath:
         except WindpipeError:
             return None
         return found
+
+    def _held(self, code: int, layout: BlockLayout) -> bool:
+        """Whether a path without loads reads ``layout``'s block: the cache holds it, or the
+        tier does (mapped, it costs the cache only its mapping; once seen there it is
+        taken as held: a block evicted by another process after that is built again)."""
+        if self.cache.contains(block_key(layout)):
+            return True
+        if self._tier is None:
+            return False
+        if code not in self._in_tier and self._tier.holds(layout.key):
+            self._in_tier.add(code)
+        return code in self._in_tier
 
     def read(self, lp: LanePlan, requests: list[ChunkRequest]) -> LaneArrays:
         """``lp``'s lanes gathered from its pinned blocks (full lanes of one protocol: one
