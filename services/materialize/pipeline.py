@@ -41,8 +41,13 @@ class BatchPipeline:
 
     Yields ``(i, built)`` (:class:`~services.materialize.builder.BuiltBatch`). After each batch,
     background loads of the chunks of the next ``readahead_batches`` batches start
-    (``ChunkCache.prefetch``). An in-process reader's batches of full windows take the
-window path (``BatchBuilder.window_pass``) instead.
+    (``ChunkCache.prefetch``). In a ``block_shuffled`` pass (``Schedule.batch_block``)
+    they also reach for the first batch of the next shuffle block from the start of
+    the current one: that batch reads nearly all of its block's chunks, so a block is
+    decoded while the one before it is served instead of at its first batch (two
+    blocks fit the cache when ``shuffle_block_bytes`` is at most half of it; what does
+    not fit is skipped and asked for again at the next batch). An in-process reader's
+    batches of full windows take the window path (``BatchBuilder.window_pass``) instead.
     With ``build_ahead_bytes > 0`` a second thread builds batches ahead, up to that
     many bytes of built batches (at least one), so building the next batch overlaps
     sending this one (numpy and Arrow release the GIL). A build error is raised at
@@ -60,6 +65,10 @@ window path (``BatchBuilder.window_pass``) instead.
         self._range = (start, end)
         self._readahead = readahead_batches
         self._ahead_bytes = build_ahead_bytes
+        self._block_starts: np.ndarray | None = None  # pass indices where a block begins
+        if schedule.batch_block is not None and batches.shape[0]:
+            block = schedule.batch_block[batches]
+            self._block_starts = np.flatnonzero(block[1:] != block[:-1]) + 1
 
     def __iter__(self) -> Iterator[Item]:
         return self._items() if self._ahead_bytes <= 0 else self._built_ahead()
@@ -149,5 +158,12 @@ window path (``BatchBuilder.window_pass``) instead.
         for j in range(i + 1, min(end, i + 1 + self._readahead)):
             self._plan_ahead(j, end, plans)
             requests.extend(builder.read_ahead_requests(plans[j]))
+        starts = self._block_starts
+        if starts is not None:  # the next shuffle block's first batch, after this block's
+            k = int(np.searchsorted(starts, i, side="right"))
+            if k < starts.shape[0] and int(starts[k]) < end:
+                nxt = int(starts[k])
+                self._plan_ahead(nxt, end, plans)
+                requests.extend(builder.read_ahead_requests(plans[nxt]))
         if requests:
             builder.cache.prefetch(requests)
