@@ -216,21 +216,38 @@ def lay_out(data: Mapping[str, np.ndarray], rows: int, spec: ChannelSpec) -> Chu
     def column(name: str) -> np.ndarray:
         if name not in scaled:
             raw = data[name]
-            if not np.isfinite(raw).all():  # +-inf is null: before scaling, so clip keeps NaN
-                raw = np.where(np.isinf(raw), np.nan, raw)
+            inf = np.isinf(raw)
+            if inf.any():  # +-inf is null: before scaling, so clip keeps NaN
+                raw = np.where(inf, np.nan, raw)
             scaling = spec.scaling_for(name)
             scaled[name] = raw if scaling is None else scaling.forward(raw)
         return scaled[name]
 
-    inputs = np.full((rows, len(spec.input_columns)), INPUT_PAD, dtype=np.float32)
+    # each column cast straight into its slot of the float32 matrix (no float64 temporary);
+    # a value float32 cannot hold (|x| > 3.4e38) becomes inf there, so the checks run after
+    # the cast: no input or target is ever +-inf (SEMANTICS 5)
+    inputs = np.empty((rows, len(spec.input_columns)), dtype=np.float32)
     for c, (name, present) in enumerate(zip(spec.input_columns, spec.input_present,
                                             strict=True)):
-        if present:
-            y = column(name)
-            inputs[:, c] = np.where(np.isfinite(y), y, INPUT_PAD)
-    targets = np.full((rows, len(spec.target_columns)), np.nan, dtype=np.float32)
+        slot = inputs[:, c]
+        if not present:
+            slot.fill(INPUT_PAD)
+            continue
+        with np.errstate(over="ignore"):  # past float32's range: inf, padded next
+            np.copyto(slot, column(name), casting="same_kind")
+        bad = ~np.isfinite(slot)
+        if bad.any():
+            slot[bad] = INPUT_PAD
+    targets = np.empty((rows, len(spec.target_columns)), dtype=np.float32)
     for c, (name, present) in enumerate(zip(spec.target_columns, spec.target_present,
                                             strict=True)):
         if present:
-            targets[:, c] = column(name)
+            slot = targets[:, c]
+            with np.errstate(over="ignore"):
+                np.copyto(slot, column(name), casting="same_kind")
+            inf = np.isinf(slot)
+            if inf.any():  # past float32's range: not a valid target either
+                slot[inf] = np.nan
+        else:
+            targets[:, c].fill(np.nan)
     return ChunkMatrices(inputs=inputs, targets=targets)

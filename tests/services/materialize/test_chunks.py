@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from services.contract.configs import LoaderConfig, ScalingSpec
-from services.materialize.chunks import ChannelSpec, load_chunk
+from services.materialize.chunks import ChannelSpec, lay_out, load_chunk
 from services.storage.segments import inspect_segment
 from services.storage.store import Storage
 from tests.fixtures.data import write_parquet_segment
@@ -64,3 +64,20 @@ def test_infinities_are_null_inputs_and_nan_targets_even_clipped(tmp_path: Path)
     assert np.isnan(matrices.targets[np.isinf(v), 0]).all()
     assert np.isfinite(matrices.targets[np.isfinite(v), 0]).all()
     assert not np.isinf(matrices.targets).any()
+
+
+def test_lay_out_pads_every_input_float32_cannot_hold() -> None:
+    """Null, NaN, +-inf and a finite value past float32's range are -2.0 as inputs (no input
+    is ever +-inf); as targets they are NaN; absent channels are padding."""
+    a = np.array([1.5, np.nan, np.inf, -np.inf, 1e39, -2.5])
+    spec = ChannelSpec(input_columns=("a", "b"), input_present=(True, False),
+                       target_columns=("a", "b"), target_present=(True, False), scaling=())
+    out = lay_out({"a": a}, 6, spec)
+    np.testing.assert_array_equal(out.inputs[:, 0], np.float32([1.5, -2, -2, -2, -2, -2.5]))
+    assert (out.inputs[:, 1] == np.float32(-2.0)).all()
+    np.testing.assert_array_equal(out.targets[:5, 0], np.float32([1.5, *[np.nan] * 4]))
+    assert out.targets[5, 0] == np.float32(-2.5)
+    assert np.isnan(out.targets[:, 1]).all()
+    assert out.inputs.dtype == out.targets.dtype == np.float32
+    assert out.inputs.flags.c_contiguous
+    assert out.targets.flags.c_contiguous
