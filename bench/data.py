@@ -23,8 +23,13 @@ def dataset_shape(cycling_rows: int) -> tuple[int, int]:
     return cells, cycles
 
 
-def ensure_dataset(directory: Path, *, cycling_rows: int, seed: int = 7) -> Path:
-    """Write the dataset once (deterministic for ``seed``); reuse it when present."""
+def ensure_dataset(directory: Path, *, cycling_rows: int, seed: int = 7,
+                   row_group_rows: int = 131_072) -> Path:
+    """Write the dataset once (deterministic for ``seed``); reuse it when present.
+
+    ``row_group_rows``: parquet row group (= cached chunk) size; smaller groups let a
+    tiny dataset still be several times a cache that holds one shuffled batch's chunks.
+    """
     from services.synth import write_synthetic_dataset  # noqa: PLC0415
 
     if (directory / "manifest.parquet").exists():
@@ -32,6 +37,6 @@ def ensure_dataset(directory: Path, *, cycling_rows: int, seed: int = 7) -> Path
     cells, cycles = dataset_shape(cycling_rows)
     write_synthetic_dataset(
         directory, cells=cells, cycles=cycles, rows_per_cycle=ROWS_PER_CYCLE, seed=seed,
-        zarr_fraction=0.0, split_fraction=0.0, null_fraction=0.0, row_group_rows=131_072,
+        zarr_fraction=0.0, split_fraction=0.0, null_fraction=0.0, row_group_rows=row_group_rows,
     )
     return directory

@@ -17,7 +17,7 @@ import json
 import multiprocessing as mp
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import pyarrow.flight as fl
@@ -30,10 +30,10 @@ from sdk import batch_from_arrow
 from services.contract.configs import LoaderConfig
 from services.contract.wire import ACTION_WARM, FlightCommand
 
-__all__ = ["WINDPIPE_CONTENDERS", "concurrency", "local_concurrency"]
+__all__ = ["WINDPIPE_CONTENDERS", "concurrency", "epoch_tensors", "local_concurrency"]
 
 
-def _epoch_tensors(client: Any, plan_id: str, epoch: int) -> Iterator[tuple[Any, ...]]:
+def _epoch_tensors(client: Any, plan_id: str, epoch: int) -> Generator[tuple[Any, ...]]:
     """One epoch's batches as ``(inputs, targets, mask)`` torch tensors, decoded by the SDK.
 
     ``sdk.batch_from_arrow`` is what ``plan.batches()`` runs on every record batch:
@@ -52,6 +52,12 @@ def _epoch_tensors(client: Any, plan_id: str, epoch: int) -> Iterator[tuple[Any,
                 yield batch.inputs, batch.targets, batch.mask
         finally:
             reader.cancel()
+
+
+def epoch_tensors(client: Any, plan_id: str, epoch: int) -> Generator[tuple[Any, ...]]:
+    """One epoch's batches read as the Flight contenders read them (for other bench
+    modules: the same client code, so their rows compare with these)."""
+    return _epoch_tensors(client, plan_id, epoch)
 
 
 def _passes(client: Any, plan_id: str) -> Iterator[tuple[Any, ...]]:

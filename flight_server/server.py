@@ -64,6 +64,7 @@ from services.contract.reports import (
     CacheCounters,
     FlightHealth,
     FlightTierInfo,
+    HealthTier,
     TierStatus,
     WarmProgress,
 )
@@ -318,7 +319,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         """The actions of ``docs/wire.md``."""
         return [
-            (ACTION_HEALTH, "liveness, no token: {status, version, active_streams, streams}"),
+            (ACTION_HEALTH, "liveness, no token: {status, version, active_streams, streams}; "
+                            "with a token also {tier: {budget_bytes, budget_source}}"),
             (ACTION_CACHE_STATS, "chunk cache counters"),
             (ACTION_TIER_INFO, "where the host tier is, for same-host readers: {tier}"),
             (ACTION_WARM, "load a plan's chunks into the cache: body {plan_id}"),
@@ -335,9 +337,10 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                 raise
             except Exception as exc:
                 raise internal_error(exc) from None
-        if kind == ACTION_HEALTH:  # anonymous: nothing about the host (tier-info has it)
+        if kind == ACTION_HEALTH:  # anonymous: nothing about the host; authenticated: the
+            # tier's budget and its source too (its path and host: tier-info)
             health = FlightHealth(version=WIRE_VERSION, active_streams=self._active,
-                                  streams=self._streams)
+                                  streams=self._streams, tier=self._health_tier(context))
             return iter([json.dumps(health.model_dump(mode="json")).encode()])
         if kind == ACTION_TIER_INFO:
             tier = (TierStatus.model_validate(self._tier_info().as_dict())
@@ -352,6 +355,20 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             ErrorType.INVALID_REQUEST, f"unknown action {kind!r}",
             details={"actions": list(ACTIONS)},
         ))
+
+    def _health_tier(self, context: Any) -> HealthTier | None:
+        """The tier's budget and how it was chosen (half the free disk unless set; ``"off"``
+        without a tier) for a caller who may call the authenticated actions, so an operator
+        sees it where they check liveness; None for anyone else: health stays free of
+        anything about the host for anonymous probes."""
+        try:
+            caller(context)
+        except Exception:  # unauthenticated (or auth unavailable): liveness answers anyway
+            return None
+        if self.tier is None:
+            return HealthTier(budget_bytes=0, budget_source="off")
+        return HealthTier(budget_bytes=self.tier.budget_bytes,
+                          budget_source=self.tier.budget_source)
 
     def _tier_info(self) -> TierInfo:
         """The tier as advertised: its ``host`` is the configured host id (the node's

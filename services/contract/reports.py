@@ -32,6 +32,7 @@ __all__ = [
     "DroppedReport",
     "FlightHealth",
     "FlightTierInfo",
+    "HealthTier",
     "PlanReport",
     "ProtocolReport",
     "ReportWarning",
@@ -216,14 +217,32 @@ class TierStatus(_Wire):
     budget_source: str = Field(default="set", description="how the budget was chosen")
 
 
+class HealthTier(_Wire):
+    """The host tier's budget in ``health``, for an authenticated caller only: its bytes and
+    how they were chosen (``"set"``, ``"auto: 50% of 123.0 GiB free"``; ``"off"`` with
+    ``budget_bytes`` 0: the server has no tier). Where it is: :class:`FlightTierInfo`."""
+
+    budget_bytes: int
+    budget_source: str
+
+
+def _absent(value: object) -> bool:
+    return value is None
+
+
 class FlightHealth(_Wire):
     """The ``health`` action, the one call without a token: liveness, the wire version and
-    stream counts; nothing about the host (its tier is :class:`FlightTierInfo`)."""
+    stream counts. For an anonymous caller nothing about the host; an authenticated one
+    also gets ``tier`` (:class:`HealthTier`), so an operator sees the tier's budget where
+    they check liveness (its path and host: :class:`FlightTierInfo`)."""
 
     status: Literal["ok"] = "ok"
     version: int = Field(description="the wire version (docs/wire.md)")
     active_streams: int = Field(description="streams being served now")
     streams: int = Field(description="streams started since the server started")
+    tier: HealthTier | None = Field(
+        default=None, exclude_if=_absent,
+        description="authenticated callers: the host tier's budget (absent for anonymous)")
 
 
 class FlightTierInfo(_Wire):

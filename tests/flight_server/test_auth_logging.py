@@ -205,3 +205,43 @@ def test_segment_failures_and_skips_are_logged(dataset: Dataset, tmp_path: Path)
     assert skipped[0]["log_level"] == "warning"
     assert any(victim in s["path"] for e in skipped for s in e["skipped"])
     assert ends[1]["outcome"] == "completed"
+
+
+@pytest.mark.parametrize("tier_bytes", [None, 32 << 20, 0])
+def test_health_states_the_tier_budget_to_authenticated_callers_only(
+        tmp_path: Path, tier_bytes: int | None) -> None:
+    """Issue 22: the tier's budget and how it was chosen are in ``health`` for a caller
+    with a token (``None``: the automatic budget, half the free disk), never for an
+    anonymous probe."""
+    settings = Settings(flight_host="127.0.0.1", flight_port=0, tier_dir=tmp_path / "tier",
+                        tier_bytes=tier_bytes, ticket_secret=SecretStr("test-secret"),
+                        token=SecretStr(TOKEN))
+    plans: dict[str, PlanContext] = {}
+    running = start_flight_server(settings, plan_source=lambda plan_id: plans[plan_id].artifact,
+                                  cache_bytes=16 << 20)
+    client = fl.connect(running.location)
+    try:
+        anonymous = json.loads(
+            next(iter(client.do_action(fl.Action(ACTION_HEALTH, b"")))).body.to_pybytes())
+        authed = json.loads(
+            next(iter(client.do_action(fl.Action(ACTION_HEALTH, b""), AUTH))).body.to_pybytes())
+    finally:
+        client.close()
+        running.stop(grace_s=5)
+    assert anonymous["status"] == authed["status"] == "ok"
+    assert "tier" not in anonymous
+    assert set(anonymous) == {"status", "version", "active_streams", "streams"}
+    server = running.server
+    if tier_bytes == 0:
+        assert server.tier is None
+        assert authed["tier"] == {"budget_bytes": 0, "budget_source": "off"}
+        return
+    assert server.tier is not None
+    assert authed["tier"] == {"budget_bytes": server.tier.budget_bytes,
+                              "budget_source": server.tier.budget_source}
+    if tier_bytes is None:
+        assert authed["tier"]["budget_source"].startswith("auto")
+        assert authed["tier"]["budget_bytes"] > 0
+    else:
+        assert authed["tier"] == {"budget_bytes": 32 << 20, "budget_source": "set"}
+    assert str(tmp_path) not in json.dumps(authed)  # the budget, not the tier's path
