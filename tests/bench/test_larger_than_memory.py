@@ -95,7 +95,8 @@ def test_tier_row_waits_for_the_fill_and_states_its_budget(record: dict[str, Any
     # health states the tier's budget and its source (the bench's caller is local: allowed)
     assert tier["health"]["tier"] == {"budget_bytes": tier["tier_budget_bytes"],
                                       "budget_source": tier["tier_budget_source"]}
-    assert record["rounds"][0]["processes"]["block"]["health"]["tier"] is None
+    assert record["rounds"][0]["processes"]["block"]["health"]["tier"] == {
+        "budget_bytes": 0, "budget_source": "off"}
 
 
 @pytest.mark.slow
