@@ -12,12 +12,23 @@ segment per cell and protocol, then measures, side by side in one run:
 - the cold first epoch (fresh catalog and Flight server in this process: nothing cached
   yet) over small segments vs the same rows in large segments, in real rows/s;
 - the peak RSS of this process (catalog and reader run in it) after each step.
+
+    python -m bench.collection --segments 100000 --served [--data DIR]
+
+registers the small segments (written, or ``--data``: a collection written before)
+against ``windpipe serve catalog`` in a process of its own, with the SDK's progress bar,
+and reports its time beside the footer floor, the index, split and plan times, and the
+server's peak RSS (``VmHWM``: the catalog alone, nothing else in that process); no
+large segments, no cold epoch.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -33,7 +44,7 @@ from sdk._torch_import import require_torch
 from services.settings import Settings
 from services.synth import write_synthetic_dataset
 
-__all__ = ["cold_epoch", "main", "merge_segments"]
+__all__ = ["cold_epoch", "main", "merge_segments", "served_registration"]
 
 _PER_CELL_CYCLE = 1.7  # cycling every cycle, hppc every 5th, eis every 2nd
 _CELLS = 100
@@ -101,19 +112,100 @@ def cold_epoch(root: Path, *, work: Path, name: str) -> dict[str, float]:
         flight.stop(grace_s=5.0)
 
 
+def _peak_of(pid: int) -> int:
+    """Peak resident bytes of process ``pid`` (``VmHWM``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def served_registration(root: Path, *, work: Path, progress: bool = True,
+                        ) -> dict[str, float]:
+    """Register ``root``'s manifest against ``windpipe serve catalog`` (a process of its
+    own, SQLite under ``work``) through the SDK, its progress bar shown, then index,
+    split and plan the version: ``segments``, the seconds of ``register``, ``index``,
+    ``split`` and ``plan``, and the server's peak RSS (bytes) once started
+    (``peak_rss_idle``), after registering and after the plan (``peak_rss``)."""
+    env = {**os.environ, "WINDPIPE_LOG_LEVEL": "WARNING"}
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("windpipe")), "serve", "catalog", "--data-dir",
+         str(work), "--port", "0", "--allow-root", str(root)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    try:
+        assert server.stdout is not None
+        url = ""
+        while not url:
+            line = server.stdout.readline()
+            if not line:
+                raise RuntimeError("windpipe serve ended before it was ready")
+            if "catalog ready at" in line:
+                url = line.split()[-1]
+        catalog = Catalog(url, timeout=600.0, read_timeout=600.0)
+        idle = _peak_of(server.pid)
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():  # the synthetic data's nulls, on purpose
+            warnings.simplefilter("ignore")
+            version = catalog.register("many", root=str(root), manifest="manifest.parquet",
+                                       progress=progress)
+        t1 = time.perf_counter()
+        peak_registered = _peak_of(server.pid)
+        version.index()
+        t2 = time.perf_counter()
+        split = version.split(ValidationConfig.sample(0.2, seed=0))
+        t3 = time.perf_counter()
+        split.plan(_CONFIG)
+        t4 = time.perf_counter()
+        out = {"segments": float(version.raw["n_segments"]), "register": t1 - t0,
+               "index": t2 - t1, "split": t3 - t2, "plan": t4 - t3,
+               "peak_rss_idle": float(idle), "peak_rss_registered": float(peak_registered),
+               "peak_rss": float(_peak_of(server.pid))}
+        catalog.close()
+        return out
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def _served(small: Path, work: Path) -> None:
+    footer_floor(small)  # warm the page cache: both sides read warm files
+    n_parquet, floor_s = footer_floor(small)
+    run = served_registration(small, work=work)
+    n = int(run["segments"])
+    print(f"segments {n:,} ({n_parquet:,} parquet)")
+    print(f"footer floor   {floor_s:8.2f} s {floor_s / n_parquet * 1e6:8.0f} us/segment")
+    print(f"registration   {run['register']:8.2f} s {run['register'] / n * 1e6:8.0f} "
+          f"us/segment = {run['register'] / floor_s:.1f}x the floor")
+    print(f"index {run['index']:.2f} s, split {run['split']:.2f} s, plan {run['plan']:.2f} s")
+    print(f"server peak RSS {run['peak_rss_idle'] / 2**20:.0f} MiB started, "
+          f"{run['peak_rss_registered'] / 2**20:.0f} MiB after registering, "
+          f"{run['peak_rss'] / 2**20:.0f} MiB after the plan")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse the flags, write both collections, print every figure."""
     parser = argparse.ArgumentParser(prog="python -m bench.collection",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--segments", type=int, default=10_000)
     parser.add_argument("--rows-per-cycle", type=int, default=60)
+    parser.add_argument("--served", action="store_true",
+                        help="registration against windpipe serve only (see above)")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="with --served: a small-segment collection written before")
     args = parser.parse_args(argv)
     cycles = max(1, round(args.segments / (_CELLS * _PER_CELL_CYCLE)))
     with tempfile.TemporaryDirectory(prefix="windpipe-collection-") as tmp:
         small, large = Path(tmp) / "small", Path(tmp) / "large"
         start = time.perf_counter()
+        if args.served and args.data is not None:
+            _served(args.data.resolve(), Path(tmp) / "catalog")
+            return
         write_synthetic_dataset(small, cells=_CELLS, cycles=cycles,
                                 rows_per_cycle=args.rows_per_cycle, zarr_fraction=0.0)
+        if args.served:
+            print(f"wrote the collection in {time.perf_counter() - start:.1f} s")
+            _served(small, Path(tmp) / "catalog")
+            return
         n_large = merge_segments(small, large)
         print(f"wrote both collections in {time.perf_counter() - start:.1f} s "
               f"(peak RSS {_peak_mib():.0f} MiB)")

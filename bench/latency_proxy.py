@@ -129,7 +129,8 @@ class LatencyProxy:
             pending = asyncio.all_tasks(loop)  # open client connections
             for task in pending:
                 task.cancel()
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            if pending:  # gather() of nothing asks for this thread's loop: there is none
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.close()
 
         self._thread = threading.Thread(target=serve, name="latency-proxy", daemon=True)

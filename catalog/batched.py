@@ -11,6 +11,15 @@ come back in the order given (what is computed from them stays deterministic).
 disk (the page cache answers at once and the work is Python's: more threads only
 contend for the interpreter lock), :data:`REMOTE_WORKERS` on an object store (each read
 waits on the network; threads overlap the waits).
+
+:func:`prefetched_map` is the object store's form for objects one request describes (a
+parquet segment: its size, tag and footer, or the whole of a small one, in one suffix
+request): the requests of :data:`REMOTE_BATCH` objects at a time go out together on the
+storage I/O loop (:func:`services.storage.held.fetch_tails`), at most
+:data:`REMOTE_REQUESTS` in flight (and as many tails of at most :data:`TAIL_BYTES`
+held), while this thread checks the objects already fetched from memory: the round
+trips overlap each other and the checks, instead of three of them a segment one after
+another.
 """
 
 from __future__ import annotations
@@ -21,13 +30,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import islice
 from typing import TypeVar
 
+from services.storage.held import HeldObject, fetch_tails
 from services.storage.store import Storage
 
-__all__ = ["BATCH", "LOCAL_WORKERS", "REMOTE_WORKERS", "batched_map", "workers_for"]
+__all__ = ["BATCH", "LOCAL_WORKERS", "REMOTE_BATCH", "REMOTE_REQUESTS", "REMOTE_WORKERS",
+           "TAIL_BYTES", "batched_map", "prefetched_map", "workers_for"]
 
 BATCH = 32
 LOCAL_WORKERS = 1  # measured, 7,414 segments on 2 cores: 1 thread 1.4 s, 2: 2.1 s, 4: 2.5 s
 REMOTE_WORKERS = 8
+REMOTE_BATCH = 16
+REMOTE_REQUESTS = 64  # measured behind 20 ms: 8 in flight 8.4 ms a segment, 16: 5.6, 64: 4.9
+TAIL_BYTES = 64 << 10  # a parquet footer, or the whole of a small segment
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -67,3 +81,37 @@ def batched_map(
         finally:
             for _chunk, fut in pending:
                 fut.cancel()
+
+
+def prefetched_map(
+    fn: Callable[[Storage, str], R], storage: Storage, paths: Iterable[str], *,
+    requests: int = REMOTE_REQUESTS, batch: int = REMOTE_BATCH, tail_bytes: int = TAIL_BYTES,
+    stop: Callable[[], bool] | None = None,
+) -> Iterator[tuple[str, R]]:
+    """``(path, fn(view, path))`` in the order of ``paths`` (relative, normalized), where
+    ``view`` holds the object's size, tag and last ``tail_bytes`` bytes
+    (:meth:`Storage.holding`), fetched ahead in one request each, ``batch`` objects a
+    request group, at most ``requests`` requests in flight; ``fn`` runs on this thread.
+    A path whose request failed is handed over unheld (``fn`` reads it as usual). No new
+    group is started once ``stop()`` holds (the paths not started are left out)."""
+    todo = iter(paths)
+    batch = max(1, min(batch, requests))
+    ahead = max(1, requests // batch)
+    pending: deque[tuple[list[str], Future[dict[str, HeldObject]]]] = deque()
+    try:
+        while True:
+            while len(pending) < ahead and not (stop is not None and stop()):
+                chunk = list(islice(todo, batch))
+                if not chunk:
+                    break
+                pending.append((chunk, fetch_tails(storage.store, chunk, nbytes=tail_bytes,
+                                                   timeout_s=storage.deadline_s)))
+            if not pending:
+                return
+            chunk, fut = pending.popleft()
+            view = storage.holding(fut.result())
+            for path in chunk:
+                yield path, fn(view, path)
+    finally:
+        for _chunk, fut in pending:
+            fut.cancel()

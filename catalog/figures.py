@@ -17,17 +17,21 @@ they lack something (the profile then reads that segment as before).
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from services.contract.stats import GAP_FACTOR, TIME_COLUMN
 from services.storage.formats.base import to_float64
+from services.storage.formats.parquet import footer_null_counts
 from services.storage.segments import SegmentInfo, SegmentValues
+from services.storage.store import Storage
 
 __all__ = ["FLOATING", "Found", "Sampling", "SegmentFigures", "figures_of", "found_from",
-           "sampling_problem"]
+           "sampling_problem", "values_of_file"]
 
 FLOATING = ("float", "double", "mixed")  # a schema dtype whose nulls no footer holds
 
@@ -95,6 +99,28 @@ def figures_of(values: SegmentValues) -> SegmentFigures:
     inf = np.count_nonzero(np.isinf(stacked), axis=1).tolist()
     read = {name: (int(n), int(i)) for name, n, i in zip(names, nan, inf, strict=True)}
     return SegmentFigures(footer_nulls=footer, read=read, sampling=sampling)
+
+
+def values_of_file(storage: Storage, info: SegmentInfo, data: bytes, *,
+                   also: Collection[str]) -> SegmentValues | None:
+    """The :class:`SegmentValues` of a parquet segment from ``data``, the whole file as the
+    check fetched and fingerprinted it (an object fetched in one request,
+    :mod:`services.storage.held`), chosen as a local file's check chooses them
+    (``ParquetFormat.inspect_values``): the footer's null counts, and every row of the
+    numeric columns the footer cannot answer for (floating ones, those without null
+    counts) and of ``also``. None when the pages do not decode (the profile then reads the
+    segment the usual way, which says what is wrong)."""
+    numeric = [c for c in info.columns if c.numeric]
+    footer = footer_null_counts(storage, info, [c.name for c in numeric])
+    names = [c.name for c in numeric if c.name in also or c.name not in footer
+             or any(f in c.dtype for f in FLOATING)]
+    if not names or not info.row_count:
+        return SegmentValues(footer, {})
+    try:
+        table = pq.ParquetFile(pa.BufferReader(data)).read(columns=names, use_threads=False)
+    except (OSError, pa.ArrowException):
+        return None
+    return SegmentValues(footer, {name: table.column(name) for name in names})
 
 
 def found_from(figures: SegmentFigures, info: SegmentInfo, names: list[str]) -> Found | None:

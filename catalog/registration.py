@@ -21,16 +21,18 @@ adjacent in the manifest.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import polars as pl
 import pyarrow as pa
 
-from catalog.batched import batched_map, workers_for
-from catalog.figures import SegmentFigures, figures_of
+from catalog.batched import REMOTE_REQUESTS, batched_map, prefetched_map, workers_for
+from catalog.figures import SegmentFigures, figures_of, values_of_file
 from catalog.manifest import IDENTITY_COLUMNS, metadata_columns, normalize_manifest
 from catalog.problems import ProblemLog
 from services.contract.identity import canonical_json, manifest_row_id
@@ -43,9 +45,10 @@ from services.storage.segments import (
 )
 from services.storage.store import PathEscapeError, Storage
 
-__all__ = ["PreparedVersion", "prepare_version"]
+__all__ = ["PreparedVersion", "prepare_version", "version_digest"]
 
 _IDENT = list(IDENTITY_COLUMNS)
+_PARQUET_NAMES = (".parquet", ".pq")  # named parquet: no marker to look for first
 
 
 @dataclass(frozen=True, eq=False)
@@ -192,6 +195,9 @@ def _inspect(storage: Storage, path: str) -> _Inspected:
         info, values = inspect_segment_values(storage, path, also=(TIME_COLUMN,))
     except SegmentProblem as exc:
         return exc.message
+    held = storage.held(info.path) if values is None else None
+    if held is not None and held.whole and info.format == "parquet":
+        values = values_of_file(storage, info, held.tail, also=(TIME_COLUMN,))
     if values is None:
         return info, None
     try:
@@ -200,30 +206,58 @@ def _inspect(storage: Storage, path: str) -> _Inspected:
         return info, None  # the profile reads the segment as before, and says what is wrong
 
 
+def _shared(info: SegmentInfo, shared: dict[Any, Any]) -> SegmentInfo:
+    """``info`` holding the one copy of its column list that ``shared`` keeps: a
+    collection's segments share a handful of column lists, and a registration holds
+    every segment's description until it is stored (memory grows with the segments)."""
+    columns = shared.setdefault(info.columns, info.columns)
+    return info if columns is info.columns else dataclasses.replace(info, columns=columns)
+
+
+def _shared_figures(figures: SegmentFigures, shared: dict[Any, Any]) -> SegmentFigures:
+    """``figures`` holding the one copy of its footer counts ``shared`` keeps."""
+    key = ("footer", *figures.footer_nulls.items())
+    footer = shared.setdefault(key, figures.footer_nulls)
+    return figures if footer is figures.footer_nulls else dataclasses.replace(
+        figures, footer_nulls=footer)
+
+
 def _inspect_all(
     storage: Storage, paths: list[str], progress: Callable[[int, int], None] | None,
-    *, stop_after: int, workers: int,
+    *, stop_after: int, workers: int, requests: int,
 ) -> tuple[dict[str, SegmentInfo | str], dict[str, SegmentFigures]]:
-    """Inspect ``paths`` in order on at most ``workers`` threads, in batches
-    (:mod:`catalog.batched`); no new batch is started once ``stop_after`` have failed
-    (the rest are missing from the answer). Also answers the profile figures taken."""
+    """Inspect ``paths`` on at most ``workers`` threads, in batches, in order
+    (:mod:`catalog.batched`); on an object store the parquet files first, fetched ahead
+    one request each with at most ``requests`` in flight and checked from what was
+    fetched (:func:`catalog.batched.prefetched_map`). No new batch is started once
+    ``stop_after`` have failed (the rest are missing from the answer). Also answers the
+    profile figures taken."""
     results: dict[str, SegmentInfo | str] = {}
     figures: dict[str, SegmentFigures] = {}
     total = len(paths)
     failed = [0]  # read by the stop check between batches
 
+    def stop() -> bool:
+        return failed[0] >= stop_after
+
     def inspect(path: str) -> _Inspected:
         return _inspect(storage, path)
 
-    for path, found in batched_map(inspect, paths, workers=min(workers, max(total, 1)),
-                                   stop=lambda: failed[0] >= stop_after):
+    remote = not storage.is_local and requests > 0
+    ahead = [p for p in paths if remote and p.endswith(_PARQUET_NAMES)]
+    rest = [p for p in paths if not (remote and p.endswith(_PARQUET_NAMES))]
+    found_all = chain(prefetched_map(_inspect, storage, ahead, requests=requests, stop=stop),
+                      batched_map(inspect, rest, workers=min(workers, max(len(rest), 1)),
+                                  stop=stop))
+    shared: dict[Any, Any] = {}  # one copy of each equal column list and footer count
+    for path, found in found_all:
         if isinstance(found, str):
             results[path] = found
             failed[0] += 1
         else:
-            results[path] = found[0]
+            results[path] = _shared(found[0], shared)
             if found[1] is not None:
-                figures[path] = found[1]
+                figures[path] = _shared_figures(found[1], shared)
         if progress is not None:
             progress(len(results), total)
     return results, figures
@@ -235,11 +269,14 @@ def prepare_version(
     *,
     progress: Callable[[int, int], None] | None = None,
     workers: int | None = None,
+    requests: int = REMOTE_REQUESTS,
 ) -> PreparedVersion:
     """Validate ``manifest`` against ``storage`` and describe the version it makes.
 
     ``progress(done, total)`` is called after each segment is inspected; ``workers``:
-    the threads reading segments (None: :func:`catalog.batched.workers_for` the root).
+    the threads reading segments (None: :func:`catalog.batched.workers_for` the root);
+    ``requests``: on an object store, the parquet segments' requests in flight at once
+    (0: none fetched ahead, each segment read by its check on the threads).
     Raises
     ``WindpipeError(invalid_manifest)`` with ``details["problems"]`` (``row``,
     ``segment_path``, ``problem``: the first :data:`catalog.problems.MAX_LISTED`) and
@@ -273,7 +310,8 @@ def prepare_version(
     _metadata_problems(frame, meta, problems)
 
     infos, figures = _inspect_all(storage, list(first_row), progress, stop_after=problems.listed,
-                         workers=workers_for(storage) if workers is None else workers)
+                                  workers=workers_for(storage) if workers is None else workers,
+                                  requests=requests)
     if len(infos) < len(first_row):
         problems.stop(f"segment checks stopped after {problems.listed} failed "
                       f"({len(infos)} of {len(first_row)} segments checked)")
@@ -298,6 +336,21 @@ def prepare_version(
 
     good: list[SegmentInfo] = [infos[p] for p in canon]  # type: ignore[misc,index]
     return _build(storage, frame, meta, good, figures)
+
+
+def version_digest(root_uri: str, canonical: pl.DataFrame, *, chunk: int = 8192) -> str:
+    """The version id: a digest of the canonical JSON of ``{"kind", "root", "columns",
+    "rows"}`` (``canonical``'s rows, sorted), hashed ``chunk`` rows at a time, so that a
+    collection's rows are never all Python lists at once (the same bytes as one
+    ``canonical_json`` of the whole payload)."""
+    head = canonical_json({"kind": "windpipe-version-v1", "root": root_uri,
+                           "columns": canonical.columns})
+    digest = hashlib.sha256(head[:-1] + b',"rows":[')  # keys sorted: "rows" comes last
+    for k, part in enumerate(canonical.iter_slices(max(1, chunk))):
+        rows = canonical_json([list(r) for r in part.iter_rows()])
+        digest.update((b"," if k else b"") + rows[1:-1])
+    digest.update(b"]}")
+    return "v-" + digest.hexdigest()[:32]
 
 
 def _build(
@@ -331,13 +384,7 @@ def _build(
     canonical = seg.sort([*_IDENT, "ordinal"]).select(
         *_IDENT, *meta, "path", "format", "row_count", "fingerprint"
     )
-    payload = {
-        "kind": "windpipe-version-v1",
-        "root": storage.uri,
-        "columns": canonical.columns,
-        "rows": [list(r) for r in canonical.iter_rows()],
-    }
-    version_id = "v-" + hashlib.sha256(canonical_json(payload)).hexdigest()[:32]
+    version_id = version_digest(storage.uri, canonical)
 
     schema = _protocol_schema(seg.get_column("protocol").to_list(),
                               seg.get_column("manifest_row_id").to_list(), infos)

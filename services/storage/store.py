@@ -16,9 +16,10 @@ checks the operator's :class:`services.storage.roots.AllowedRoots` before openin
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from obstore.store import LocalStore, S3Store
 
 from services.contract.errors import ErrorType, WindpipeError
 from services.storage.concurrent import deadline_s, read_ranges
+from services.storage.held import HeldObject
 from services.storage.local_io import has_link, read_local
 from services.storage.options import StorageOptions
 from services.storage.paths import PathEscapeError, normalized_path
@@ -77,6 +79,7 @@ class Storage:
         self._options = options or StorageOptions()
         self._aheads: list[ReadAhead] = []  # read-aheads running over this root
         self._aheads_lock = threading.Lock()
+        self._held: Mapping[str, HeldObject] = {}  # see holding()
 
     @classmethod
     def from_uri(cls, uri: str, options: StorageOptions | None = None) -> Storage:
@@ -139,6 +142,24 @@ class Storage:
     def __repr__(self) -> str:
         return f"Storage({self._uri!r})"
 
+    def holding(self, held: Mapping[str, HeldObject]) -> Storage:
+        """A view of this root whose ``head``, ``get``, ``get_range`` (and the parquet
+        reads built on them) answer from ``held`` (relative path -> the object as fetched
+        moments ago, :func:`services.storage.held.fetch_tails`) where it holds the bytes,
+        from the store where not; the root itself is unchanged."""
+        view = copy.copy(self)
+        view._held = held
+        return view
+
+    def held(self, path: str) -> HeldObject | None:
+        """What this view holds of ``path`` (:meth:`holding`), if anything."""
+        return self._held.get(path) if self._held else None
+
+    @property
+    def deadline_s(self) -> float:
+        """The longest one request may take, its retries included (``StorageOptions``)."""
+        return self._deadline_s()
+
     def uri_for(self, path: str) -> str:
         """The absolute URI of a relative path."""
         return f"{self._uri.rstrip('/')}/{self.validate_relative_path(path)}"
@@ -195,6 +216,8 @@ class Storage:
     def head(self, path: str) -> ObjectMeta:
         """Size and e-tag of an object; ``FileNotFoundError`` if there is none."""
         rel = self.validate_relative_path(path)
+        if (held := self.held(rel)) is not None:
+            return ObjectMeta(size=held.size, e_tag=held.e_tag)
         ahead = self._ahead(rel)
         probed = ahead.meta(rel) if ahead is not None else None
         if probed is not None:  # probed moments ago, and its bytes are read at that version
@@ -225,6 +248,8 @@ class Storage:
         rel = self.validate_relative_path(path)
         if self._local_root is not None:
             return read_local(self._local_root / rel, rel=rel, root_uri=self._uri)
+        if (held := self.held(rel)) is not None and held.whole:
+            return held.tail
         ahead = self._ahead(rel)
         probed = ahead.meta(rel) if ahead is not None else None
         if ahead is not None and probed is not None:
@@ -246,6 +271,9 @@ class Storage:
         if self._local_root is not None:
             return read_local(self._local_root / rel, rel=rel, root_uri=self._uri,
                               start=start, end=end)
+        held = self.held(rel)
+        if held is not None and (kept := held.range(start, end)) is not None:
+            return kept
         ahead = self._ahead(rel)
         data = ahead.read(rel, start, end) if ahead is not None else None
         if data is not None:
