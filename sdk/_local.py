@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
 
 from sdk._exceptions import (
     Forbidden,
@@ -35,17 +38,40 @@ from sdk._warm import warm_plan
 from services.contract.configs import TRANSPORTS
 from services.contract.errors import WindpipeError as ContractError
 from services.contract.wire import ACTION_TIER_INFO, BatchMetadata, batch_schema
-from services.materialize.blocks import block_key, block_layouts
+from services.materialize.blocks import block_key, block_layouts, block_request
 from services.materialize.builder import BatchBuilder, BuiltBatch
 from services.materialize.cache import ChunkCache
 from services.materialize.pipeline import BatchPipeline
 from services.materialize.plan import PlanContext
 from services.materialize.tier import Tier, TierInfo, tier_bytes
-from services.memo import Memo
+from services.materialize.windows import WindowPass
+from services.memo import Memo, deep_nbytes
 from services.planning.artifact import PlanArtifact
 from services.planning.ranks import pass_start, rank_batches
+from services.planning.schedule import Schedule
 
-__all__ = ["LocalReader", "LocalReaders"]
+__all__ = ["PASSES_KEPT", "PASS_BYTES_KEPT", "LocalReader", "LocalReaders"]
+
+PASSES_KEPT = 8  # passes (epoch, rank, world size) a reader keeps ready to run again
+# ... within this many bytes of schedules and rank batches: a pass of a large plan is long
+# enough that setting it up again costs nothing per batch, and its schedule is large
+PASS_BYTES_KEPT = 64 << 20
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Pass:
+    """One rank's pass of one epoch, kept by its reader for the next pass of it: the
+    schedule, the rank's batches and the window path over them (its block views and its
+    latest lane tables), so a pass of a small plan starts in microseconds."""
+
+    schedule: Schedule
+    batches: np.ndarray
+    windows: WindowPass | None
+
+
+def _pass_bytes(p: _Pass) -> int:
+    """What keeping a pass holds alive beyond one segment's lane tables."""
+    return deep_nbytes(p.schedule) + int(p.batches.nbytes)
 
 
 @dataclass(eq=False)
@@ -53,13 +79,24 @@ class LocalReader:
     """Builds one plan's batches in this process from blocks in a shared tier.
 
     ``location`` is the Flight server that shares the tier (and warms the plan into
-    it); the reader itself never reads storage.
+    it); the reader itself never reads storage. It keeps the last :data:`PASSES_KEPT`
+    passes it made (per epoch, rank and world size: the schedule, the rank's batches,
+    the window path's lane tables and block views; within :data:`PASS_BYTES_KEPT`), so
+    passes over a small plan, epoch after epoch, cost no setup beyond the first.
     """
 
     plan: PlanContext
     tier: Tier
     location: str
     cache: ChunkCache  # the mapped blocks, shared by every pass of this reader
+    _passes: Memo[tuple[int, int, int], _Pass] = field(
+        default_factory=lambda: Memo(PASSES_KEPT, max_bytes=PASS_BYTES_KEPT, weigh=_pass_bytes),
+        init=False, repr=False)
+    _mapped: bool = field(default=False, init=False, repr=False)
+    _wire_schema: pa.Schema | None = field(default=None, init=False, repr=False)
+    # the builder every kept window path reads blocks and provenance through (neither
+    # changes it; a pass's other batches get a builder of their own, :meth:`records`)
+    _windows: BatchBuilder | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def create(cls, artifact: PlanArtifact, tier: Tier, location: str) -> LocalReader:
@@ -75,31 +112,74 @@ class LocalReader:
         return self.cache.budget_bytes
 
     def holds_its_blocks(self) -> bool:
-        """Whether every block is mapped here already (then nothing needs warming)."""
-        return all(self.cache.contains(block_key(x)) for x in block_layouts(self.plan))
+        """Whether every block is mapped here already (then nothing needs warming). Once
+        true it stays true: the cache's budget is every block's bytes, so none is evicted."""
+        if not self._mapped:
+            self._mapped = all(self.cache.contains(block_key(x))
+                               for x in block_layouts(self.plan))
+        return self._mapped
+
+    def map_blocks(self) -> None:
+        """Map every block from the tier into this reader's cache (after the server
+        warmed them), so the first pass need not ask the server to warm them again."""
+        plan = self.plan
+        for layout in block_layouts(plan):
+            with self.cache.acquire([block_request(plan, layout, storage=None,
+                                                   tier=self.tier)]):
+                pass
 
     def records(self, *, epoch: int, rank: int, world_size: int,
                 start_batch: int) -> Iterator[tuple[BuiltBatch, BatchMetadata]]:
         """One rank's pass from ``start_batch`` on: the batches the Flight server would
-        stream, before Arrow (:func:`sdk.batch_from_arrays` makes them ``Batch``es)."""
+        stream, before Arrow (:func:`sdk.batch_from_arrays` makes them ``Batch``es).
+
+        Full-window batches come from the pass's kept window path; from the first batch
+        that is not one (padding, a short stream, aligned parts), the rest of the pass is
+        built by a :class:`BatchPipeline` of its own (a builder per pipeline, as the
+        Flight server has one per stream), which is byte for byte the same.
+        """
+        p = self._passes.get((epoch, rank, world_size),
+                             lambda: self._new_pass(epoch, rank, world_size))
+        try:  # positions count parts (aligned: one per protocol); past the end: refused
+            start = pass_start(p.schedule, p.batches, start_batch=start_batch, rank=rank,
+                               world_size=world_size)
+        except ContractError as exc:
+            raise as_sdk_error(exc) from None
+        end = int(p.batches.shape[0])
+        windows = p.windows
+        i = start
+        if windows is not None:
+            while i < end:
+                built = windows.build(i)
+                if built is None:
+                    break
+                yield built, built.meta
+                i += 1
+        if i < end:
+            pipeline = BatchPipeline(self._builder(), p.schedule, p.batches, start=i, end=end,
+                                     readahead_batches=0)
+            for _, built in pipeline:
+                yield built, built.meta
+
+    def _new_pass(self, epoch: int, rank: int, world_size: int) -> _Pass:
         plan = self.plan
         schedule = plan.schedule(epoch)
         batches = rank_batches(schedule, rank=rank, world_size=world_size,
                                drop_incomplete_distributed=plan.spec.drop_incomplete_distributed)
-        builder = BatchBuilder(
-            plan, None, self.cache,
-            batch_schema(plan_id=plan.plan_id, version_id=plan.version_id),
-            tier=self.tier, blocks="always", lazy_provenance=True,
+        if self._windows is None:  # the window paths' blocks and provenance: one builder
+            self._windows = self._builder()
+        windows = self._windows.window_pass(schedule, batches, start=0,
+                                            end=int(batches.shape[0]))
+        return _Pass(schedule=schedule, batches=batches, windows=windows)
+
+    def _builder(self) -> BatchBuilder:
+        if self._wire_schema is None:  # made once per reader (~50 us each time)
+            self._wire_schema = batch_schema(plan_id=self.plan.plan_id,
+                                             version_id=self.plan.version_id)
+        return BatchBuilder(
+            self.plan, None, self.cache, self._wire_schema, tier=self.tier, blocks="always",
+            lazy_provenance=True,
         )
-        try:  # positions count parts (aligned: one per protocol); past the end: refused
-            start = pass_start(schedule, batches, start_batch=start_batch, rank=rank,
-                               world_size=world_size)
-        except ContractError as exc:
-            raise as_sdk_error(exc) from None
-        pipeline = BatchPipeline(builder, schedule, batches, start=start,
-                                 end=int(batches.shape[0]), readahead_batches=0)
-        for _, built in pipeline:
-            yield built, built.meta
 
 
 class LocalReaders:
@@ -156,6 +236,7 @@ class LocalReaders:
         if warmed[location].tier_id != tier.id:
             msg = f"the Flight server at {location} warmed plan {plan_id} into another tier"
             raise Unavailable(msg)
+        reader.map_blocks()  # mapped now: the next pass finds them here and warms nothing
         return reader
 
     def _tier(self) -> tuple[Tier, str] | None:

@@ -53,6 +53,7 @@ __all__ = ["ClientSettings", "ClientState", "WorkerSource", "endpoint_from_envir
 _ARROW_STREAM = "application/vnd.apache.arrow.stream"
 LIVE_RECHECK_S = 1.0  # a plan found live is asked about again after this long (check_live)
 _LIVE_KEPT = 256
+_PLAN_PATH = "/v1/plans/"
 URL_VARIABLE, TOKEN_VARIABLE = "WINDPIPE_URL", "WINDPIPE_TOKEN"
 
 
@@ -147,8 +148,16 @@ class ClientState:
     # -- REST -----------------------------------------------------------------------
 
     def get_json(self, path: str, **params: Any) -> Any:
-        """``GET path`` (``params`` as the query), the answer's JSON."""
-        return self._rest.get_json(path, **params)
+        """``GET path`` (``params`` as the query), the answer's JSON. A plan read here
+        (``/v1/plans/{id}``, as ``Catalog.plan`` reads it) and found live counts as a
+        :meth:`check_live` answer: the pass that follows asks nothing again."""
+        answer = self._rest.get_json(path, **params)
+        plan_id = path.removeprefix(_PLAN_PATH)
+        if (plan_id != path and plan_id and "/" not in plan_id and not params
+                and isinstance(answer, dict) and answer.get("id") == plan_id
+                and not answer.get("retired_at")):
+            self._found_live(plan_id, time.monotonic())
+        return answer
 
     def post_json(self, path: str, body: Any, *,
                   headers: dict[str, str] | None = None) -> tuple[Any, int]:
@@ -198,13 +207,16 @@ class ClientState:
             seen = self._live.get(plan_id)
         if seen is not None and now - seen < LIVE_RECHECK_S:
             return
-        retired = self._rest.get_json(f"/v1/plans/{plan_id}").get("retired_at")
+        retired = self._rest.get_json(f"{_PLAN_PATH}{plan_id}").get("retired_at")
         if retired:
             raise as_sdk_error(retired_error("plan", plan_id, retired))
+        self._found_live(plan_id, now)
+
+    def _found_live(self, plan_id: str, when: float) -> None:
         with self._lock:
             if len(self._live) >= _LIVE_KEPT:
                 self._live.clear()
-            self._live[plan_id] = now
+            self._live[plan_id] = when
 
     # -- Flight and the same host ---------------------------------------------------
 

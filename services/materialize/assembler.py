@@ -44,12 +44,16 @@ def _given(value: pa.RecordBatch) -> pa.RecordBatch:
     return value
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class BuiltBatch:
     """One built batch: the arrays the wire's tensor columns wrap, its provenance columns
     and its metadata. The Flight server sends it as one record batch
     (:meth:`BatchAssembler.record_batch`); an in-process reader hands the arrays to torch
-    as they are, so both see the same bytes."""
+    as they are, so both see the same bytes.
+
+    Treat it as immutable. It is not a frozen dataclass because a frozen one's
+    ``__init__`` sets each field through ``object.__setattr__``: 1.2-1.9 us against 0.2-0.5
+    us here, per batch of the same-host path (issue 24)."""
 
     inputs: np.ndarray  # float32 (B, T, C_in)
     targets: np.ndarray  # float32 (B, T, C_out)

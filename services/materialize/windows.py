@@ -9,17 +9,26 @@ stream) of the batch's protocol, so the batch is ``vin[rows]`` and ``vtg[rows]``
 block's strided window views (:meth:`~services.materialize.tier.Block.views`): each
 window one contiguous run per matrix, every byte of the batch written once.
 
-:class:`WindowPass` decides, for a whole pass at once (vectorized), which batches are
-like that and where each lane's window starts in its block; :meth:`WindowPass.build`
-then makes such a batch with a few numpy calls whatever its lane count, and answers
-None for any other batch (padding, lanes that end early, a stream lacking a target
-column, aligned parts, lanes of several protocols), which the general builder makes.
-The values are the general builder's, byte for byte: the same block, the same rows,
-the same ``has_channel`` rows, the same (lazily computed) provenance.
+:class:`WindowPass` decides, for :data:`SEGMENT_BATCHES` batches at once (vectorized),
+which batches are like that, where each lane's window starts in its block and each
+lane's ``has_channel`` row; :meth:`WindowPass.build` then makes such a batch with two
+fancy indexes, one fresh mask and a few constant-size objects whatever its lane count
+(about 7 us of Python around the copy, issue 24), and answers None for any other batch (padding,
+lanes that end early, a stream lacking a target column, aligned parts, lanes of
+several protocols), which the general builder makes. The values are the general
+builder's, byte for byte: the same block, the same rows, the same ``has_channel`` rows,
+the same (lazily computed) provenance.
+
+What a batch owns (docs/types.md): ``inputs``, ``targets``, ``mask`` and
+``has_channel`` are fresh arrays of its own, every time a batch is built (a pass is
+built again from the same tables: a slice of a table would hand the same bytes to the
+same batch of the next pass, carrying a user's in-place edit into it), so writing into
+one batch never changes another.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,22 +51,23 @@ SEGMENT_BATCHES = 256  # batches whose lane tables are computed together
 # (lane_stream, offsets, lane_protocol, seq_len per lane, lane_key) -> the provenance columns
 Provenance = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"],
                       pa.RecordBatch]
+# BatchMetadata's fields after global_batch: split, seq_len, c_in, c_out, input columns,
+# target columns, channels; then stateful group, step, steps (None: not stateful)
+_Fields = tuple[str, int, int, int, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+_Stateful = tuple[int | None, int | None, int | None]
+_NOT_STATEFUL: _Stateful = (None, None, None)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class _LazyProvenance:
-    """A batch's provenance columns, computed when ``Batch.state`` is first read."""
+class _Shape:
+    """What every full-window batch of one protocol and length shares: the block's window
+    views and the metadata fields after ``global_batch`` up to ``channels``."""
 
-    make: Provenance
-    stream: np.ndarray
-    offset: np.ndarray
-    protocol: np.ndarray
+    code: int
     seq_len: int
-    key: np.ndarray | None
-
-    def __call__(self) -> pa.RecordBatch:
-        seq = np.full(self.stream.shape[0], self.seq_len, dtype=_I64)
-        return self.make(self.stream, self.offset, self.protocol, seq, self.key)
+    vin: np.ndarray
+    vtg: np.ndarray
+    fields: _Fields
 
 
 class WindowPass:
@@ -68,7 +78,8 @@ class WindowPass:
     builder then reads the batch); ``provenance`` computes a batch's provenance columns
     (the assembler's, so both paths agree). The lane tables are computed for
     :data:`SEGMENT_BATCHES` batches at a time, so a long pass holds no second copy of
-    its schedule.
+    its schedule. A pass may be built again from the same object (an in-process reader
+    keeps one per epoch and rank): it keeps its block views and its latest segment.
     """
 
     def __init__(self, plan: PlanContext, tables: PlanTables, layouts: tuple[BlockLayout, ...],
@@ -86,7 +97,7 @@ class WindowPass:
         self._aligned = schedule.parts > 1  # parts carry per-part metadata: general builder
         # one has_channel row per protocol when no stream lacks a column (else per lane)
         self._same_channels = len(plan.variants) == len(plan.specs)
-        self._views: dict[tuple[int, int], tuple[np.ndarray, np.ndarray] | None] = {}
+        self._shapes: dict[tuple[int, int], _Shape | None] = {}
         self._seg = _Segment.empty(start)
 
     def build(self, i: int) -> BuiltBatch | None:
@@ -98,46 +109,44 @@ class WindowPass:
         if not 0 <= k < seg.n:
             seg = self._seg = self._segment(i)
             k = 0
-        if not seg.ok[k]:
-            return None
-        code, t = seg.code[k], seg.seq[k]
-        if (code, t) not in self._views:
-            block = self._block(code)
-            self._views[(code, t)] = None if block is None else block.views(t)
-        views = self._views[(code, t)]
-        if views is None:
+        shape = seg.shape[k]
+        if shape is None:
             return None
         lo, hi = seg.ptr[k], seg.ptr[k + 1]
-        n = hi - lo
-        plan = self._plan
-        spec = plan.specs[code]
-        stream = seg.stream[lo:hi]
-        if self._same_channels:
-            has_channel = np.repeat(plan.channel_rows[code][code][None, :], n, axis=0)
-        else:
-            has_channel = plan.channel_rows[code][plan.stream_variant[stream]]
-        group = seg.group[k]
-        stateful = group >= 0
-        meta = BatchMetadata(
-            batch_idx=i, global_batch=seg.g[k], split=plan.spec.split, seq_len=t,
-            c_in=len(spec.input_columns), c_out=len(spec.target_columns),
-            input_columns=spec.input_columns, target_columns=spec.target_columns,
-            channels=spec.channels, stateful_group_idx=group if stateful else None,
-            stateful_step_idx=seg.step[k] if stateful else None,
-            stateful_steps=seg.steps[k] if stateful else None,
-        )
-        key = None if seg.key is None else seg.key[lo:hi]
-        provenance = _LazyProvenance(self._provenance, stream, seg.offset[lo:hi],
-                                     seg.protocol[lo:hi], t, key)
         rows = seg.rows[lo:hi]
-        vin, vtg = views
-        return BuiltBatch(inputs=vin[rows], targets=vtg[rows],
-                          mask=np.ones((n, t), dtype=np.uint8), has_channel=has_channel,
-                          provenance=provenance, provenance_bytes=0, meta=meta)
+        t = shape.seq_len
+        mask = np.empty((hi - lo, t), dtype=np.uint8)
+        mask.fill(1)  # fresh per batch: a shared one would carry one batch's edits to the next
+        return BuiltBatch(
+            shape.vin[rows], shape.vtg[rows], mask, seg.channels[shape.code][lo:hi].copy(),
+            functools.partial(self._lane_provenance, seg, lo, hi, t), 0,
+            BatchMetadata(i, seg.g[k], *shape.fields, *seg.stateful[k]),
+        )
+
+    def _lane_provenance(self, seg: _Segment, lo: int, hi: int, t: int) -> pa.RecordBatch:
+        """The provenance columns of lanes ``lo..hi`` of ``seg`` (when ``Batch.state`` is
+        first read)."""
+        return self._provenance(seg.stream[lo:hi], seg.offset[lo:hi], seg.protocol[lo:hi],
+                                np.full(hi - lo, t, dtype=_I64),
+                                None if seg.key is None else seg.key[lo:hi])
+
+    def _shape(self, code: int, t: int) -> _Shape | None:
+        """The shared part of protocol ``code``'s batches of ``t`` steps (None: its block is
+        not available here; kept, so this pass's batches of it take the general builder
+        from then on, which reports why)."""
+        key = (code, t)
+        if key not in self._shapes:
+            block = self._block(code)
+            spec, plan = self._plan.specs[code], self._plan
+            self._shapes[key] = None if block is None else _Shape(
+                code, t, *block.views(t),
+                fields=(plan.spec.split, t, len(spec.input_columns), len(spec.target_columns),
+                        spec.input_columns, spec.target_columns, spec.channels))
+        return self._shapes[key]
 
     def _segment(self, i: int) -> _Segment:
         """The lane tables of positions ``i..`` (at most :data:`SEGMENT_BATCHES`), vectorized."""
-        schedule = self._schedule
+        schedule, plan = self._schedule, self._plan
         gs = np.asarray(self._batches[i : min(self._end, i + SEGMENT_BATCHES)], dtype=_I64)
         _, counts, ptr, idx = block_lanes(schedule, gs)
         seq = schedule.batch_seq_len[gs].astype(_I64)
@@ -148,16 +157,25 @@ class WindowPass:
         real = np.maximum(stream, 0)
         full = ((offset >= 0) & (stream >= 0) & (protocol == np.repeat(code, counts))
                 & (self._n_rows[real] - offset >= np.repeat(seq, counts) + 1)
-                & ~self._plan.target_missing[real])
+                & ~plan.target_missing[real])
         lane_code = np.where(full, protocol, 0).astype(_I64)
         rows = np.where(full, self._row0[lane_code, real] + offset, -1)
         bad = np.concatenate([[0], np.cumsum(~full)])
-        ok = (counts > 0) & (bad[ptr[1:]] == bad[ptr[:-1]])
+        ok = ((counts > 0) & (bad[ptr[1:]] == bad[ptr[:-1]])).tolist()
+        shapes = [self._shape(c, t) if good else None
+                  for good, c, t in zip(ok, code.tolist(), seq.tolist(), strict=True)]
+        channels = {}  # each lane's has_channel row, per protocol code (copied per batch)
+        for c in {s.code for s in shapes if s is not None}:
+            table = plan.channel_rows[c]
+            channels[c] = (np.repeat(table[c][None, :], stream.shape[0], axis=0)
+                           if self._same_channels else table[plan.stream_variant[real]])
+        group = schedule.batch_group[gs].tolist()
+        step, steps = schedule.batch_step[gs].tolist(), schedule.batch_steps[gs].tolist()
         return _Segment(
-            start=i, n=int(gs.shape[0]), ok=ok.tolist(), ptr=ptr.tolist(), g=gs.tolist(),
-            seq=seq.tolist(), code=code.tolist(), group=schedule.batch_group[gs].tolist(),
-            step=schedule.batch_step[gs].tolist(), steps=schedule.batch_steps[gs].tolist(),
-            rows=rows, stream=stream, offset=offset, protocol=protocol,
+            start=i, n=int(gs.shape[0]), shape=shapes, ptr=ptr.tolist(), g=gs.tolist(),
+            stateful=[(x, y, z) if x >= 0 else _NOT_STATEFUL
+                      for x, y, z in zip(group, step, steps, strict=True)],
+            rows=rows, channels=channels, stream=stream, offset=offset, protocol=protocol,
             key=None if schedule.lane_key is None else schedule.lane_key[idx],
         )
 
@@ -169,15 +187,12 @@ class _Segment:
 
     start: int
     n: int
-    ok: list[bool]  # every lane a full window of the batch's protocol
+    shape: list[_Shape | None]  # None: not every lane a full window of the batch's protocol
     ptr: list[int]  # batch k's lanes: [ptr[k], ptr[k+1])
     g: list[int]
-    seq: list[int]
-    code: list[int]
-    group: list[int]
-    step: list[int]
-    steps: list[int]
+    stateful: list[_Stateful]
     rows: np.ndarray  # block row of each lane's first input row (-1: not a full window)
+    channels: dict[int, np.ndarray]  # code -> uint8 [lanes, C]: has_channel rows to copy
     stream: np.ndarray
     offset: np.ndarray
     protocol: np.ndarray
@@ -187,6 +202,5 @@ class _Segment:
     def empty(cls, start: int) -> _Segment:
         """No positions (the first :meth:`WindowPass.build` computes one)."""
         none = np.empty(0, dtype=_I64)
-        return cls(start=start, n=0, ok=[], ptr=[0], g=[], seq=[], code=[], group=[],
-                   step=[], steps=[], rows=none, stream=none, offset=none, protocol=none,
-                   key=None)
+        return cls(start=start, n=0, shape=[], ptr=[0], g=[], stateful=[], rows=none,
+                   channels={}, stream=none, offset=none, protocol=none, key=None)

@@ -8,6 +8,7 @@ import ast
 import pickle
 from pathlib import Path
 
+import httpx
 import pytest
 
 import sdk
@@ -69,4 +70,30 @@ def test_a_worker_source_pickles_its_settings_only() -> None:
     assert (copy.plan_id, copy.transport, copy.settings) == ("p-x", "local", state.settings)
     assert copy._state is None  # the worker opens its own connections
     assert isinstance(copy, WorkerSource)
+    state.close()
+
+
+def test_a_plan_read_live_counts_as_its_liveness_check() -> None:
+    """``Catalog.plan`` reads ``/v1/plans/{id}``: a live answer spares the pass that follows
+    its own request (issue 24); a retired one, or another path, does not."""
+    calls: list[str] = []
+    retired: dict[str, str | None] = {"p-1": None, "p-2": "2026-12-01T00:00:00Z"}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        plan_id = request.url.path.rsplit("/", 1)[-1]
+        return httpx.Response(200, json={"id": plan_id, "retired_at": retired.get(plan_id)})
+
+    state = ClientState(ClientSettings(url="http://catalog.test", retries=0),
+                        transport=httpx.MockTransport(answer))
+    state.get_json("/v1/plans/p-1")
+    state.check_live("p-1")
+    assert calls == ["/v1/plans/p-1"]
+    state.get_json("/v1/plans/p-2")
+    with pytest.raises(sdk.Conflict):
+        state.check_live("p-2")  # asked again: the read answer was not live
+    assert calls[1:] == ["/v1/plans/p-2", "/v1/plans/p-2"]
+    state.get_json("/v1/plans/p-3/report")
+    state.check_live("p-3")
+    assert calls[3:] == ["/v1/plans/p-3/report", "/v1/plans/p-3"]
     state.close()

@@ -4,6 +4,7 @@ processes share one decode; ``auto`` falls back to Flight when there is no usabl
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing as mp
 import pickle
 from pathlib import Path
@@ -164,3 +165,28 @@ def test_local_batches_pickle_with_their_provenance(dep: Any) -> None:
     copies = [pickle.loads(pickle.dumps(b)) for b in local]
     assert [_bytes(c) for c in copies] == [_bytes(b) for b in local]
     assert [c.has_channel.tolist() for c in copies] == [b.has_channel.tolist() for b in local]
+
+
+def test_a_kept_pass_hands_out_fresh_tensors(dep: Any) -> None:
+    """A reader keeps a pass's tables for the next pass of the same epoch (issue 24), yet
+    every batch owns its tensors: no two batches share memory, and writing into every
+    tensor of one pass changes nothing of the next."""
+    plan = dep.extra["plans"]["shuffled"]
+    want = [(*_bytes(b), b.has_channel.numpy().tobytes())
+            for b in plan.batches(epoch=0, transport="flight", progress=False)]
+    first = list(plan.batches(epoch=0, transport="local", progress=False))
+    assert len(first) == len(want)
+    for name in ("inputs", "targets", "mask", "has_channel"):
+        spans = sorted((t.data_ptr(), t.numel() * t.element_size())
+                       for t in (getattr(b, name) for b in first))
+        for (lo, size), (nxt, _) in itertools.pairwise(spans):
+            assert lo + size <= nxt, name  # disjoint memory
+    for b in first:
+        assert b.mask.dtype == b.has_channel.dtype == torch.bool
+        b.inputs.fill_(-7.0)
+        b.targets.fill_(-7.0)
+        b.mask.fill_(False)
+        b.has_channel.fill_(False)
+    again = [(*_bytes(b), b.has_channel.numpy().tobytes())
+             for b in plan.batches(epoch=0, transport="local", progress=False)]
+    assert again == want

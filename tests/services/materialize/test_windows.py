@@ -3,6 +3,7 @@ are byte for byte the general builder's, and write no byte twice (issue 24)."""
 
 from __future__ import annotations
 
+import itertools
 import tracemalloc
 from pathlib import Path
 
@@ -91,18 +92,23 @@ def test_a_pass_is_the_same_with_and_without_the_window_path(dataset: Dataset,
         _same(a, b)
 
 
-def test_a_full_window_batch_writes_each_byte_once(tmp_path: Path) -> None:
-    """Bytes allocated while building a batch of B full windows: its inputs and targets
-    (each window one contiguous run, copied once from the block), its mask and
-    has_channel, and nothing the size of a second copy; nothing is copied per lane."""
+def _one_copy_plan(tmp_path: Path, *, b: int = 16, t: int = 128) -> PlanContext:
     ds = write_dataset(tmp_path / "ds", [StreamSpec("cycling", "c1", 1, (4000,))],
                        fmt="parquet", chunk_rows=512, seed=1)
-    b, t = 16, 128
     config = LoaderConfig(
         inputs={"cycling": ("current_a", "temperature_c")}, targets={"cycling": ("voltage_v",)},
         default_window=WindowConfig(batch_size=b, seq_len=t, drop_incomplete=True),
         strategy="shuffled", drop_incomplete_batches=True)
-    plan = ds.plan(config, plan_id="one-copy")
+    return ds.plan(config, plan_id="one-copy")
+
+
+def test_a_full_window_batch_writes_each_byte_once(tmp_path: Path) -> None:
+    """Bytes allocated while building a batch of B full windows: its inputs and targets
+    (each window one contiguous run, copied once from the block), its mask and
+    ``has_channel`` (copied from the segment's table), and nothing the size of a second
+    copy; nothing is copied per lane."""
+    b, t = 16, 128
+    plan = _one_copy_plan(tmp_path, b=b, t=t)
     builder = _builder(plan, Tier(tmp_path / "tier", budget_bytes=64 << 20))
     schedule = plan.schedule(0)
     batches = rank_batches(schedule, rank=0, world_size=1, drop_incomplete_distributed=False)
@@ -122,8 +128,64 @@ def test_a_full_window_batch_writes_each_byte_once(tmp_path: Path) -> None:
             assert built is not None
             assert built.inputs.flags.owndata
             assert built.targets.flags.owndata
+            assert built.mask.flags.owndata
+            assert built.has_channel.flags.owndata
             assert built.inputs.nbytes + built.targets.nbytes == window_block
-            assert window_block + small <= peak < window_block + small + 8192, i
+            # a few hundred bytes of Python objects (metadata, the batch, its handles)
+            assert window_block + small <= peak < window_block + small + 4096, i
             del built
     finally:
         tracemalloc.stop()
+
+
+def test_no_two_batches_share_memory_and_an_edit_stays_in_its_batch(tmp_path: Path) -> None:
+    """Every batch owns its bytes, each time it is built: writing into one batch (torch
+    lets a user write through any tensor) changes no other batch, built before or after,
+    nor the same batch of a second pass from the same tables (what a same-host reader
+    keeps between passes)."""
+    plan = _one_copy_plan(tmp_path)
+    tier = Tier(tmp_path / "tier", budget_bytes=64 << 20)
+    schedule = plan.schedule(0)
+    batches = rank_batches(schedule, rank=0, world_size=1, drop_incomplete_distributed=False)
+    n = int(batches.shape[0])
+    path = _builder(plan, tier).window_pass(schedule, batches, start=0, end=n)
+    assert path is not None
+    first = [path.build(i) for i in range(n)]
+    assert all(x is not None for x in first)
+    built = [x for x in first if x is not None]
+    for name in ("inputs", "targets", "mask", "has_channel"):
+        spans = sorted((a.__array_interface__["data"][0], a.nbytes)
+                       for a in (getattr(x, name) for x in built))
+        for (lo, size), (nxt, _) in itertools.pairwise(spans):
+            assert lo + size <= nxt, name  # disjoint memory
+    want = [_builder(plan, tier).build_arrays(schedule, int(batches[i]), batch_idx=i)
+            for i in range(n)]
+    for x in built:  # a user writing into every batch it got
+        x.inputs[:] = -1.0
+        x.targets[:] = -1.0
+        x.mask[:] = 0
+        x.has_channel[:] = 0
+    again = [path.build(i) for i in range(n)]  # the same pass object, built again
+    for got, expected in zip(again, want, strict=True):
+        assert got is not None
+        _same(got, expected)
+        assert got.meta == expected.meta  # field by field, as the general builder's
+
+
+def test_metadata_is_the_general_builders_field_by_field(dataset: Dataset) -> None:
+    """The window path makes its metadata positionally from per-shape fields; each field
+    equals the general builder's (stateful fields included)."""
+    for name in ("stateful-k2", "stateful-all-shuffled", "sequential", "chain"):
+        plan = dataset.plan(_config(name), plan_id=name)
+        schedule = plan.schedule(0)
+        batches = rank_batches(schedule, rank=0, world_size=1,
+                               drop_incomplete_distributed=False)
+        path = _builder(plan, None).window_pass(schedule, batches, start=0,
+                                                end=int(batches.shape[0]))
+        assert path is not None
+        general = _builder(plan, None)
+        for i in range(int(batches.shape[0])):
+            built = path.build(i)
+            if built is not None:
+                want = general.build_arrays(schedule, int(batches[i]), batch_idx=i).meta
+                assert built.meta == want, (name, i)
