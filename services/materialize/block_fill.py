@@ -17,11 +17,16 @@ whose rows follow each other in the block, up to :data:`RUN_ROWS` rows. A run
 Runs go to up to :data:`FILL_THREADS` threads, submitted in block order (pyarrow's
 decoding and numpy's bulk work release the GIL). Runs write disjoint rows, so the block
 is byte for byte the chunk-by-chunk fill whichever run ends first; progress is reported
-in run order. On an object store a run is one chunk, so the threads read in the order
-the read-ahead fetches. A block whose chunks overlap in rows (a later chunk overwrites
-an earlier one) is filled on one thread, in order, as before; so is a block of small
-chunks (under :data:`THREAD_CHUNK_ROWS` rows on average), whose time is Python work
-holding the GIL: threads only contend for it (measured: 2x slower on 2 cores).
+in run order. On an object store a run is one chunk. One thread fills, in order:
+
+* a block whose chunks overlap in rows (a later chunk overwrites an earlier one);
+* a block of small chunks (under :data:`THREAD_CHUNK_ROWS` rows on average), whose time
+  is Python work holding the GIL: threads only contend for it (measured: 2x slower on
+  2 cores);
+* a block read through an object store's read-ahead (``services.storage.readahead``):
+  its reads arrive in order, and threads taking them (each read a Python call through
+  the parquet reader) were 12-20% slower in ``bench.object_store``; without the
+  read-ahead (``WINDPIPE_S3_READAHEAD_BYTES=0``) threads halve the fill.
 """
 
 from __future__ import annotations
@@ -89,12 +94,14 @@ def fill_block(plan: PlanContext, storage: Storage, layout: BlockLayout, inputs:
         if progress is not None:
             progress(done, int(ends[done - 1]) * row_bytes)
 
-    # one thread: progress segment by segment inside a run; threads: run by run, in order
-    inner = step if threads <= 1 or len(runs) <= 1 else None
     ahead = ((plan.piece_info(int(plan.chunk_piece[c])), int(plan.chunk_index[c]),
               plan.variants[int(plan.chunk_spec[c])].read_columns) for c in chunks.tolist())
     read = 0
-    with read_ahead(storage, ahead):  # an object store's chunks fetched ahead, in this order
+    with read_ahead(storage, ahead) as fetching:  # an object store's chunks, in this order
+        if fetching is not None:
+            threads = 1  # the read-ahead feeds one consumer in its order best (see above)
+        # one thread: progress segment by segment inside a run; threads: run by run
+        inner = step if threads <= 1 or len(runs) <= 1 else None
         for run, n in _each(runs, lambda r: _fill_run(plan, storage, layout, r, inputs=inputs,
                                                       targets=targets, step=inner),
                             threads=threads):
