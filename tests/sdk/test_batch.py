@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 
 from sdk import Batch, BatchSegmentRef, InvalidConfig, batch_from_arrow
+from sdk._batch import batch_from_arrays
 from services.contract.configs import DatasetProtocolId
-from services.contract.wire import batch_arrays
+from services.contract.wire import BatchMetadata, batch_arrays
 from tests.sdk.wire_toys import make_record
 
 
@@ -120,3 +122,20 @@ def test_provenance_is_decoded_once_and_only_when_read():
     moved = batch.to("cpu")
     assert moved.state is state
     assert moved.all_valid is batch.all_valid is True
+
+
+def test_the_fast_constructor_sets_every_slot_init_does() -> None:
+    """``batch_from_arrays`` makes a ``Batch`` without ``__init__`` (the same-host path's
+    per-batch cost, issue 24): a slot added to ``Batch`` later must be set there too."""
+    x, y, m = _arrays(b=2, t=3, c_in=1, c_out=1)
+    meta = BatchMetadata(batch_idx=4, global_batch=4, split="train", seq_len=3, c_in=1,
+                         c_out=1, input_columns=("a",), target_columns=("b",),
+                         channels=("a", "b"))
+    fast = batch_from_arrays(x, y, m, lambda: pa.record_batch([]), meta,
+                             has_channel=np.ones((2, 2), np.uint8))
+    assert [hasattr(fast, name) for name in Batch.__slots__] == [True] * len(Batch.__slots__)
+    assert fast.batch_idx == 4
+    assert fast.channels == ("a", "b")
+    assert fast.mask.dtype == fast.has_channel.dtype == torch.bool
+    assert fast.all_valid
+    assert np.shares_memory(fast.inputs.numpy(), x)
