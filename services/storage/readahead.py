@@ -21,9 +21,8 @@ The consumer reads as before; :class:`~services.storage.store.Storage` answers i
 ``head``, ``get``, ``get_range`` and parquet reads from here when it can (:meth:`meta`,
 :meth:`read`) and from the store when not, so a failed or missed prefetch costs time,
 never correctness, and errors stay the ones the direct read raises. A read's bytes
-are released once every range it named was read, or, never touched, once the consumer
-reads :data:`_ORDER_SLACK` reads past it (reads are consumed in about their order: the
-block fill's threads take them a few at a time).
+are released once every range it named was read, or when the consumer moves on to a
+later read (reads are consumed in order).
 """
 
 from __future__ import annotations
@@ -45,7 +44,6 @@ __all__ = ["AheadRead", "AheadStats", "RangesOf", "ReadAhead"]
 RangesOf = Callable[[int, str | None, memoryview], Sequence[tuple[int, int]] | None]
 TAIL_BYTES = 64 << 10
 _PROBES_AHEAD = 32  # objects probed ahead of the read being fetched
-_ORDER_SLACK = 8  # reads a consumer's threads may take out of order
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +118,6 @@ class ReadAhead:
         self._gap, self._max_span, self._max_requests = gap, max_span, max_requests
         self._wait_s = wait_s
         self._lock = threading.Lock()
-        self._swept = 0  # reads before this one were released or touched
         self._held = self._peak = self._requests = self._fetched = 0
         self._hits = self._misses = 0
         self._closed = False
@@ -191,13 +188,9 @@ class ReadAhead:
             slot.members = {m for m in slot.members if not (start <= m[0] and m[1] <= end)}
             if not slot.members:
                 self._release(slot)
-            # the consumer has moved past the untouched reads well behind this one (a few
-            # threads consume in about this order: only those _ORDER_SLACK behind count)
-            while self._swept < slot.index - _ORDER_SLACK:
-                earlier = self._slots[self._swept]
+            for earlier in self._slots[: slot.index]:  # the consumer has moved past them
                 if not earlier.touched:
                     self._release(earlier)
-                self._swept += 1
             self._hits += 1
         return data
 
