@@ -29,13 +29,13 @@ from services.storage.formats.base import (
     SegmentFormat,
     SegmentInfo,
     SegmentProblem,
+    to_float64,
 )
 from services.storage.formats.parquet import (
     ParquetFormat,
     SegmentValues,
     footer_null_counts,
     read_small_chunks,
-    read_small_file,
 )
 from services.storage.readahead import AheadRead, ReadAhead
 from services.storage.store import PathEscapeError, Storage
@@ -280,21 +280,7 @@ def read_rows(
 def read_all(storage: Storage, info: SegmentInfo,
              columns: tuple[str, ...] | list[str]) -> dict[str, np.ndarray]:
     """Every row of ``columns`` as float64 arrays, checked against the fingerprint like
-    :func:`read_chunk`: a small local parquet file (up to :data:`SMALL_FILE_BYTES`) in
-    one read, verified from the same bytes; any other segment chunk by chunk."""
-    names = _check_columns(info, columns)
-    if info.format == "parquet":
-        try:
-            whole = read_small_file(storage, info, names, max_bytes=SMALL_FILE_BYTES)
-        except (SegmentProblem, SegmentChanged, PathEscapeError):
-            raise
-        except (OSError, pa.ArrowException) as exc:
-            raise SegmentProblem(
-                f"reading segment {info.path!r} failed: {type(exc).__name__}: {exc}",
-                path=info.path,
-            ) from exc
-        if whole is not None:
-            return whole
-    parts = [read_chunk(storage, info, k, names) for k in range(len(info.chunk_rows))]
-    return {name: (np.concatenate([part[name] for part in parts]) if parts
-                   else np.empty(0, dtype=np.float64)) for name in names}
+    :func:`read_chunk`: :func:`read_chunks` of every chunk (a small local parquet file in
+    one read, verified from the same bytes; any other segment chunk by chunk)."""
+    table = read_chunks(storage, info, range(len(info.chunk_rows)), columns)
+    return {name: to_float64(table.column(name)) for name in _check_columns(info, columns)}

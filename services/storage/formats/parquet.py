@@ -31,7 +31,7 @@ from services.storage.store import Storage
 
 __all__ = [
     "PARQUET", "ParquetFormat", "SegmentValues", "column_chunk_ranges", "footer_null_counts",
-    "read_small_chunks", "read_small_file",
+    "read_small_chunks",
 ]
 
 _TAIL_BYTES = 64 * 1024
@@ -300,25 +300,13 @@ def _meta_null_counts(meta: pq.FileMetaData, names: list[str]) -> dict[str, int]
     return out
 
 
-def read_small_file(storage: Storage, info: SegmentInfo, names: list[str], *,
-                    max_bytes: int) -> dict[str, np.ndarray] | None:
-    """Every row of columns ``names`` of a local file of at most ``max_bytes``, read in
-    one go and checked against the fingerprint from the same bytes (what is read is what
-    was registered: :class:`SegmentChanged` otherwise); None for other segments (read
-    them chunk by chunk)."""
-    pf = _small_file(storage, info, max_bytes=max_bytes)
-    if pf is None:
-        return None
-    table = pf.read(columns=names, use_threads=False)
-    return {name: to_float64(table.column(name)) for name in names}
-
-
 def read_small_chunks(storage: Storage, info: SegmentInfo, chunks: list[int],
                       names: list[str], *, max_bytes: int) -> pa.Table | None:
     """Row groups ``chunks`` (in that order) of columns ``names`` of a local file of at
     most ``max_bytes`` as one arrow table, from one read checked against the fingerprint
-    like :func:`read_small_file`; None for other segments. A file whose row groups no
-    longer match the registration raises :class:`SegmentProblem`."""
+    (what is read is what was registered: :class:`SegmentChanged` otherwise); None for
+    other segments. A file whose row groups no longer match the registration raises
+    :class:`SegmentProblem`."""
     pf = _small_file(storage, info, max_bytes=max_bytes)
     if pf is None:
         return None
