@@ -140,8 +140,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     # -- helpers ----------------------------------------------------------------------
 
-    def _schema(self, plan: PlanContext) -> pa.Schema:
-        return batch_schema(plan_id=plan.plan_id, version_id=plan.version_id)
+    def _schema(self, plan: PlanContext, *, wire: int = WIRE_VERSION) -> pa.Schema:
+        return batch_schema(plan_id=plan.plan_id, version_id=plan.version_id, wire=wire)
 
     def _rank_pass(self, plan: PlanContext, epoch: int, rank: int,
                    world_size: int) -> tuple[Schedule, np.ndarray]:
@@ -164,7 +164,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         exp = time.time() + self.config.ticket_ttl_s
         payload = TicketPayload(
             plan_id=cmd.plan_id, epoch=cmd.epoch, rank=cmd.rank, world_size=cmd.world_size,
-            start_batch=start, end_batch=end, exp=exp, sub=sub,
+            start_batch=start, end_batch=end, exp=exp, sub=sub, wire=cmd.wire,
         )
         return fl.Ticket(sign_ticket(payload, self.config.ticket_secret))
 
@@ -210,7 +210,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             endpoints.append(fl.FlightEndpoint(self._ticket(cmd, a, b, principal.name),
                                                list(locs)))
         return fl.FlightInfo(
-            self._schema(plan), descriptor, endpoints,
+            self._schema(plan, wire=cmd.wire), descriptor, endpoints,
             total_records=int(lanes.sum()), total_bytes=int(per_batch.sum()), ordered=True,
         )
 
@@ -231,7 +231,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             )
             end = min(payload.end_batch, int(batches.shape[0]))
             start = min(payload.start_batch, end)
-            schema = self._schema(plan)
+            schema = self._schema(plan, wire=payload.wire)
             builder = BatchBuilder(
                 plan, self._storage_for(plan.root_uri), self.cache, schema,
                 on_bad_segment=self.config.on_bad_segment, tier=self.tier,

@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from services.contract.errors import ErrorType, WindpipeError
+from services.contract.wire import WIRE_VERSIONS
 
 __all__ = ["TICKET_PREFIX", "TicketPayload", "sign_ticket", "verify_ticket"]
 
@@ -38,6 +39,7 @@ class TicketPayload:
     end_batch: int
     exp: float | None = None
     sub: str | None = None  # the principal the ticket was issued to
+    wire: int = 1  # the stream's wire version (docs/wire.md; absent in older tickets: 1)
 
 
 def _b64(raw: bytes) -> bytes:
@@ -105,3 +107,5 @@ def _check_range(payload: TicketPayload) -> None:
         raise _invalid("ticket payload names a rank outside its world size")
     if payload.start_batch > payload.end_batch:
         raise _invalid("ticket payload has start_batch > end_batch")
+    if isinstance(payload.wire, bool) or payload.wire not in WIRE_VERSIONS:
+        raise _invalid(f"ticket payload names wire version {payload.wire!r}")

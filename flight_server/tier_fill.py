@@ -87,9 +87,8 @@ class TierFill:
                 if self._stop.is_set():
                     return
 
-                def fill(inputs: np.ndarray, targets: np.ndarray,
-                         lay: BlockLayout = layout) -> int:
-                    return fill_block(plan, storage, lay, inputs, targets)
+                def fill(rows: np.ndarray, lay: BlockLayout = layout) -> int:
+                    return fill_block(plan, storage, lay, rows)
 
                 _, read = self.tier.get_or_build(layout.key, rows=layout.rows,
                                                  c_in=layout.c_in, c_out=layout.c_out,

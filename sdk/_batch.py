@@ -54,8 +54,8 @@ class Batch(BatchLosses):
     immutable.
     """
 
-    __slots__ = ("_all_valid", "_state", "_state_factory", "batch_idx", "channels",
-                 "has_channel", "inputs", "mask", "targets")
+    __slots__ = ("_all_valid", "_state", "_state_factory", "_windows", "batch_idx",
+                 "channels", "has_channel", "inputs", "mask", "targets")
 
     def __init__(
         self, *, inputs: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
@@ -78,6 +78,7 @@ class Batch(BatchLosses):
         self._all_valid = all_valid
         self._state = state
         self._state_factory = state_factory
+        self._windows: torch.Tensor | None = None  # the window block inputs/targets view
         self.batch_idx: int = state.batch_idx if state is not None else int(batch_idx or 0)
 
     @property
@@ -116,9 +117,11 @@ class Batch(BatchLosses):
         state = self.state
         return {"inputs": self.inputs, "targets": self.targets, "mask": self.mask,
                 "has_channel": self.has_channel, "channels": self.channels,
-                "_all_valid": self._all_valid, "_state": state, "batch_idx": self.batch_idx}
+                "_all_valid": self._all_valid, "_state": state, "batch_idx": self.batch_idx,
+                "_windows": self._windows}
 
     def __setstate__(self, values: dict[str, Any]) -> None:
+        self._windows = None
         for name, value in values.items():
             setattr(self, name, value)
         self._state_factory = None
@@ -134,19 +137,37 @@ class Batch(BatchLosses):
         )
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        """The batch's tensors by name (what a device loader pins and copies)."""
+        """The tensors that hold the batch's values, by name: what a device loader pins and
+        copies. A batch over a window block (docs/types.md) names ``windows`` (``(B, T + 1,
+        C_in + C_out)``, of which ``inputs`` and ``targets`` are views), ``mask`` and
+        ``has_channel``, so a copy moves the block once; any other batch ``inputs``,
+        ``targets``, ``mask`` and ``has_channel``."""
+        if self._windows is not None:
+            return {"windows": self._windows, "mask": self.mask,
+                    "has_channel": self.has_channel}
         return {"inputs": self.inputs, "targets": self.targets, "mask": self.mask,
                 "has_channel": self.has_channel}
 
     def replace_tensors(self, tensors: Mapping[str, torch.Tensor]) -> Batch:
         """The same batch over ``tensors`` (named as :meth:`tensors` names them; a name
-        left out keeps its tensor)."""
-        return self.with_tensors(
-            inputs=tensors.get("inputs", self.inputs),
-            targets=tensors.get("targets", self.targets),
+        left out keeps its tensor). A ``windows`` block gives ``inputs`` and ``targets``
+        as its views."""
+        windows = tensors.get("windows")
+        if windows is None:
+            return self.with_tensors(
+                inputs=tensors.get("inputs", self.inputs),
+                targets=tensors.get("targets", self.targets),
+                mask=tensors.get("mask", self.mask),
+                has_channel=tensors.get("has_channel", self.has_channel),
+            )
+        t, c_in = self.inputs.shape[1], self.inputs.shape[2]
+        out = self.with_tensors(
+            inputs=windows[:, :t, :c_in], targets=windows[:, 1:, c_in:],
             mask=tensors.get("mask", self.mask),
             has_channel=tensors.get("has_channel", self.has_channel),
         )
+        out._windows = windows
+        return out
 
     @property
     def batch_size(self) -> int:
@@ -196,25 +217,23 @@ class Batch(BatchLosses):
         For a library that needs contiguous memory; to write into a batch, ``.clone()``
         its tensors instead (they may share memory with what they were read into).
         """
-        return self.with_tensors(**{name: t.contiguous() for name, t in self.tensors().items()})
+        return self.with_tensors(inputs=self.inputs.contiguous(),
+                                 targets=self.targets.contiguous(),
+                                 mask=self.mask.contiguous(),
+                                 has_channel=self.has_channel.contiguous())
 
     def pin_memory(self) -> Batch:
-        """A copy in page-locked memory (needs CUDA; the state stays as is)."""
+        """A copy in page-locked memory (needs CUDA; the state stays as is): the window
+        block copied once when the batch has one."""
         if not torch.cuda.is_available():
             raise InvalidConfig(PIN_MEMORY_NEEDS_CUDA)
-        return self.with_tensors(
-            inputs=self.inputs.pin_memory(), targets=self.targets.pin_memory(),
-            mask=self.mask.pin_memory(), has_channel=self.has_channel.pin_memory(),
-        )
+        return self.replace_tensors({k: t.pin_memory() for k, t in self.tensors().items()})
 
     def to(self, device: str | torch.device, *, non_blocking: bool = False) -> Batch:
-        """The tensors on ``device``; ``state`` stays on the CPU."""
-        return self.with_tensors(
-            inputs=self.inputs.to(device, non_blocking=non_blocking),
-            targets=self.targets.to(device, non_blocking=non_blocking),
-            mask=self.mask.to(device, non_blocking=non_blocking),
-            has_channel=self.has_channel.to(device, non_blocking=non_blocking),
-        )
+        """The tensors on ``device``; ``state`` stays on the CPU. A batch over a window
+        block moves it in one copy, ``inputs`` and ``targets`` views of it there."""
+        return self.replace_tensors({k: t.to(device, non_blocking=non_blocking)
+                                     for k, t in self.tensors().items()})
 
     def plot(self, *, lane: int = 0, scaling: tuple[ScalingSpec, ...] = ()) -> Figure:
         """Lane ``lane``'s inputs and targets in model space; padding, null inputs and
@@ -303,35 +322,48 @@ def batch_from_arrow(batch: pa.RecordBatch, meta: BatchMetadata | bytes | Any) -
     No CPU copy: the tensors are views on the record batch's buffers.
     """
     info = meta if isinstance(meta, BatchMetadata) else BatchMetadata.decode(meta)
-    lanes, t = batch.num_rows, info.seq_len
-    inputs = _tensor(list_values(batch.column("inputs")), (lanes, t, info.c_in), "inputs")
-    targets = _tensor(list_values(batch.column("targets")), (lanes, t, info.c_out), "targets")
+    lanes, t, c_in = batch.num_rows, info.seq_len, info.c_in
+    windows = None
+    if batch.schema.names[0] == "windows":  # wire v2: inputs and targets views of one body
+        windows = _tensor(list_values(batch.column(0)), (lanes, t + 1, c_in + info.c_out),
+                          "windows")
+        inputs, targets = windows[:, :t, :c_in], windows[:, 1:, c_in:]
+    else:
+        inputs = _tensor(list_values(batch.column("inputs")), (lanes, t, c_in), "inputs")
+        targets = _tensor(list_values(batch.column("targets")), (lanes, t, info.c_out),
+                          "targets")
     mask = _tensor(list_values(batch.column("mask")), (lanes, t), "mask").view(torch.bool)
     has = _tensor(list_values(batch.column("has_channel")), (lanes, len(info.channels)),
                   "has_channel").view(torch.bool)
-    return Batch(
+    out = Batch(
         inputs=inputs, targets=targets, mask=mask, has_channel=has, channels=info.channels,
         batch_idx=info.batch_idx,
         state_factory=functools.partial(batch_state, batch, info),
     )
+    out._windows = windows
+    return out
 
 
-def batch_from_arrays(inputs: np.ndarray, targets: np.ndarray, mask: np.ndarray,
+def batch_from_arrays(windows: np.ndarray, mask: np.ndarray,
                       provenance: Callable[[], pa.RecordBatch], meta: BatchMetadata, *,
                       has_channel: np.ndarray) -> Batch:
-    """A :class:`Batch` over arrays built in this process: ``inputs``/``targets`` float32
-    ``(B, T, C)``, ``mask`` uint8 ``(B, T)``, ``has_channel`` uint8 ``(B, C)``;
+    """A :class:`Batch` over arrays built in this process: the window block ``windows``
+    float32 ``(B, T + 1, C_in + C_out)`` (``inputs`` and ``targets`` are its views,
+    docs/types.md), ``mask`` uint8 ``(B, T)``, ``has_channel`` uint8 ``(B, C)``;
     ``provenance`` returns the wire's provenance columns, called when ``Batch.state`` is
     first read.
 
     No copy: the tensors share the arrays' memory (and keep them alive). The uint8
     arrays are viewed as bool on the numpy side (a numpy view costs a third of a torch
-    one), and the batch is made without :meth:`Batch.__init__`'s checks: this is the
-    same-host path's per-batch work, a few microseconds in all (issue 24).
+    one), the views are cut on the numpy side too, and the batch is made without
+    :meth:`Batch.__init__`'s checks: this is the same-host path's per-batch work, a few
+    microseconds in all (issue 24).
     """
     batch = _new_batch(Batch)
-    batch.inputs = torch.from_numpy(inputs)
-    batch.targets = torch.from_numpy(targets)
+    c_in = meta.c_in
+    batch._windows = block = torch.from_numpy(windows)
+    batch.inputs = block[:, :-1, :c_in]
+    batch.targets = block[:, 1:, c_in:]
     batch.mask = torch.from_numpy(mask.view(np.bool_))
     batch.has_channel = torch.from_numpy(has_channel.view(np.bool_))
     batch.channels = meta.channels

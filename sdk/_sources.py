@@ -50,8 +50,8 @@ class PassReader(Protocol):
 def to_batch(record: pa.RecordBatch | BuiltBatch, meta: BatchMetadata) -> Batch:
     """A streamed record batch, or a batch built in this process, as a :class:`Batch`."""
     if isinstance(record, BuiltBatch):
-        return batch_from_arrays(record.inputs, record.targets, record.mask,
-                                 record.provenance, meta, has_channel=record.has_channel)
+        return batch_from_arrays(record.windows, record.mask, record.provenance, meta,
+                                 has_channel=record.has_channel)
     return batch_from_arrow(record, meta)
 
 

@@ -9,12 +9,16 @@ Clients (the SDK, or a client in any language) depend on this module, never on
   A plan may mix protocols whose ``T``, ``C_in``, ``C_out`` and ``B`` differ, and a
   stream has one schema, so fixed-size lists (or the fixed-shape tensor extension
   type) cannot describe every batch of a plan. Each lane therefore carries
-  variable-length lists: ``inputs`` ``T*C_in`` float32 values (row-major
-  ``(T, C_in)``), ``targets`` ``T*C_out`` float32, ``mask`` ``T`` uint8 (0/1, so it
-  can be viewed as bool without a copy), ``has_channel`` ``C`` uint8 (one per channel
-  of ``BatchMetadata.channels``: 0 where the lane's stream lacks that column). The
-  shape of each batch is in its ``app_metadata`` (:class:`BatchMetadata`);
-  :func:`batch_arrays` reshapes the columns into ``(B, T, C)`` numpy views without copying;
+  variable-length lists. Wire v2 (what the SDK asks for): ``windows``
+  ``(T+1)*(C_in+C_out)`` float32 values, the lane's window of ``T + 1`` rows, each row
+  its inputs then its targets (``inputs = windows[:, :T, :C_in]``, ``targets =
+  windows[:, 1:, C_in:]``: one copy per window on both sides). Wire v1: ``inputs``
+  ``T*C_in`` float32 values (row-major ``(T, C_in)``) and ``targets`` ``T*C_out``.
+  Both: ``mask`` ``T`` uint8 (0/1, so it can be viewed as bool without a copy),
+  ``has_channel`` ``C`` uint8 (one per channel of ``BatchMetadata.channels``: 0 where
+  the lane's stream lacks that column). The shape of each batch is in its
+  ``app_metadata`` (:class:`BatchMetadata`); :func:`batch_arrays` reshapes the columns
+  into ``(B, T, C)`` numpy views without copying;
 * per-lane provenance columns and the per-batch ``app_metadata`` JSON;
 * the Flight action names and the error envelope decoding of Flight errors.
 
@@ -45,10 +49,13 @@ __all__ = [
     "COLUMNS",
     "COMMAND_KIND",
     "INPUT_PAD",
+    "META_FORMAT",
     "META_PLAN_ID",
     "META_VERSION_ID",
     "META_WIRE_VERSION",
+    "TENSOR_COLUMNS",
     "WIRE_VERSION",
+    "WIRE_VERSIONS",
     "AlignedPart",
     "BatchArrays",
     "BatchMetadata",
@@ -56,10 +63,13 @@ __all__ = [
     "batch_arrays",
     "batch_schema",
     "error_from_flight",
+    "schema_wire",
     "to_flight_error",
 ]
 
-WIRE_VERSION = 1
+WIRE_VERSION = 2  # what the SDK asks for: the window block (docs/wire.md section 3)
+WIRE_VERSIONS: tuple[int, ...] = (1, 2)  # what a server streams
+META_FORMAT = 1  # the ``v`` of a batch's app_metadata (the same in both wire versions)
 COMMAND_KIND = "windpipe.batches"
 INPUT_PAD = -2.0
 
@@ -77,11 +87,19 @@ META_VERSION_ID = b"windpipe.version_id"
 _STR_LIST = pa.list_(pa.string())
 _I64_LIST = pa.list_(pa.int64())
 
-_FIELDS: tuple[pa.Field, ...] = (
-    pa.field("inputs", pa.list_(pa.float32()), nullable=False),
-    pa.field("targets", pa.list_(pa.float32()), nullable=False),
+_MASK_FIELDS: tuple[pa.Field, ...] = (
     pa.field("mask", pa.list_(pa.uint8()), nullable=False),
     pa.field("has_channel", pa.list_(pa.uint8()), nullable=False),
+)
+# each wire version's tensor columns, then the same provenance columns
+_TENSOR_FIELDS: dict[int, tuple[pa.Field, ...]] = {
+    1: (pa.field("inputs", pa.list_(pa.float32()), nullable=False),
+        pa.field("targets", pa.list_(pa.float32()), nullable=False), *_MASK_FIELDS),
+    2: (pa.field("windows", pa.list_(pa.float32()), nullable=False), *_MASK_FIELDS),
+}
+TENSOR_COLUMNS: dict[int, tuple[str, ...]] = {
+    v: tuple(f.name for f in fields) for v, fields in _TENSOR_FIELDS.items()}
+_PROVENANCE_FIELDS: tuple[pa.Field, ...] = (
     pa.field("protocol", pa.string(), nullable=False),
     pa.field("manifest_row_id", pa.int64(), nullable=False),
     pa.field("manifest_path", pa.string(), nullable=False),
@@ -95,21 +113,28 @@ _FIELDS: tuple[pa.Field, ...] = (
     pa.field("seg_window_row_count", _I64_LIST, nullable=False),
 )
 
-COLUMNS: tuple[str, ...] = tuple(f.name for f in _FIELDS)
+COLUMNS: tuple[str, ...] = (  # every column of the current wire version, in order
+    *TENSOR_COLUMNS[WIRE_VERSION], *(f.name for f in _PROVENANCE_FIELDS))
 
 
-def batch_schema(*, plan_id: str | None = None, version_id: str | None = None) -> pa.Schema:
-    """The schema of every record batch of a windpipe stream.
+def batch_schema(*, plan_id: str | None = None, version_id: str | None = None,
+                 wire: int = WIRE_VERSION) -> pa.Schema:
+    """The schema of every record batch of a windpipe stream of wire version ``wire``.
 
     Schema metadata carries the wire version and, when given, the plan and dataset
     version ids (a client can check it reads the plan it asked for).
     """
-    meta = {META_WIRE_VERSION: str(WIRE_VERSION).encode()}
+    meta = {META_WIRE_VERSION: str(wire).encode()}
     if plan_id is not None:
         meta[META_PLAN_ID] = plan_id.encode()
     if version_id is not None:
         meta[META_VERSION_ID] = version_id.encode()
-    return pa.schema(list(_FIELDS), metadata=meta)
+    return pa.schema([*_TENSOR_FIELDS[wire], *_PROVENANCE_FIELDS], metadata=meta)
+
+
+def schema_wire(schema: pa.Schema) -> int:
+    """The wire version of a batch schema (by its tensor columns)."""
+    return 2 if "windows" in schema.names else 1
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
@@ -138,7 +163,8 @@ class FlightCommand:
     """What a client asks ``GetFlightInfo`` for: one rank's pass over one epoch of a plan.
 
     ``start_batch`` resumes a pass: the stream then yields exactly the batches a full
-    pass yields from index ``start_batch`` on (SEMANTICS section 7).
+    pass yields from index ``start_batch`` on (SEMANTICS section 7). ``wire`` is the
+    wire version of the stream asked for (the command's ``v``; absent: 1).
     """
 
     plan_id: str
@@ -146,16 +172,21 @@ class FlightCommand:
     rank: int = 0
     world_size: int = 1
     start_batch: int = 0
+    wire: int = WIRE_VERSION
 
     def __post_init__(self) -> None:
         check_plan_id(self.plan_id, what="flight command: 'plan_id'")
         check_rank(self.rank, self.world_size)
         if self.epoch < 0 or self.start_batch < 0:
             raise _bad("flight command: epoch and start_batch must be >= 0")
+        if self.wire not in WIRE_VERSIONS:
+            raise _bad(f"unsupported wire version {self.wire!r} (server speaks "
+                       f"{list(WIRE_VERSIONS)})", field="v")
 
     def encode(self) -> bytes:
         """Compact JSON bytes (the descriptor's ``cmd``)."""
-        body = {"kind": COMMAND_KIND, "v": WIRE_VERSION, **asdict(self)}
+        body = {"kind": COMMAND_KIND, **asdict(self)}
+        body["v"] = body.pop("wire")
         return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
@@ -166,8 +197,10 @@ class FlightCommand:
             raise _bad("flight command must be a JSON object")
         if body.get("kind", COMMAND_KIND) != COMMAND_KIND:
             raise _bad(f"flight command kind must be {COMMAND_KIND!r}, got {body.get('kind')!r}")
-        if body.get("v", WIRE_VERSION) != WIRE_VERSION:
-            raise _bad(f"unsupported wire version {body.get('v')!r} (server speaks {WIRE_VERSION})")
+        wire = body.get("v", 1)
+        if isinstance(wire, bool) or wire not in WIRE_VERSIONS:
+            raise _bad(f"unsupported wire version {wire!r} (server speaks "
+                       f"{list(WIRE_VERSIONS)})", field="v")
         unknown = sorted(set(body) - {"kind", "v", "plan_id", "epoch", "rank", "world_size",
                                       "start_batch"})
         if unknown:
@@ -178,6 +211,7 @@ class FlightCommand:
             rank=_int_field(body, "rank", default=0, minimum=0),
             world_size=_int_field(body, "world_size", default=1, minimum=1),
             start_batch=_int_field(body, "start_batch", default=0, minimum=0),
+            wire=int(wire),
         )
 
     def descriptor(self) -> fl.FlightDescriptor:
@@ -250,9 +284,9 @@ class BatchMetadata:
                 (*self.input_columns, *self.target_columns))))
 
     def encode(self) -> bytes:
-        """Compact JSON bytes with ``v`` = the wire version."""
+        """Compact JSON bytes with ``v`` = :data:`META_FORMAT`."""
         body = {  # the fields in declaration order, without asdict's deep copies
-            "v": WIRE_VERSION, "batch_idx": self.batch_idx, "global_batch": self.global_batch,
+            "v": META_FORMAT, "batch_idx": self.batch_idx, "global_batch": self.global_batch,
             "split": self.split, "seq_len": self.seq_len, "c_in": self.c_in,
             "c_out": self.c_out, "input_columns": list(self.input_columns),
             "target_columns": list(self.target_columns),
@@ -270,7 +304,7 @@ class BatchMetadata:
         """Parse ``app_metadata`` (bytes or a ``pyarrow.Buffer``)."""
         data = raw.to_pybytes() if hasattr(raw, "to_pybytes") else bytes(raw)
         body = json.loads(data)
-        if body.get("v") != WIRE_VERSION:
+        if body.get("v") != META_FORMAT:
             raise _bad(f"unsupported batch metadata version {body.get('v')!r}")
         return cls(
             batch_idx=int(body["batch_idx"]),
@@ -295,7 +329,9 @@ class BatchArrays:
     """The tensor columns of one record batch as numpy views (no copies).
 
     ``inputs`` ``(B, T, C_in)`` float32, ``targets`` ``(B, T, C_out)`` float32,
-    ``mask`` ``(B, T)`` bool, ``has_channel`` ``(B, C)`` bool over ``meta.channels``.
+    ``mask`` ``(B, T)`` bool, ``has_channel`` ``(B, C)`` bool over ``meta.channels``;
+    ``windows`` ``(B, T + 1, C_in + C_out)`` in wire v2, whose strided views
+    ``inputs`` and ``targets`` are (None in v1, where they are contiguous).
     The arrays are read-only views on the Arrow buffers: keep the record batch alive
     while using them, copy to keep them longer.
     """
@@ -304,6 +340,7 @@ class BatchArrays:
     targets: np.ndarray
     mask: np.ndarray
     has_channel: np.ndarray
+    windows: np.ndarray | None = None
 
 
 def _flat_values(column: pa.Array, dtype: np.dtype[Any]) -> np.ndarray:
@@ -320,24 +357,34 @@ def _flat_values(column: pa.Array, dtype: np.dtype[Any]) -> np.ndarray:
 
 
 def batch_arrays(batch: pa.RecordBatch, meta: BatchMetadata) -> BatchArrays:
-    """Reshape a record batch's list columns into ``(B, T, C)`` views using ``meta``."""
-    lanes, t = batch.num_rows, meta.seq_len
-    inputs = _flat_values(batch.column("inputs"), np.dtype(np.float32))
-    targets = _flat_values(batch.column("targets"), np.dtype(np.float32))
+    """Reshape a record batch's list columns into ``(B, T, C)`` views using ``meta`` (either
+    wire version, told by its columns)."""
+    lanes, t, c_in, c_out = batch.num_rows, meta.seq_len, meta.c_in, meta.c_out
     mask = _flat_values(batch.column("mask"), np.dtype(np.uint8))
     has = _flat_values(batch.column("has_channel"), np.dtype(np.uint8))
     c = len(meta.channels)
-    expected = (lanes * t * meta.c_in, lanes * t * meta.c_out, lanes * t, lanes * c)
-    if (inputs.size, targets.size, mask.size, has.size) != expected:
-        raise _bad(
-            "record batch does not match its metadata",
-            sizes=[inputs.size, targets.size, mask.size, has.size], expected=list(expected),
-        )
+    windows = None
+    if "windows" in batch.schema.names:
+        values = _flat_values(batch.column("windows"), np.dtype(np.float32))
+        sizes = [values.size, mask.size, has.size]
+        expected = [lanes * (t + 1) * (c_in + c_out), lanes * t, lanes * c]
+    else:
+        inputs = _flat_values(batch.column("inputs"), np.dtype(np.float32))
+        targets = _flat_values(batch.column("targets"), np.dtype(np.float32))
+        sizes = [inputs.size, targets.size, mask.size, has.size]
+        expected = [lanes * t * c_in, lanes * t * c_out, lanes * t, lanes * c]
+    if sizes != expected:
+        raise _bad("record batch does not match its metadata", sizes=sizes, expected=expected)
+    if "windows" in batch.schema.names:
+        windows = values.reshape(lanes, t + 1, c_in + c_out)
+        inputs, targets = windows[:, :t, :c_in], windows[:, 1:, c_in:]
+    else:
+        inputs, targets = inputs.reshape(lanes, t, c_in), targets.reshape(lanes, t, c_out)
     return BatchArrays(
-        inputs=inputs.reshape(lanes, t, meta.c_in),
-        targets=targets.reshape(lanes, t, meta.c_out),
+        inputs=inputs, targets=targets,
         mask=mask.view(np.bool_).reshape(lanes, t),
         has_channel=has.view(np.bool_).reshape(lanes, c),
+        windows=windows,
     )
 
 

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from services.contract.wire import AlignedPart, BatchMetadata
+from services.contract.wire import TENSOR_COLUMNS, AlignedPart, BatchMetadata, schema_wire
 from services.materialize.lanes import LanePlan, block_lanes
 from services.materialize.plan import PlanContext
 from services.materialize.plan_tables import PlanTables
 from services.materialize.provenance import provenance_batch
 from services.materialize.read_paths.base import LaneArrays
+from services.materialize.rows import input_view, split_copy, target_view
 from services.planning.schedule import Schedule
 
 __all__ = ["BLOCK_BATCHES", "BatchAssembler", "BuiltBatch"]
@@ -55,19 +56,28 @@ class BuiltBatch:
     ``__init__`` sets each field through ``object.__setattr__``: 1.2-1.9 us against 0.2-0.5
     us here, per batch of the same-host path (issue 24)."""
 
-    inputs: np.ndarray  # float32 (B, T, C_in)
-    targets: np.ndarray  # float32 (B, T, C_out)
+    windows: np.ndarray  # float32 (B, T + 1, C_in + C_out): services.materialize.rows
     mask: np.ndarray  # uint8 (B, T)
     has_channel: np.ndarray  # uint8 (B, C): C = meta.channels
-    provenance: Callable[[], pa.RecordBatch]  # the wire's columns after the first four
+    provenance: Callable[[], pa.RecordBatch]  # the wire's columns after the tensors
     provenance_bytes: int  # their Arrow bytes (a share of their block's); 0: not built yet
     meta: BatchMetadata
 
     @property
+    def inputs(self) -> np.ndarray:
+        """float32 ``(B, T, C_in)``: a strided view of :attr:`windows`."""
+        return input_view(self.windows, self.meta.c_in)
+
+    @property
+    def targets(self) -> np.ndarray:
+        """float32 ``(B, T, C_out)``, the rows one ahead: a strided view of :attr:`windows`."""
+        return target_view(self.windows, self.meta.c_in)
+
+    @property
     def nbytes(self) -> int:
         """Bytes of the batch as sent: its tensors and (when built) its provenance."""
-        return int(self.inputs.nbytes + self.targets.nbytes + self.mask.nbytes
-                   + self.has_channel.nbytes + self.provenance_bytes)
+        return int(self.windows.nbytes + self.mask.nbytes + self.has_channel.nbytes
+                   + self.provenance_bytes)
 
 
 class BatchAssembler:
@@ -80,7 +90,8 @@ class BatchAssembler:
         self.schema = schema
         self.lazy_provenance = lazy_provenance
         self._prov: dict[int, tuple[pa.RecordBatch, int, int, int]] = {}
-        self._prov_schema = pa.schema(list(schema)[4:])
+        self.wire = schema_wire(schema)
+        self._prov_schema = pa.schema(list(schema)[len(TENSOR_COLUMNS[self.wire]):])
 
     def prepare(self, schedule: Schedule, gs: np.ndarray) -> None:
         """Compute the provenance columns of global batches ``gs`` together (vectorized).
@@ -110,10 +121,11 @@ class BatchAssembler:
     def assemble(self, schedule: Schedule, lp: LanePlan, lanes: LaneArrays, *,
                  batch_idx: int) -> BuiltBatch:
         """Batch ``lp.global_batch`` (``batch_idx`` in the pass) from its read lanes."""
-        inputs, targets, mask, skipped = lanes.inputs, lanes.targets, lanes.mask, lanes.skipped
+        windows, mask, skipped = lanes.windows, lanes.mask, lanes.skipped
         n, t = lp.n_lanes, lp.seq_len
-        c_in, c_out = inputs.shape[2], targets.shape[2]
         g = lp.global_batch
+        code = int(schedule.batch_protocol[g])
+        spec = self.plan.specs[code]
         cached = self._prov.pop(g, None)
         provenance: Callable[[], pa.RecordBatch]
         if cached is not None and not skipped:
@@ -133,7 +145,6 @@ class BatchAssembler:
                 prov = provenance()
                 provenance, prov_bytes = functools.partial(_given, prov), prov.nbytes
         group = int(schedule.batch_group[g])
-        code = int(schedule.batch_protocol[g])
         has_channel = self._has_channel(code, lp.lane_stream, mask)
         parts = schedule.parts
         aligned = None
@@ -142,10 +153,9 @@ class BatchAssembler:
                                   parts=parts, has_data=tuple((lp.lane_stream >= 0).tolist()))
         meta = BatchMetadata(
             batch_idx=batch_idx // parts, global_batch=g // parts, split=self.plan.spec.split,
-            seq_len=t, c_in=c_in, c_out=c_out,
-            input_columns=self.plan.specs[code].input_columns,
-            target_columns=self.plan.specs[code].target_columns,
-            channels=self.plan.specs[code].channels,
+            seq_len=t, c_in=len(spec.input_columns), c_out=len(spec.target_columns),
+            input_columns=spec.input_columns, target_columns=spec.target_columns,
+            channels=spec.channels,
             stateful_group_idx=group if group >= 0 else None,
             stateful_step_idx=int(schedule.batch_step[g]) if group >= 0 else None,
             stateful_steps=int(schedule.batch_steps[g]) if group >= 0 else None,
@@ -155,17 +165,30 @@ class BatchAssembler:
             ),
             aligned=aligned,
         )
-        return BuiltBatch(inputs=inputs, targets=targets, mask=mask, has_channel=has_channel,
+        return BuiltBatch(windows=windows, mask=mask, has_channel=has_channel,
                           provenance=provenance, provenance_bytes=prov_bytes, meta=meta)
 
     def record_batch(self, built: BuiltBatch) -> pa.RecordBatch:
-        """The wire record batch of a built batch: its arrays wrapped zero-copy."""
-        inputs, targets, mask = built.inputs, built.targets, built.mask
-        (n, t, c_in), c_out = inputs.shape, targets.shape[2]
+        """The wire record batch of a built batch: in wire v2 its arrays wrapped zero-copy;
+        in v1 ``inputs`` and ``targets`` split out of the window block (a strided copy)."""
+        windows, mask = built.windows, built.mask
+        n, t1, c = windows.shape
+        t = t1 - 1
         offsets = self.tables.offsets
+        if self.wire == 1:
+            c_in = built.meta.c_in
+            inputs, targets = split_copy(windows, c_in)
+            tensors = [
+                pa.ListArray.from_arrays(offsets(n, t * c_in), _child(inputs, pa.float32())),
+                pa.ListArray.from_arrays(offsets(n, t * (c - c_in)),
+                                         _child(targets, pa.float32())),
+            ]
+        else:
+            tensors = [pa.ListArray.from_arrays(offsets(n, t1 * c),
+                                                _child(np.ascontiguousarray(windows),
+                                                       pa.float32()))]
         columns = [
-            pa.ListArray.from_arrays(offsets(n, t * c_in), _child(inputs, pa.float32())),
-            pa.ListArray.from_arrays(offsets(n, t * c_out), _child(targets, pa.float32())),
+            *tensors,
             pa.ListArray.from_arrays(offsets(n, t), _child(mask, pa.uint8())),
             pa.ListArray.from_arrays(offsets(n, built.has_channel.shape[1]),
                                      _child(built.has_channel, pa.uint8())),

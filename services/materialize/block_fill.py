@@ -11,8 +11,7 @@ whose rows follow each other in the block, up to :data:`RUN_ROWS` rows. A run
   (:func:`services.storage.segments.read_chunks`: a small local parquet file in one
   read, verified from the same bytes),
 * converts each column to float64 once for all of them, and scales and lays them out
-  in one call (:func:`services.materialize.chunks.lay_out`), and
-* copies the rows into the block.
+  in one call straight into the block's rows (:func:`services.materialize.chunks.lay_out`).
 
 Runs go to up to :data:`FILL_THREADS` threads, submitted in block order (pyarrow's
 decoding and numpy's bulk work release the GIL). Runs write disjoint rows, so the block
@@ -74,21 +73,21 @@ class _Run:
     spec: int
 
 
-def fill_block(plan: PlanContext, storage: Storage, layout: BlockLayout, inputs: np.ndarray,
-               targets: np.ndarray, *, progress: Progress | None = None,
-               threads: int = FILL_THREADS) -> int:
-    """Decode and scale every chunk of the block into ``inputs`` / ``targets`` (shaped
-    ``(R, C_in)``, ``(R, C_out)``); returns the bytes read from storage (decoded float64
-    bytes of the columns read, as chunk loads count them)."""
+def fill_block(plan: PlanContext, storage: Storage, layout: BlockLayout, rows: np.ndarray,
+               *, progress: Progress | None = None, threads: int = FILL_THREADS) -> int:
+    """Decode and scale every chunk of the block into its row matrix ``rows`` (shaped
+    ``(R, C_in + C_out)``, :mod:`services.materialize.rows`); returns the bytes read from
+    storage (decoded float64 bytes of the columns read, as chunk loads count them)."""
     chunks = layout.chunks
-    rows = plan.chunk_len[chunks]
+    lengths = plan.chunk_len[chunks]
     starts = layout.chunk_row
-    overlap = bool((starts[1:] < starts[:-1] + rows[:-1]).any()) if rows.shape[0] else False
-    if overlap or rows.sum() < THREAD_CHUNK_ROWS * rows.shape[0]:
+    overlap = (bool((starts[1:] < starts[:-1] + lengths[:-1]).any()) if lengths.shape[0]
+               else False)
+    if overlap or lengths.sum() < THREAD_CHUNK_ROWS * lengths.shape[0]:
         threads = 1  # in order; or small chunks, whose Python work holds the GIL
-    runs = _runs(plan, layout, rows, one_chunk=not storage.is_local)
+    runs = _runs(plan, layout, lengths, one_chunk=not storage.is_local)
     row_bytes = chunk_row_bytes(layout.c_in, layout.c_out)
-    ends = starts + rows
+    ends = starts + lengths
 
     def step(done: int) -> None:  # chunks [0, done) of the block are in it
         if progress is not None:
@@ -102,8 +101,8 @@ def fill_block(plan: PlanContext, storage: Storage, layout: BlockLayout, inputs:
             threads = 1  # the read-ahead feeds one consumer in its order best (see above)
         # one thread: progress segment by segment inside a run; threads: run by run
         inner = step if threads <= 1 or len(runs) <= 1 else None
-        for run, n in _each(runs, lambda r: _fill_run(plan, storage, layout, r, inputs=inputs,
-                                                      targets=targets, step=inner),
+        for run, n in _each(runs, lambda r: _fill_run(plan, storage, layout, r, rows=rows,
+                                                      step=inner),
                             threads=threads):
             read += n
             if inner is None:
@@ -137,8 +136,7 @@ def _runs(plan: PlanContext, layout: BlockLayout, rows: np.ndarray, *,
 
 
 def _fill_run(plan: PlanContext, storage: Storage, layout: BlockLayout, run: _Run, *,
-              inputs: np.ndarray, targets: np.ndarray,
-              step: Callable[[int], None] | None) -> int:
+              rows: np.ndarray, step: Callable[[int], None] | None) -> int:
     """Read, lay out and copy one run; the bytes read. ``step(done)`` after each segment's
     chunks are read (the run's rows are in the block only when the last step is made)."""
     spec = plan.variants[run.spec]
@@ -161,9 +159,7 @@ def _fill_run(plan: PlanContext, storage: Storage, layout: BlockLayout, run: _Ru
         if step is not None and done < run.stop:
             step(done)
     data = _float64_columns(tables, names)
-    matrices = lay_out(data, run.rows, spec)
-    inputs[run.row : run.row + run.rows] = matrices.inputs
-    targets[run.row : run.row + run.rows] = matrices.targets
+    lay_out(data, run.rows, spec, out=rows[run.row : run.row + run.rows])
     if step is not None:
         step(run.stop)
     return sum(int(a.nbytes) for a in data.values())

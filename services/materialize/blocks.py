@@ -1,18 +1,20 @@
-"""Blocks: every row a plan reads of one protocol, decoded and scaled, as one contiguous pair
-of float32 matrices, so a shuffled batch is one gather of B slices.
+"""Blocks: every row a plan reads of one protocol, decoded and scaled, as one contiguous
+float32 row matrix, so a shuffled batch is one gather of B windows.
 
 A block covers the streams of one protocol code of a plan, laid end to end in stream
-order (stream ``s`` starts at block row ``row0[s]``): ``inputs (R, C_in)`` with the
-``-2.0`` fill and ``targets (R, C_out)`` with NaN, exactly the values of the chunk
-matrices of :mod:`services.materialize.chunks`, which the block is filled from. Its key
+order (stream ``s`` starts at block row ``row0[s]``): ``rows (R, C_in + C_out)`` in the
+row layout of :mod:`services.materialize.rows` (inputs with the ``-2.0`` fill, then
+targets with NaN), exactly the rows of the chunks of :mod:`services.materialize.chunks`,
+which the block is filled from. Its key
 digests the storage root, the channel spec (columns and scaling) and every piece's
 path and fingerprint, so two plans over the same rows and channels share one block,
 and a block is never stale: changed segments have another fingerprint.
 
 The batch builder takes the block path when the blocks of a batch's lanes are in
 its cache (``data_access="full_in_mem"`` warms them; a local reader always does):
-full lanes are one fancy-index copy per matrix from a strided view of the block;
-the few lanes that end early or are padding are written lane by lane.
+full lanes are one fancy-index copy of whole windows from the block's window views
+(:func:`~services.materialize.rows.window_views`), into the batch's window block; the
+few lanes that end early or are padding are written all at once.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from services.contract.errors import ErrorType, WindpipeError
-from services.contract.wire import INPUT_PAD
 from services.materialize.block_fill import Progress, fill_block
 from services.materialize.cache import ChunkRequest
 from services.materialize.plan import PlanContext
+from services.materialize.rows import pad_row
 from services.materialize.tier import Block, Tier, mapping_charge
 from services.planning.sizes import chunk_row_bytes
 from services.storage.store import Storage
@@ -86,7 +88,7 @@ def block_request(plan: PlanContext, layout: BlockLayout, *, storage: Storage | 
     block the tier does not hold is ``unavailable``.
     """
 
-    def fill(inputs: np.ndarray, targets: np.ndarray) -> int:
+    def fill(rows: np.ndarray) -> int:
         if storage is None:
             raise WindpipeError(
                 ErrorType.UNAVAILABLE,
@@ -94,16 +96,15 @@ def block_request(plan: PlanContext, layout: BlockLayout, *, storage: Storage | 
                 "ask the Flight server to warm the plan again",
                 details={"plan_id": plan.plan_id, "block": layout.key},
             )
-        return fill_block(plan, storage, layout, inputs, targets, progress=progress)
+        return fill_block(plan, storage, layout, rows, progress=progress)
 
     def load() -> tuple[Block, int]:
         if tier is not None:
             return tier.get_or_build(layout.key, rows=layout.rows, c_in=layout.c_in,
                                      c_out=layout.c_out, fill=fill)
-        inputs = np.empty((layout.rows, layout.c_in), dtype=np.float32)
-        targets = np.empty((layout.rows, layout.c_out), dtype=np.float32)
-        read = fill(inputs, targets)
-        return Block(inputs=inputs, targets=targets), read
+        rows = np.empty((layout.rows, layout.c_in + layout.c_out), dtype=np.float32)
+        read = fill(rows)
+        return Block(rows=rows, c_in=layout.c_in), read
 
     # a tier block is a mapped file (its pages are the page cache's): the cache charges
     # the mapping, so a plan larger than the cache is served from the tier
@@ -124,7 +125,7 @@ def _layouts(plan: PlanContext) -> tuple[BlockLayout, ...]:
         s = chunk_stream[chunks]
         chunk_row = plan.chunk_gstart[chunks] - streams.stream_base[s] + row0[s]
         digest = hashlib.blake2b(digest_size=16)
-        digest.update(f"wpblock1\0{plan.root_uri}\0{spec.digest}\0".encode())
+        digest.update(f"wpblock2\0{plan.root_uri}\0{spec.digest}\0".encode())
         for p in np.flatnonzero(mine[piece_stream]).tolist():
             piece = plan.piece_info(p)
             digest.update(f"{piece.path}\0{piece.fingerprint}\0{streams.piece_rows[p]}\0"
@@ -143,16 +144,17 @@ def _layouts(plan: PlanContext) -> tuple[BlockLayout, ...]:
 def gather_lanes(
     blocks: dict[int, tuple[Block, BlockLayout]], *, lane_stream: np.ndarray,
     lane_offset: np.ndarray, lane_protocol: np.ndarray, n_rows: np.ndarray, seq_len: int,
-    take: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A batch's lanes from blocks: ``inputs (B, T, C_in)``, ``targets``, ``mask``.
+    c_in: int, take: Callable[[], tuple[np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """A batch's lanes from blocks: the window block ``(B, T + 1, C)`` and ``mask (B, T)``.
 
-    ``blocks`` maps each protocol code of the lanes to its loaded block. When every
+    ``blocks`` maps each protocol code of the lanes to its loaded block (all of ``c_in``
+    input channels: the batch's). When every
     lane is a full window of one protocol (``T`` inputs and the target row inside its
-    stream: the common case) the batch is one fancy-index copy per matrix into new
-    arrays. Otherwise the lanes are written into the arrays ``take()`` returns: full
-    lanes one copy per matrix and protocol, padding lanes (offset -1) and lanes that end
-    early lane by lane with the padding of SEMANTICS 5.
+    stream: the common case) the batch is one fancy-index copy into a new array.
+    Otherwise the lanes are written into the arrays ``take()`` returns: full lanes one
+    copy per protocol, padding lanes (offset -1) and lanes that end early all at once,
+    with the padding of SEMANTICS 5 (:func:`~services.materialize.rows.pad_row`).
     """
     t = seq_len
     rows = lane_offset.copy()
@@ -164,43 +166,34 @@ def gather_lanes(
     full = avail >= t + 1
     if len(blocks) == 1 and bool(full.all()):
         block, _ = next(iter(blocks.values()))
-        vin, vtg = block.views(t)
-        return vin[rows], vtg[rows], np.ones((rows.shape[0], t), dtype=np.uint8)
-    inputs, targets, mask = take()
+        return block.windows(t)[rows], np.ones((rows.shape[0], t), dtype=np.uint8)
+    windows, mask = take()
     mask.fill(1)
     for code, (block, _) in blocks.items():
         idx = np.flatnonzero(full & (lane_protocol == code))
         if idx.shape[0]:
-            vin, vtg = block.views(t)
-            inputs[idx] = vin[rows[idx]]
-            targets[idx] = vtg[rows[idx]]
+            windows[idx] = block.windows(t)[rows[idx]]
     short = np.flatnonzero(~full)
     empty = short[avail[short] <= 0]  # padding lanes (aligned keys without data): at once
     if empty.shape[0]:
-        inputs[empty] = INPUT_PAD
-        targets[empty] = np.nan
+        windows[empty] = pad_row(c_in, windows.shape[2] - c_in)
         mask[empty] = 0
     for code, (block, _) in blocks.items():
         lanes = short[(avail[short] > 0) & (lane_protocol[short] == code)]
         if lanes.shape[0]:
-            _short_lanes(block, lanes, rows[lanes], avail[lanes], t=t, inputs=inputs,
-                         targets=targets, mask=mask)
-    return inputs, targets, mask
+            _short_lanes(block, lanes, rows[lanes], avail[lanes], t=t, windows=windows,
+                         mask=mask)
+    return windows, mask
 
 
 def _short_lanes(block: Block, lanes: np.ndarray, start: np.ndarray, avail: np.ndarray, *,
-                 t: int, inputs: np.ndarray, targets: np.ndarray, mask: np.ndarray) -> None:
+                 t: int, windows: np.ndarray, mask: np.ndarray) -> None:
     """Lanes ``lanes`` that end early (``avail < T + 1`` rows of their stream from block
-    row ``start`` on), all at once: ``min(avail, T)`` input rows and ``avail - 1`` target
-    rows, then the padding of SEMANTICS 5 (inputs ``-2.0``, targets NaN, mask 0)."""
-    j = np.arange(t, dtype=_I64)
-    n_in = np.minimum(avail, t)[:, None]
-    n_tg = np.clip(avail - 1, 0, t)[:, None]
-    last = block.inputs.shape[0] - 1
-    src = np.minimum(start[:, None] + j, last)  # rows past the lane's are never used
-    has_in = j < n_in
-    has_tg = j < n_tg
-    inputs[lanes] = np.where(has_in[..., None], block.inputs[src], INPUT_PAD)
-    targets[lanes] = np.where(has_tg[..., None], block.targets[np.minimum(src + 1, last)],
-                              np.float32(np.nan))
-    mask[lanes] = has_tg
+    row ``start`` on), all at once: their ``avail`` rows, then pad rows (inputs ``-2.0``,
+    targets NaN), and a mask of ``avail - 1`` steps (SEMANTICS 5)."""
+    j = np.arange(t + 1, dtype=_I64)
+    src = np.minimum(start[:, None] + j, block.rows.shape[0] - 1)  # rows past it: unused
+    real = j < avail[:, None]
+    windows[lanes] = np.where(real[..., None], block.rows[src],
+                              pad_row(block.c_in, block.rows.shape[1] - block.c_in))
+    mask[lanes] = real[:, 1:]

@@ -1,12 +1,13 @@
 """Decoded, scaled segment chunks: what the chunk cache holds.
 
 A chunk (a parquet row group or a zarr chunk along axis 0) is read once with
-``services.storage.segments.read_chunk`` and turned into two float32 matrices laid out like
-the rows of a batch, so materializing a lane is a plain slice copy:
+``services.storage.segments.read_chunk`` and turned into one float32 row matrix
+``(rows, C_in + C_out)`` laid out like the rows of a batch's window block
+(:mod:`services.materialize.rows`), so materializing a lane is a plain slice copy:
 
-* ``inputs`` ``(rows, C_in)``: scaled; null, NaN and +-inf values and channels
-  the segment's protocol does not have as inputs are ``-2.0``;
-* ``targets`` ``(rows, C_out)``: scaled; null, NaN and +-inf -> NaN (mask false);
+* the first ``C_in`` values of a row, its inputs: scaled; null, NaN and +-inf values and
+  channels the segment's protocol does not have as inputs are ``-2.0``;
+* the last ``C_out``, its targets: scaled; null, NaN and +-inf -> NaN (mask false);
   absent channels NaN.
 
 +-inf becomes NaN before scaling, so no scaling (not even ``clip``) can turn it into
@@ -144,15 +145,25 @@ class ChunkKey(NamedTuple):
 
 @dataclass(frozen=True, eq=False, slots=True)
 class ChunkMatrices:
-    """A loaded chunk: ``inputs`` ``(rows, C_in)`` and ``targets`` ``(rows, C_out)`` float32."""
+    """A loaded chunk: its row matrix ``rows (n, C_in + C_out)`` float32."""
 
-    inputs: np.ndarray
-    targets: np.ndarray
+    rows: np.ndarray
+    c_in: int
+
+    @property
+    def inputs(self) -> np.ndarray:
+        """``(n, C_in)``: every row's inputs (a strided view)."""
+        return self.rows[:, : self.c_in]
+
+    @property
+    def targets(self) -> np.ndarray:
+        """``(n, C_out)``: every row's targets (a strided view)."""
+        return self.rows[:, self.c_in :]
 
     @property
     def nbytes(self) -> int:
         """Bytes held."""
-        return int(self.inputs.nbytes + self.targets.nbytes)
+        return int(self.rows.nbytes)
 
 
 def load_chunk(
@@ -207,10 +218,12 @@ def segment_errors(info: SegmentInfo, chunk_idx: int) -> Iterator[None]:
         ) from exc
 
 
-def lay_out(data: Mapping[str, np.ndarray], rows: int, spec: ChannelSpec) -> ChunkMatrices:
+def lay_out(data: Mapping[str, np.ndarray], rows: int, spec: ChannelSpec, *,
+            out: np.ndarray | None = None) -> ChunkMatrices:
     """Scale float64 columns of ``rows`` rows (null as NaN) and lay them out as the chunk
-    matrices of ``spec`` (the module docstring): one call for any number of rows, so a
-    block fill lays out many small chunks at once."""
+    rows of ``spec`` (the module docstring): one call for any number of rows, so a block
+    fill lays out many small chunks at once, straight into its rows (``out``, a
+    ``(rows, C)`` float32 matrix; else a new one)."""
     scaled: dict[str, np.ndarray] = {}
 
     def column(name: str) -> np.ndarray:
@@ -226,7 +239,10 @@ def lay_out(data: Mapping[str, np.ndarray], rows: int, spec: ChannelSpec) -> Chu
     # each column cast straight into its slot of the float32 matrix (no float64 temporary);
     # a value float32 cannot hold (|x| > 3.4e38) becomes inf there, so the checks run after
     # the cast: no input or target is ever +-inf (SEMANTICS 5)
-    inputs = np.empty((rows, len(spec.input_columns)), dtype=np.float32)
+    c_in = len(spec.input_columns)
+    matrix = (np.empty((rows, c_in + len(spec.target_columns)), dtype=np.float32)
+              if out is None else out)
+    inputs, targets = matrix[:, :c_in], matrix[:, c_in:]
     for c, (name, present) in enumerate(zip(spec.input_columns, spec.input_present,
                                             strict=True)):
         slot = inputs[:, c]
@@ -238,7 +254,6 @@ def lay_out(data: Mapping[str, np.ndarray], rows: int, spec: ChannelSpec) -> Chu
         bad = ~np.isfinite(slot)
         if bad.any():
             slot[bad] = INPUT_PAD
-    targets = np.empty((rows, len(spec.target_columns)), dtype=np.float32)
     for c, (name, present) in enumerate(zip(spec.target_columns, spec.target_present,
                                             strict=True)):
         if present:
@@ -250,4 +265,4 @@ def lay_out(data: Mapping[str, np.ndarray], rows: int, spec: ChannelSpec) -> Chu
                 slot[inf] = np.nan
         else:
             targets[:, c].fill(np.nan)
-    return ChunkMatrices(inputs=inputs, targets=targets)
+    return ChunkMatrices(rows=matrix, c_in=c_in)

@@ -3,9 +3,9 @@
 A directory on local disk or ``/dev/shm`` (``--tier-dir``), under a byte budget
 (``--tier-bytes``)::
 
-    tier.json              {"format": 1, "id": <uuid>, "host": <hostname>}
-    <key>.wpb              one block (materialize.blocks): 64-byte header, then
-                           inputs (R, C_in) and targets (R, C_out), float32, row-major
+    tier.json              {"format": 2, "id": <uuid>, "host": <hostname>}
+    <key>.wpb              one block (materialize.blocks): 64-byte header, then its
+                           rows (R, C_in + C_out), float32, row-major (materialize.rows)
     <key>.lock             builders of <key> on this host queue here (flock)
     <key>.wpb.tmp-<pid>-…  a block being written
 
@@ -50,15 +50,16 @@ from typing import Any
 import numpy as np
 
 from services.contract.errors import ErrorType, WindpipeError
-from services.planning.sizes import VALUE_BYTES, chunk_row_bytes
+from services.materialize.rows import window_views
+from services.planning.sizes import chunk_row_bytes
 
 __all__ = [
     "AUTO_TIER_CAP", "AUTO_TIER_FLOOR", "AUTO_TIER_FRACTION", "TIER_FORMAT", "Block", "Tier",
     "TierBudget", "TierInfo", "mapping_charge", "tier_budget", "tier_bytes",
 ]
 
-TIER_FORMAT = 1
-_MAGIC = b"WPBLOCK1"
+TIER_FORMAT = 2  # 1: inputs and targets as two matrices (not read: other keys)
+_MAGIC = b"WPBLOCK2"
 _HEADER = 64
 _SUFFIX = ".wpb"
 _STALE_S = 3600.0
@@ -68,37 +69,38 @@ AUTO_TIER_FLOOR = 64 << 20  # ... and no tier when that is less than this
 AUTO_TIER_CAP = 1 << 40  # ... and never more than this
 _GIB = 1 << 30
 
-Fill = Callable[[np.ndarray, np.ndarray], int]  # (inputs, targets) -> bytes read from storage
+Fill = Callable[[np.ndarray], int]  # (rows (R, C)) -> bytes read from storage
 
 
 @dataclass(frozen=True, eq=False)
 class Block:
-    """A loaded block (``services.materialize.blocks``): ``inputs (R, C_in)`` and
-    ``targets (R, C_out)`` float32, in memory or mapped read-only from a tier file."""
+    """A loaded block (``services.materialize.blocks``): one float32 row matrix
+    ``rows (R, C_in + C_out)`` in the row layout of :mod:`services.materialize.rows`, in
+    memory or mapped read-only from a tier file."""
 
-    inputs: np.ndarray
-    targets: np.ndarray
+    rows: np.ndarray
+    c_in: int
+
+    @property
+    def inputs(self) -> np.ndarray:
+        """``(R, C_in)``: every row's inputs (a strided view)."""
+        return self.rows[:, : self.c_in]
+
+    @property
+    def targets(self) -> np.ndarray:
+        """``(R, C_out)``: every row's targets (a strided view)."""
+        return self.rows[:, self.c_in :]
 
     @property
     def nbytes(self) -> int:
         """Bytes held."""
-        return int(self.inputs.nbytes + self.targets.nbytes)
+        return int(self.rows.nbytes)
 
-    def views(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        """Overlapping views ``(R-T, T, C)`` of every window of ``T`` input rows and of its
-        ``T`` target rows (one row later), for the lanes that end inside the block; no copy."""
-        ins, tgs = self.inputs, self.targets
-        n = ins.shape[0] - t
-        if n <= 0:
-            return (np.empty((0, t, ins.shape[1]), ins.dtype),
-                    np.empty((0, t, tgs.shape[1]), tgs.dtype))
-        vin = np.ndarray((n, t, ins.shape[1]), dtype=ins.dtype, buffer=ins,
-                         strides=(ins.strides[0], ins.strides[0], ins.strides[1]))
-        vtg = np.ndarray((n, t, tgs.shape[1]), dtype=tgs.dtype, buffer=tgs,
-                         offset=tgs.strides[0],
-                         strides=(tgs.strides[0], tgs.strides[0], tgs.strides[1]))
-        return vin, vtg
-
+    def windows(self, t: int) -> np.ndarray:
+        """Overlapping views ``(R - T, T + 1, C)`` of every window of ``T`` input rows and
+        its target row that ends inside the block (:func:`~services.materialize.rows.
+        window_views`); no copy."""
+        return window_views(self.rows, t)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,11 +201,6 @@ def _block_bytes(rows: int, c_in: int, c_out: int) -> int:
     return tier_bytes(rows * chunk_row_bytes(c_in, c_out))
 
 
-def _split(rows: int, c_in: int) -> int:
-    """Byte offset of a block file's targets (after the header and the inputs)."""
-    return _HEADER + rows * c_in * VALUE_BYTES
-
-
 class Tier:
     """One tier directory (created with its ``tier.json`` when first used, not before)."""
 
@@ -280,14 +277,12 @@ class Tier:
         rows, c_in, c_out = (int(v) for v in np.frombuffer(header[8:32], dtype="<i8"))
         if raw.shape[0] != _block_bytes(rows, c_in, c_out):
             return None
-        split = _split(rows, c_in)
-        inputs = raw[_HEADER:split].view(np.float32).reshape(rows, c_in)
-        targets = raw[split:].view(np.float32).reshape(rows, c_out)
+        matrix = raw[_HEADER:].view(np.float32).reshape(rows, c_in + c_out)
         with contextlib.suppress(OSError):
             os.utime(path)  # least recently used goes first
         with self._lock:
             self.hits += 1
-        return Block(inputs=inputs, targets=targets)
+        return Block(rows=matrix, c_in=c_in)
 
     def get_or_build(self, key: str, *, rows: int, c_in: int, c_out: int,
                      fill: Fill) -> tuple[Block, int]:
@@ -362,9 +357,7 @@ class Tier:
             raw = np.memmap(tmp, dtype=np.uint8, mode="w+", shape=(nbytes,))
             header = _MAGIC + np.asarray([rows, c_in, c_out], dtype="<i8").tobytes()
             raw[: len(header)] = np.frombuffer(header, dtype=np.uint8)
-            split = _split(rows, c_in)
-            read = fill(raw[_HEADER:split].view(np.float32).reshape(rows, c_in),
-                        raw[split:].view(np.float32).reshape(rows, c_out))
+            read = fill(raw[_HEADER:].view(np.float32).reshape(rows, c_in + c_out))
             raw.flush()
             del raw
             os.rename(tmp, self._path(key))

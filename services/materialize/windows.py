@@ -5,22 +5,23 @@ pins its blocks in the cache, gathers, works out padding and puts the batch toge
 in a training process that reads the host's tier that bookkeeping cost more than the
 copy itself (~280 of ~350 us per 64 x 1024 batch, issue 24). Most batches need none of
 it: every lane is a full window (``T`` input rows and the target row inside its
-stream) of the batch's protocol, so the batch is ``vin[rows]`` and ``vtg[rows]`` of the
-block's strided window views (:meth:`~services.materialize.tier.Block.views`): each
-window one contiguous run per matrix, every byte of the batch written once.
+stream) of the batch's protocol, so the batch is ``windows[rows]`` of the block's
+overlapping window views (:meth:`~services.materialize.tier.Block.windows`): each
+window one contiguous run of ``T + 1`` rows, every byte of the batch written once, the
+inputs and targets views of that one copy (:mod:`services.materialize.rows`).
 
 :class:`WindowPass` decides, for :data:`SEGMENT_BATCHES` batches at once (vectorized),
 which batches are like that, where each lane's window starts in its block and each
-lane's ``has_channel`` row; :meth:`WindowPass.build` then makes such a batch with two
-fancy indexes, one fresh mask and a few constant-size objects whatever its lane count
+lane's ``has_channel`` row; :meth:`WindowPass.build` then makes such a batch with one
+fancy index, one fresh mask and a few constant-size objects whatever its lane count
 (about 7 us of Python around the copy, issue 24), and answers None for any other batch (padding,
 lanes that end early, a stream lacking a target column, aligned parts, lanes of
 several protocols), which the general builder makes. The values are the general
 builder's, byte for byte: the same block, the same rows, the same ``has_channel`` rows,
 the same (lazily computed) provenance.
 
-What a batch owns (docs/types.md): ``inputs``, ``targets``, ``mask`` and
-``has_channel`` are fresh arrays of its own, every time a batch is built (a pass is
+What a batch owns (docs/types.md): its window block, ``mask`` and ``has_channel``
+are fresh arrays of its own, every time a batch is built (a pass is
 built again from the same tables: a slice of a table would hand the same bytes to the
 same batch of the next pass, carrying a user's in-place edit into it), so writing into
 one batch never changes another.
@@ -65,8 +66,7 @@ class _Shape:
 
     code: int
     seq_len: int
-    vin: np.ndarray
-    vtg: np.ndarray
+    windows: np.ndarray  # (R - T, T + 1, C): every window of the block
     fields: _Fields
 
 
@@ -118,7 +118,7 @@ class WindowPass:
         mask = np.empty((hi - lo, t), dtype=np.uint8)
         mask.fill(1)  # fresh per batch: a shared one would carry one batch's edits to the next
         return BuiltBatch(
-            shape.vin[rows], shape.vtg[rows], mask, seg.channels[shape.code][lo:hi].copy(),
+            shape.windows[rows], mask, seg.channels[shape.code][lo:hi].copy(),
             functools.partial(self._lane_provenance, seg, lo, hi, t), 0,
             BatchMetadata(i, seg.g[k], *shape.fields, *seg.stateful[k]),
         )
@@ -139,7 +139,7 @@ class WindowPass:
             block = self._block(code)
             spec, plan = self._plan.specs[code], self._plan
             self._shapes[key] = None if block is None else _Shape(
-                code, t, *block.views(t),
+                code, t, block.windows(t),
                 fields=(plan.spec.split, t, len(spec.input_columns), len(spec.target_columns),
                         spec.input_columns, spec.target_columns, spec.channels))
         return self._shapes[key]

@@ -26,6 +26,7 @@ from services.contract.wire import (
     ACTION_WARM,
     ACTIONS,
     META_PLAN_ID,
+    META_WIRE_VERSION,
     BatchMetadata,
     FlightCommand,
     batch_schema,
@@ -69,13 +70,19 @@ def server(dataset: Dataset) -> Any:
     running.stop(grace_s=5)
 
 
-def test_raw_pyarrow_flight_consumer(dataset: Dataset, server: Any) -> None:
-    """No SDK and no helper decoding: plain pyarrow.flight and numpy."""
+@pytest.mark.parametrize("wire", [None, 1, 2])
+def test_raw_pyarrow_flight_consumer(dataset: Dataset, server: Any, wire: int | None) -> None:
+    """No SDK and no helper decoding: plain pyarrow.flight and numpy, in either wire version
+    (a command without ``v`` is v1)."""
     client = fl.connect(server.location)
-    cmd = json.dumps({"plan_id": "p", "epoch": 2, "rank": 0, "world_size": 1}).encode()
+    body = {"plan_id": "p", "epoch": 2, "rank": 0, "world_size": 1}
+    if wire is not None:
+        body["v"] = wire
+    cmd = json.dumps(body).encode()
     info = client.get_flight_info(fl.FlightDescriptor.for_command(cmd))
     assert info.schema.metadata[META_PLAN_ID] == b"p"
-    assert info.schema.remove_metadata() == batch_schema().remove_metadata()
+    assert info.schema.metadata[META_WIRE_VERSION] == str(wire or 1).encode()
+    assert info.schema.remove_metadata() == batch_schema(wire=wire or 1).remove_metadata()
     want = expected_pass(dataset, CONFIG, epoch=2, rank=0, world_size=1)
     assert info.total_records == sum(len(b.lanes) for b, _ in want)
     rows = 0
@@ -83,11 +90,20 @@ def test_raw_pyarrow_flight_consumer(dataset: Dataset, server: Any) -> None:
         for i, chunk in enumerate(client.do_get(ep.ticket)):
             meta = json.loads(chunk.app_metadata.to_pybytes())
             batch = chunk.data
-            t, c_in = meta["seq_len"], meta["c_in"]
-            inputs = np.asarray(batch.column("inputs").values).reshape(batch.num_rows, t, c_in)
+            t, c_in, c_out = meta["seq_len"], meta["c_in"], meta["c_out"]
+            if wire == 2:  # one window block a batch: inputs and targets are views of it
+                windows = np.asarray(batch.column("windows").values).reshape(
+                    batch.num_rows, t + 1, c_in + c_out)
+                inputs, targets = windows[:, :t, :c_in], windows[:, 1:, c_in:]
+            else:
+                inputs = np.asarray(batch.column("inputs").values).reshape(
+                    batch.num_rows, t, c_in)
+                targets = np.asarray(batch.column("targets").values).reshape(
+                    batch.num_rows, t, c_out)
             mask = np.asarray(batch.column("mask").values).reshape(batch.num_rows, t)
-            ref_inputs, _, ref_mask = want[i][1]
+            ref_inputs, ref_targets, ref_mask = want[i][1]
             np.testing.assert_allclose(inputs, ref_inputs, rtol=2e-6, atol=1e-6)
+            np.testing.assert_allclose(targets, ref_targets, rtol=2e-6, atol=1e-6)
             np.testing.assert_array_equal(mask.astype(bool), ref_mask)
             assert meta["input_columns"] == list(COLUMNS["cycling"])
             rows += batch.num_rows

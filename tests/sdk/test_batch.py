@@ -34,11 +34,28 @@ def test_tensors_equal_the_wire_and_share_its_memory():
     np.testing.assert_array_equal(batch.targets.numpy(), y)
     assert batch.mask.all()
     assert batch.all_valid
-    # zero copy: the tensor's memory is the Arrow values buffer
-    values = record.column("inputs").values
+    # zero copy: the tensors are views of the Arrow values buffer of the window block
+    values = record.column("windows").values
     assert batch.inputs.data_ptr() == values.buffers()[1].address + values.offset * 4
+    assert batch.targets.data_ptr() == batch.inputs.data_ptr() + (2 + 1 + 2) * 4  # row 1, col 2
+    assert batch.tensors().keys() == {"windows", "mask", "has_channel"}
     ref = batch_arrays(record, meta)
     np.testing.assert_array_equal(ref.inputs, batch.inputs.numpy())
+    np.testing.assert_array_equal(ref.targets, batch.targets.numpy())
+
+
+def test_a_v1_record_batch_gives_the_same_batch():
+    x, y, m = _arrays()
+    v1, meta = make_record(x, y, m, wire=1)
+    v2, _ = make_record(x, y, m)
+    a, b = batch_from_arrow(v1, meta), batch_from_arrow(v2, meta)
+    for name in ("inputs", "targets", "mask", "has_channel"):
+        assert torch.equal(getattr(a, name), getattr(b, name))
+    assert a.inputs.is_contiguous()
+    assert not b.inputs.is_contiguous()
+    assert a.tensors().keys() == {"inputs", "targets", "mask", "has_channel"}
+    values = v1.column("inputs").values
+    assert a.inputs.data_ptr() == values.buffers()[1].address + values.offset * 4
 
 
 def test_sliced_record_batches_are_honoured():
@@ -104,8 +121,11 @@ def test_metadata_mismatch_is_refused():
     x, y, m = _arrays()
     record, meta = make_record(x, y, m)
     bad = type(meta)(**{**{f: getattr(meta, f) for f in meta.__dataclass_fields__}, "c_in": 3})
-    with pytest.raises(ValueError, match="inputs"):
+    with pytest.raises(ValueError, match="windows"):
         batch_from_arrow(record, bad)
+    v1, _ = make_record(x, y, m, wire=1)
+    with pytest.raises(ValueError, match="inputs"):
+        batch_from_arrow(v1, bad)
 
 
 def test_provenance_is_decoded_once_and_only_when_read():
@@ -131,11 +151,17 @@ def test_the_fast_constructor_sets_every_slot_init_does() -> None:
     meta = BatchMetadata(batch_idx=4, global_batch=4, split="train", seq_len=3, c_in=1,
                          c_out=1, input_columns=("a",), target_columns=("b",),
                          channels=("a", "b"))
-    fast = batch_from_arrays(x, y, m, lambda: pa.record_batch([]), meta,
+    windows = np.zeros((2, 4, 2), np.float32)
+    windows[:, :3, :1] = x
+    windows[:, 1:, 1:] = y
+    fast = batch_from_arrays(windows, m.astype(np.uint8), lambda: pa.record_batch([]), meta,
                              has_channel=np.ones((2, 2), np.uint8))
     assert [hasattr(fast, name) for name in Batch.__slots__] == [True] * len(Batch.__slots__)
     assert fast.batch_idx == 4
     assert fast.channels == ("a", "b")
     assert fast.mask.dtype == fast.has_channel.dtype == torch.bool
     assert fast.all_valid
-    assert np.shares_memory(fast.inputs.numpy(), x)
+    assert np.shares_memory(fast.inputs.numpy(), windows)
+    assert np.shares_memory(fast.targets.numpy(), windows)
+    np.testing.assert_array_equal(fast.inputs.numpy(), x)
+    np.testing.assert_array_equal(fast.targets.numpy(), y)

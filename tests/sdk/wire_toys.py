@@ -19,7 +19,14 @@ import pyarrow as pa
 import pyarrow.flight as fl
 
 from services.contract.errors import ErrorType, WindpipeError
-from services.contract.wire import AlignedPart, BatchMetadata, FlightCommand, batch_schema
+from services.contract.wire import (
+    INPUT_PAD,
+    WIRE_VERSION,
+    AlignedPart,
+    BatchMetadata,
+    FlightCommand,
+    batch_schema,
+)
 
 
 def _lists(flat: np.ndarray, lanes: int, per_lane: int, typ: pa.DataType) -> pa.Array:
@@ -37,14 +44,25 @@ def make_record(
     split: str = "train",
     protocols: list[str] | None = None,
     stateful: tuple[int, int, int] | None = None,
+    wire: int = WIRE_VERSION,
 ) -> tuple[pa.RecordBatch, BatchMetadata]:
-    """A wire record batch (one row per lane) and its metadata from dense arrays."""
+    """A wire record batch (one row per lane) of wire version ``wire`` and its metadata from
+    dense arrays (v2: the window block whose views they are, its two unseen cells padding)."""
     b, t, c_in = inputs.shape
     c_out = targets.shape[2]
     protocols = protocols or ["cycling"] * b
+    if wire == 1:
+        tensors = [_lists(inputs.astype(np.float32), b, t * c_in, pa.float32()),
+                   _lists(targets.astype(np.float32), b, t * c_out, pa.float32())]
+    else:
+        windows = np.empty((b, t + 1, c_in + c_out), np.float32)
+        windows[:, t, :c_in] = INPUT_PAD
+        windows[:, 0, c_in:] = np.nan
+        windows[:, :t, :c_in] = inputs
+        windows[:, 1:, c_in:] = targets
+        tensors = [_lists(windows, b, (t + 1) * (c_in + c_out), pa.float32())]
     cols = [
-        _lists(inputs.astype(np.float32), b, t * c_in, pa.float32()),
-        _lists(targets.astype(np.float32), b, t * c_out, pa.float32()),
+        *tensors,
         _lists(mask.astype(np.uint8), b, t, pa.uint8()),
         _lists(np.ones((b, c_in + c_out), np.uint8), b, c_in + c_out, pa.uint8()),
         pa.array(protocols),
@@ -59,7 +77,7 @@ def make_record(
         pa.array([[0] for _ in range(b)], pa.list_(pa.int64())),
         pa.array([[t + 1] for _ in range(b)], pa.list_(pa.int64())),
     ]
-    record = pa.RecordBatch.from_arrays(cols, schema=batch_schema())
+    record = pa.RecordBatch.from_arrays(cols, schema=batch_schema(wire=wire))
     group, step, steps = stateful if stateful else (None, None, None)
     meta = BatchMetadata(
         batch_idx=batch_idx, global_batch=batch_idx if global_batch is None else global_batch,

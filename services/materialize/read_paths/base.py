@@ -20,11 +20,11 @@ _POOL_SETS = 8
 
 @dataclass(frozen=True, slots=True, eq=False)
 class LaneArrays:
-    """A batch's lanes as read: ``inputs (B, T, C_in)``, ``targets (B, T, C_out)`` float32,
-    ``mask (B, T)`` uint8, and the lanes a bad segment left out (padding)."""
+    """A batch's lanes as read: the window block ``windows (B, T + 1, C)`` float32
+    (:mod:`services.materialize.rows`), ``mask (B, T)`` uint8, and the lanes a bad segment
+    left out (padding)."""
 
-    inputs: np.ndarray
-    targets: np.ndarray
+    windows: np.ndarray
     mask: np.ndarray
     skipped: Skipped
 
@@ -43,7 +43,7 @@ class ReadPath(Protocol):
 
 
 class BufferPool:
-    """Outgoing ``(inputs, targets, mask)`` arrays of one stream, reused once released.
+    """Outgoing ``(windows, mask)`` arrays of one stream, reused once released.
 
     gRPC sends Arrow buffers without copying and holds them until written, and each
     holds a reference to its numpy array, so an array whose only referent is the pool
@@ -51,22 +51,20 @@ class BufferPool:
     """
 
     def __init__(self) -> None:
-        self._sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._sets: list[tuple[np.ndarray, np.ndarray]] = []
 
-    def take(self, n: int, t: int, c_in: int,
-             c_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Arrays shaped ``(n, t, c_in)``, ``(n, t, c_out)``, ``(n, t)`` (contents undefined)."""
-        shapes = ((n, t, c_in), (n, t, c_out), (n, t))
+    def take(self, n: int, t: int, c: int) -> tuple[np.ndarray, np.ndarray]:
+        """A window block ``(n, t + 1, c)`` float32 and a mask ``(n, t)`` uint8 (contents
+        undefined)."""
+        shapes = ((n, t + 1, c), (n, t))
         for i, arrays in enumerate(self._sets):
             # referenced only by the pool's tuple (and getrefcount's argument): free
-            if (sys.getrefcount(arrays[0]) == 2 and sys.getrefcount(arrays[1]) == 2
-                    and sys.getrefcount(arrays[2]) == 2):
-                if tuple(a.shape for a in arrays) == shapes:
+            if sys.getrefcount(arrays[0]) == 2 and sys.getrefcount(arrays[1]) == 2:
+                if (arrays[0].shape, arrays[1].shape) == shapes:
                     return arrays
                 del self._sets[i]
                 break
-        arrays = (np.empty(shapes[0], np.float32), np.empty(shapes[1], np.float32),
-                  np.empty(shapes[2], np.uint8))
+        arrays = (np.empty(shapes[0], np.float32), np.empty(shapes[1], np.uint8))
         if len(self._sets) < _POOL_SETS:
             self._sets.append(arrays)
         return arrays

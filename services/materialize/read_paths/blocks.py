@@ -1,5 +1,5 @@
 """The block path: a batch gathered from the blocks of its lanes' protocols
-(:mod:`services.materialize.blocks`), one fancy-index copy per matrix."""
+(:mod:`services.materialize.blocks`), one fancy-index copy of whole windows."""
 
 from __future__ import annotations
 
@@ -105,19 +105,18 @@ class BlockPath:
 
     def read(self, lp: LanePlan, requests: list[ChunkRequest]) -> LaneArrays:
         """``lp``'s lanes gathered from its pinned blocks (full lanes of one protocol: one
-        copy per matrix into new arrays; else into pooled ones)."""
+        copy into a new window block; else into a pooled one)."""
         with self.cache.acquire(requests) as pins:
-            inputs, targets, mask = self._gather(lp, pins)
-        return LaneArrays(inputs, targets, mask, {})
+            windows, mask = self._gather(lp, pins)
+        return LaneArrays(windows, mask, {})
 
-    def _gather(self, lp: LanePlan,
-                pins: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _gather(self, lp: LanePlan, pins: Any) -> tuple[np.ndarray, np.ndarray]:
         spec = self.plan.specs[lp.protocol]
+        c_in, c = len(spec.input_columns), len(spec.input_columns) + len(spec.target_columns)
         loaded = {layout.protocol: (pins[block_key(layout)], layout) for layout in self.layouts
                   if block_key(layout) in pins}
         return gather_block_lanes(
             loaded, lane_stream=lp.lane_stream, lane_offset=lp.lane_offset,
             lane_protocol=lp.lane_protocol, n_rows=self._tables.n_rows, seq_len=lp.seq_len,
-            take=lambda: self._pool.take(lp.n_lanes, lp.seq_len, len(spec.input_columns),
-                                         len(spec.target_columns)),
+            c_in=c_in, take=lambda: self._pool.take(lp.n_lanes, lp.seq_len, c),
         )

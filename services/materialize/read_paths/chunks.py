@@ -2,9 +2,10 @@
 
 The distinct chunks of a batch (its working set) are pinned at once; lanes that lie
 inside one chunk (all but ~T/chunk_rows of them) are gathered per chunk with one
-strided ``np.take`` per matrix; only lanes that straddle chunks or end early take a
-slice loop; a batch whose lanes are back-to-back full windows of one chunk
-(sequential plans) is one contiguous copy per matrix. The outgoing arrays come from
+fancy index of whole windows (:func:`~services.materialize.rows.window_views`); only
+lanes that straddle chunks or end early take a slice loop (one contiguous copy of rows
+per range); a batch whose lanes are back-to-back full windows of one chunk
+(sequential plans) is one strided copy. The outgoing window block comes from
 the stream's :class:`~services.materialize.read_paths.base.BufferPool`.
 
 A segment that cannot be read fails the batch, or, under ``on_bad_segment="skip"``,
@@ -19,13 +20,13 @@ from typing import Any, Literal
 import numpy as np
 
 from services.contract.errors import ErrorType, WindpipeError
-from services.contract.wire import INPUT_PAD
 from services.materialize.cache import ChunkCache, ChunkRequest
 from services.materialize.chunks import ChunkMatrices, load_chunk
 from services.materialize.lanes import LanePlan
 from services.materialize.plan import PlanContext
 from services.materialize.plan_tables import PlanTables
 from services.materialize.read_paths.base import BufferPool, LaneArrays, Skipped
+from services.materialize.rows import pad_row, window_views
 from services.storage.store import Storage
 
 __all__ = ["BadSegmentPolicy", "ChunkPath", "chunk_request", "plan_chunk_requests"]
@@ -76,8 +77,8 @@ class ChunkPath:
                 skipped = self._skipped_by_known_bad(lp)
                 requests = self.requests(lp, skip_lanes=set(skipped))
         with pins:
-            inputs, targets, mask = self._copy(lp, pins, skipped)
-        return LaneArrays(inputs, targets, mask, skipped)
+            windows, mask = self._copy(lp, pins, skipped)
+        return LaneArrays(windows, mask, skipped)
 
     def _request(self, c: int) -> ChunkRequest:
         req = self._requests.get(c)
@@ -97,37 +98,30 @@ class ChunkPath:
                 out.setdefault(int(lp.rng_lane[i]), (key.path, self.bad_paths[key.path]))
         return out
 
-    def _copy(self, lp: LanePlan, pins: Any,
-              skipped: Skipped) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _copy(self, lp: LanePlan, pins: Any, skipped: Skipped) -> tuple[np.ndarray, np.ndarray]:
         tables = self._tables
         spec = self.plan.specs[lp.protocol]
         c_in, c_out = len(spec.input_columns), len(spec.target_columns)
         n, t = lp.n_lanes, lp.seq_len
-        inputs, targets, mask = self._pool.take(n, t, c_in, c_out)
+        windows, mask = self._pool.take(n, t, c_in + c_out)
         if lp.tiled_src >= 0 and not skipped:
             m = pins[self.plan.chunk_keys[lp.chunks[0]]]
-            s0 = lp.tiled_src
-            np.copyto(inputs, m.inputs[s0 : s0 + n * t].reshape(n, t, c_in))
-            np.copyto(targets, m.targets[s0 + 1 : s0 + 1 + n * t].reshape(n, t, c_out))
+            np.copyto(windows, _tiled(m.rows, lp.tiled_src, n, t))
             mask.fill(1)
-            return inputs, targets, mask
+            return windows, mask
         off = lp.lane_offset
         avail = np.where(off >= 0, tables.n_rows[lp.lane_stream] - off, 0)
         if skipped:
             avail[list(skipped)] = 0
-        n_in = np.minimum(avail, t)
-        n_tg = np.clip(avail - 1, 0, t)
         mask.fill(1)
+        pad = pad_row(c_in, c_out)
         empty = np.flatnonzero(avail <= 0)  # padding lanes: at once
         if empty.shape[0]:
-            inputs[empty] = INPUT_PAD
-            targets[empty] = np.nan
+            windows[empty] = pad
             mask[empty] = 0
-        for b in np.flatnonzero((n_in < t) & (avail > 0)).tolist():
-            inputs[b, int(n_in[b]):] = INPUT_PAD
-        for b in np.flatnonzero((n_tg < t) & (avail > 0)).tolist():
-            targets[b, int(n_tg[b]):] = np.nan
-            mask[b, int(n_tg[b]):] = 0
+        for b in np.flatnonzero((avail < t + 1) & (avail > 0)).tolist():
+            windows[b, int(avail[b]):] = pad
+            mask[b, max(int(avail[b]) - 1, 0):] = 0
         lanes, src, win, cnt = lp.rng_lane, lp.rng_src, lp.rng_win, lp.rng_len
         full = (win == 0) & (cnt == t + 1)
         if skipped:
@@ -141,24 +135,27 @@ class ChunkPath:
             if keys[c] in pins:
                 matrices[c] = pins[keys[c]]
         if full.any():
-            _gather_full(lp, matrices, full, inputs, targets)
+            _gather_full(lp, matrices, full, windows)
         rest = np.flatnonzero(~full if live is None else ~full & live)
         if rest.shape[0]:
             chunk = lp.rng_chunk
             for i in rest.tolist():
                 m = matrices[int(chunk[i])]
                 b, s0, w, k = int(lanes[i]), int(src[i]), int(win[i]), int(cnt[i])
-                i_hi = min(w + k, t)
-                if w < i_hi:
-                    inputs[b, w:i_hi] = m.inputs[s0 : s0 + i_hi - w]
-                t_lo = max(w, 1)
-                if t_lo < w + k:
-                    targets[b, t_lo - 1 : w + k - 1] = m.targets[s0 + t_lo - w : s0 + k]
-        return inputs, targets, mask
+                windows[b, w : w + k] = m.rows[s0 : s0 + k]
+        return windows, mask
+
+
+def _tiled(rows: np.ndarray, s0: int, n: int, t: int) -> np.ndarray:
+    """The ``n`` windows of ``T + 1`` rows back to back in ``rows`` from row ``s0`` (window
+    ``b`` starts at ``s0 + b * T``; each shares its last row with the next): a view."""
+    step = rows.strides[0]
+    return np.ndarray((n, t + 1, rows.shape[1]), dtype=rows.dtype, buffer=rows,
+                      offset=s0 * step, strides=(t * step, step, rows.strides[1]))
 
 
 def _gather_full(lp: LanePlan, matrices: dict[int, ChunkMatrices], full: np.ndarray,
-                 inputs: np.ndarray, targets: np.ndarray) -> None:
+                 windows: np.ndarray) -> None:
     """Lanes whose window (and target row) lie inside one chunk: one take per chunk."""
     t = lp.seq_len
     chunk = lp.rng_chunk
@@ -168,25 +165,18 @@ def _gather_full(lp: LanePlan, matrices: dict[int, ChunkMatrices], full: np.ndar
         idx = np.flatnonzero(sel)
         if not idx.shape[0]:
             continue
-        m = matrices[c]
+        rows = matrices[c].rows
         lanes, src = lp.rng_lane[idx], lp.rng_src[idx]
         contiguous = int(lanes[-1]) - int(lanes[0]) + 1 == lanes.shape[0] and bool(
             (np.diff(lanes) == 1).all())
         n = lanes.shape[0]
-        tiled = contiguous and (n == 1 or bool((np.diff(src) == t).all()))
-        for mat, out, shift in ((m.inputs, inputs, 0), (m.targets, targets, 1)):
-            rows, width = mat.shape
-            if tiled:  # windows back to back in the chunk: one contiguous copy
-                s0 = int(src[0]) + shift
-                out[lanes[0] : lanes[0] + n] = mat[s0 : s0 + n * t].reshape(n, t, width)
-                continue
-            # every T-row window of the chunk (overlapping, no copy)
-            view = np.ndarray((rows - t + 1, t, width), dtype=mat.dtype, buffer=mat,
-                              strides=(mat.strides[0], mat.strides[0], mat.strides[1]))
-            if contiguous:
-                out[lanes[0] : lanes[-1] + 1] = view[src + shift]
-            else:
-                out[lanes] = view[src + shift]
+        if contiguous and (n == 1 or bool((np.diff(src) == t).all())):
+            # windows back to back in the chunk: one strided copy
+            windows[lanes[0] : lanes[0] + n] = _tiled(rows, int(src[0]), n, t)
+        elif contiguous:
+            windows[lanes[0] : lanes[-1] + 1] = window_views(rows, t)[src]
+        else:
+            windows[lanes] = window_views(rows, t)[src]
 
 
 def chunk_request(plan: PlanContext, storage: Storage, c: int) -> ChunkRequest:

@@ -61,12 +61,11 @@ def _expected(ds: Dataset, plan: PlanContext, layout: BlockLayout,
 def _fill(plan: PlanContext, layout: BlockLayout, *, threads: int,
           ) -> tuple[np.ndarray, np.ndarray, int, list[tuple[int, int]]]:
     storage = Storage.from_uri(plan.root_uri)
-    inputs = np.full((layout.rows, layout.c_in), 7.0, np.float32)
-    targets = np.full((layout.rows, layout.c_out), 7.0, np.float32)
+    rows = np.full((layout.rows, layout.c_in + layout.c_out), 7.0, np.float32)
     steps: list[tuple[int, int]] = []
-    read = fill_block(plan, storage, layout, inputs, targets, threads=threads,
+    read = fill_block(plan, storage, layout, rows, threads=threads,
                       progress=lambda k, b: steps.append((k, b)))
-    return inputs, targets, read, steps
+    return rows[:, :layout.c_in], rows[:, layout.c_in:], read, steps
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "mixed"])

@@ -78,6 +78,6 @@ def test_lay_out_pads_every_input_float32_cannot_hold() -> None:
     np.testing.assert_array_equal(out.targets[:5, 0], np.float32([1.5, *[np.nan] * 4]))
     assert out.targets[5, 0] == np.float32(-2.5)
     assert np.isnan(out.targets[:, 1]).all()
-    assert out.inputs.dtype == out.targets.dtype == np.float32
-    assert out.inputs.flags.c_contiguous
-    assert out.targets.flags.c_contiguous
+    assert out.rows.dtype == np.float32
+    assert out.rows.flags.c_contiguous  # one row matrix: a row's inputs, then its targets
+    np.testing.assert_array_equal(out.rows, np.concatenate([out.inputs, out.targets], axis=1))

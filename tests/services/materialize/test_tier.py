@@ -18,7 +18,8 @@ KEY = "ab" * 16
 
 
 def _fill_with(value: float, *, delay_s: float = 0.0, rows: int = 1000) -> Any:
-    def fill(inputs: np.ndarray, targets: np.ndarray) -> int:
+    def fill(rows_out: np.ndarray) -> int:
+        inputs, targets = rows_out[:, :3], rows_out[:, 3:]
         time.sleep(delay_s)
         inputs[:] = np.arange(rows * inputs.shape[1], dtype=np.float32).reshape(inputs.shape)
         targets[:] = value
@@ -87,8 +88,8 @@ def test_too_big_and_failed_builds_leave_nothing(tmp_path: Path) -> None:
     assert "--tier-bytes" in info.value.message
     assert called == []  # refused before decoding anything
 
-    def broken(inputs: np.ndarray, targets: np.ndarray) -> int:
-        inputs[:10] = 1.0
+    def broken(rows_out: np.ndarray) -> int:
+        rows_out[:10] = 1.0
         raise OSError("storage went away")
 
     with pytest.raises(OSError, match="storage went away"):
