@@ -7,8 +7,13 @@ Without CUDA it says so and exits 0.
    this process, SQLite in a temporary directory). The batches of ``plan.batches``
    (CPU, zero-copy) must equal, byte for byte, those of ``plan.loader(device="cuda")``
    in three modes: pinned + prefetch to device (side stream), pinned without
-   prefetch, and pageable memory.
-2. Overlap: in-memory batches (so the transport is not the limit) go through the
+   prefetch, and pageable memory; each over both transports: ``local`` (the host's tier:
+   full-window batches gathered straight into page-locked memory, one host copy, the
+   window block moved in one host-to-device copy; the loader counts them) and
+   ``flight`` (streamed, then copied into page-locked memory).
+2. Feed: same-host batches of 64 x 1024 into CUDA, gathered straight into page-locked
+   memory (one host copy) against copied into it after being built (two), side by side.
+3. Overlap: in-memory batches (so the transport is not the limit) go through the
    loader while the consumer runs a fixed GPU workload per batch. With prefetch the
    host-to-device copies run on a side stream while the previous batch computes;
    without it they run in line. The script prints a per-batch timeline (copy and
@@ -24,6 +29,8 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,56 +69,112 @@ def _equal(a: Any, b: Any) -> bool:
     )
 
 
-def check_equality(*, quick: bool) -> bool:
-    """Stream a small plan on the CPU and on CUDA in three loader modes; compare."""
-    ok = True
+@contextmanager
+def _deployment(rows_per_cycle: int, *, cells: int, cycles: int) -> Iterator[Any]:
+    """A catalog and a Flight server (tier on) in this process over synthetic data: the
+    dataset version, registered."""
     with tempfile.TemporaryDirectory(prefix="wp-gpu-") as tmp:
         root = Path(tmp)
-        synth = write_synthetic_dataset(
-            root / "data", cells=2 if quick else 4, cycles=3 if quick else 6,
-            rows_per_cycle=600 if quick else 3000, seed=0,
-        )
+        synth = write_synthetic_dataset(root / "data", cells=cells, cycles=cycles,
+                                        rows_per_cycle=rows_per_cycle, seed=0)
         settings = Settings(data_dir=root / "state", flight_host="127.0.0.1",
                             database_url=f"sqlite:///{root / 'c.db'}", log_level="WARNING",
                             allowed_roots=(str(synth.path.resolve()),))
         flight = start_flight_server(settings, port=0)
         catalog = start_catalog_server(settings, port=0)
+        cat = Catalog(catalog.url, flight_locations=[flight.location])
         try:
-            cat = Catalog(catalog.url, flight_locations=[flight.location])
-            ver = cat.register("gpu", root=synth.path.resolve().as_uri(),
+            yield cat.register("gpu", root=synth.path.resolve().as_uri(),
                                manifest="manifest.parquet")
-            plan = ver.split(ValidationConfig.sample(0.2)).plan(LoaderConfig(
-                default_window=WindowConfig(batch_size=16, seq_len=128),
-                inputs={"cycling": ("current_a", "temperature_c"),
-                        "hppc": ("current_a", "voltage_v")},
-                targets={"cycling": ("voltage_v",), "hppc": ("voltage_v",)},
-                scaling=(ScalingSpec(column="current_a", input_min=-10, input_max=10),),
-                strategy="shuffled", stateful_n_windows=2,
-            ))
-            cpu = list(plan.batches(epoch=1))
-            modes: dict[str, dict[str, Any]] = {
-                "pinned+prefetch": {"pin_memory": True, "prefetch_to_device": True},
-                "pinned, no prefetch": {"pin_memory": True, "prefetch_to_device": False},
-                "pageable": {"pin_memory": False, "prefetch_to_device": False},
-            }
+        finally:
+            cat.close()
+            catalog.stop(grace_s=5)
+            flight.stop(grace_s=5)
+
+
+def check_equality(*, quick: bool) -> bool:
+    """Stream a small plan on the CPU and on CUDA in three loader modes; compare."""
+    ok = True
+    with _deployment(600 if quick else 3000, cells=2 if quick else 4,
+                     cycles=3 if quick else 6) as ver:
+        plan = ver.split(ValidationConfig.sample(0.2)).plan(LoaderConfig(
+            default_window=WindowConfig(batch_size=16, seq_len=128, drop_incomplete=True),
+            inputs={"cycling": ("current_a", "temperature_c"),
+                    "hppc": ("current_a", "voltage_v")},
+            targets={"cycling": ("voltage_v",), "hppc": ("voltage_v",)},
+            scaling=(ScalingSpec(column="current_a", input_min=-10, input_max=10),),
+            strategy="shuffled", stateful_n_windows=2,
+        ))
+        cpu = list(plan.batches(epoch=1, transport="flight"))
+        modes: dict[str, dict[str, Any]] = {
+            "pinned+prefetch": {"pin_memory": True, "prefetch_to_device": True},
+            "pinned, no prefetch": {"pin_memory": True, "prefetch_to_device": False},
+            "pageable": {"pin_memory": False, "prefetch_to_device": False},
+        }
+        for transport in ("local", "flight"):
             for name, opts in modes.items():
-                loader = plan.loader(device="cuda", epoch=1, **opts)
+                loader = plan.loader(device="cuda", epoch=1, transport=transport, **opts)
                 got = list(loader)
                 same = len(got) == len(cpu) and all(
                     g.device.type == "cuda" and _equal(g, c)
                     for g, c in zip(got, cpu, strict=False)
                 )
+                stats = loader.stats
+                gathers = stats.pinned_gathers if stats else 0
+                if transport == "local" and opts["pin_memory"]:
+                    same &= gathers > 0  # the one-copy path ran
+                if transport == "flight":
+                    same &= gathers == 0
                 ok &= same
                 peak = loader.pool.peak if loader.pool is not None else 0
-                print(f"equality [{name:20s}] {len(got)} batches: "
+                print(f"equality [{transport:6s} {name:20s}] {len(got)} batches: "
                       f"{'EQUAL to the CPU path' if same else 'DIFFERENT'}; "
-                      f"pinned peak {peak / 2**20:.1f} MiB; "
-                      f"{loader.stats.verdict if loader.stats else 'no stats'}")
-            cat.close()
-        finally:
-            catalog.stop(grace_s=5)
-            flight.stop(grace_s=5)
+                      f"pinned peak {peak / 2**20:.1f} MiB, {gathers} gathered into "
+                      f"page-locked memory, {stats.pinned_copies if stats else 0} copied; "
+                      f"{stats.verdict if stats else 'no stats'}")
     return ok
+
+
+def check_feed(*, quick: bool) -> bool:
+    """Same-host batches into CUDA with the gather into page-locked memory (one host copy)
+    against the same loader copying each built batch into page-locked memory (two host
+    copies): batches/s of each, side by side, and equal batches."""
+    with _deployment(20_000 if quick else 100_000, cells=4, cycles=4) as ver:
+        plan = ver.split(ValidationConfig.sample(0.2)).plan(LoaderConfig(
+            default_window=WindowConfig(batch_size=64, seq_len=1024, drop_incomplete=True),
+            inputs={"cycling": ("current_a", "temperature_c", "soc_pct")},
+            targets={"cycling": ("voltage_v",)}, strategy="shuffled",
+        ))
+        source = plan._source(transport="local")
+        rates: dict[str, float] = {}
+        sums: dict[str, float] = {}
+        for _ in range(2):
+            for name, one_copy in (("one host copy", True), ("two host copies", False)):
+                def gather(memory: Any) -> Any:
+                    return source.batches(epoch=0, rank=0, world_size=1, start_batch=0,
+                                          memory=memory)
+                loader = DeviceLoader(
+                    lambda: source.batches(epoch=0, rank=0, world_size=1, start_batch=0),
+                    device="cuda", pin_memory=True, prefetch_to_device=True,
+                    gather_source=gather if one_copy else None)
+                t0 = time.perf_counter()
+                total = 0.0
+                n = 0
+                for batch in loader:
+                    total += float(batch.inputs[:, :8].sum())
+                    n += 1
+                torch.cuda.synchronize()
+                rates[name] = n / (time.perf_counter() - t0)
+                sums[name] = total
+                stats = loader.stats
+                print(f"feed [{name:16s}] {n} batches, {rates[name]:.0f} batches/s; "
+                      f"{stats.pinned_gathers if stats else 0} gathered, "
+                      f"{stats.pinned_copies if stats else 0} copied into page-locked memory")
+    same = sums["one host copy"] == sums["two host copies"]
+    ratio = rates["one host copy"] / rates["two host copies"]
+    print(f"feed: one host copy / two host copies = {ratio:.2f}x; batches "
+          f"{'EQUAL' if same else 'DIFFERENT'}")
+    return same
 
 
 def _synthetic_batches(n: int, b: int, t: int, c: int) -> list[Any]:
@@ -210,10 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         return _no_cuda()
     print(f"gpu_check on {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
     ok_equal = check_equality(quick=args.quick)
+    ok_feed = check_feed(quick=args.quick)
     ok_overlap = check_overlap(quick=args.quick)
     print(f"gpu_check: equality {'OK' if ok_equal else 'FAILED'}, "
-          f"overlap {'OK' if ok_overlap else 'FAILED'}")
-    return 0 if ok_equal and ok_overlap else 1
+          f"feed {'OK' if ok_feed else 'FAILED'}, overlap {'OK' if ok_overlap else 'FAILED'}")
+    return 0 if ok_equal and ok_feed and ok_overlap else 1
 
 
 if __name__ == "__main__":

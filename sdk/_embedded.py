@@ -30,6 +30,7 @@ from sdk._html import bar_disabled, progress_bar
 from sdk._warm import WarmResult
 from services.contract.errors import WindpipeError as ContractError
 from services.contract.wire import BatchMetadata, batch_schema
+from services.materialize.batch_memory import BatchMemory
 from services.materialize.blocks import block_layouts, block_request
 from services.materialize.builder import BatchBuilder, BuiltBatch
 from services.materialize.cache import ChunkCache
@@ -84,10 +85,12 @@ class InProcessReader:
     plan: PlanContext
     readers: InProcessReaders
 
-    def records(self, *, epoch: int, rank: int, world_size: int,
-                start_batch: int) -> Iterator[tuple[BuiltBatch, BatchMetadata]]:
+    def records(self, *, epoch: int, rank: int, world_size: int, start_batch: int,
+                memory: BatchMemory | None = None,
+                ) -> Iterator[tuple[BuiltBatch, BatchMetadata]]:
         """One rank's pass from ``start_batch`` on, before Arrow (what a Flight server
-        streams, byte for byte)."""
+        streams, byte for byte). ``memory`` is not used: these batches come from the
+        general builder, and a GPU feed pins them after (``sdk._loader``)."""
         plan = self.plan
         schedule = plan.schedule(epoch)
         batches = rank_batches(schedule, rank=rank, world_size=world_size,

@@ -6,9 +6,12 @@ How a batch reaches the GPU (CUDA, ``pin_memory`` and ``prefetch_to_device`` on)
    CPU tensors over the Arrow buffers);
 2. it copies the tensors into a page-locked buffer from a bounded pool (total
    page-locked bytes never exceed ``pinned_bytes_cap``; when the pool is full the
-   reader waits for a buffer to come back);
+   reader waits for a buffer to come back). A batch built in this process (the
+   same-host path, ``gather_source``) is instead gathered straight into that buffer
+   (``sdk._pinned``): its one host copy;
 3. it issues non-blocking host-to-device copies on a side CUDA stream and records
-   an event after them;
+   an event after them: one for a batch's window block (``inputs`` and ``targets``
+   are views of it on the device), one each for its mask and ``has_channel``;
 4. the consumer's stream waits on that event before the batch is handed out, so the
    copy overlaps the consumer's compute of earlier batches;
 5. a buffer returns to the pool only after its copy's event has completed.
@@ -32,8 +35,10 @@ from sdk._aligned import AlignedBatch
 from sdk._batch import Batch
 from sdk._exceptions import InvalidConfig, ResourceExhausted
 from sdk._html import progress_bar
+from sdk._pinned import PinnedBatchMemory
 from sdk._stats import LoaderStats
 from sdk._torch_import import PIN_MEMORY_NEEDS_CUDA, torch
+from services.materialize.batch_memory import BatchMemory
 
 __all__ = ["DeviceLoader", "PinnedPool", "resolve_device"]
 
@@ -162,6 +167,9 @@ class DeviceLoader:
     the pass's batch count (``total``, else ``length()``, e.g. ``Plan.pass_length``), and
     a progress bar shown (``progress``) gets it as its total, so it has an ETA.
     ``pinned_bytes_cap`` (None: 512 MiB) bounds the page-locked buffers.
+    ``gather_source(memory)``: the same batches as ``source()``, those it builds in this
+    process written into ``memory`` (``sdk._pinned``); with page-locked buffers on, the
+    loader reads it instead, so such a batch costs one host copy, not two.
     ``timeline=True`` records a timing event pair around every host-to-device copy
     (``copy_events``; see ``bench/gpu_check.py``).
     """
@@ -182,6 +190,7 @@ class DeviceLoader:
         length: Callable[[], int] | None = None,
         desc: str = "batches",
         timeline: bool = False,
+        gather_source: Callable[[BatchMemory], Iterator[AnyBatch]] | None = None,
     ) -> None:
         if prefetch_factor < 1:
             msg = f"prefetch_factor must be >= 1, got {prefetch_factor}"
@@ -199,6 +208,7 @@ class DeviceLoader:
         self.pinned_bytes_cap = (_DEFAULT_PINNED_CAP if pinned_bytes_cap is None
                                  else pinned_bytes_cap)
         self._source = source
+        self._gather_source = gather_source
         self._failovers = failovers
         self._progress = progress
         self._total = total
@@ -249,8 +259,14 @@ class DeviceLoader:
                 return True
             return False
 
+        memory = None
+        gather_source = self._gather_source
+        if self.pool is not None and gather_source is not None:
+            memory = PinnedBatchMemory(lambda n: self._take(n, pool_lock, stop))
+
         def reader() -> None:
-            it = self._source()
+            it = (self._source() if memory is None or gather_source is None
+                  else gather_source(memory))
             try:
                 while not stop.is_set():
                     t0 = time.perf_counter()
@@ -260,7 +276,12 @@ class DeviceLoader:
                         break
                     stats.server_wait_s += time.perf_counter() - t0
                     item = _Item(batch=batch)
-                    if self.pool is not None:
+                    gathered = None if memory is None else memory.taken()
+                    if gathered is not None:  # built into a pinned buffer: no second copy
+                        item.buf = gathered
+                        stats.pinned_gathers += 1
+                    elif self.pool is not None:
+                        stats.pinned_copies += 1
                         buf = self._take(_pinned_nbytes(batch), pool_lock, stop)
                         if buf is None:
                             return

@@ -38,6 +38,7 @@ from sdk._warm import warm_plan
 from services.contract.configs import TRANSPORTS
 from services.contract.errors import WindpipeError as ContractError
 from services.contract.wire import ACTION_TIER_INFO, BatchMetadata, batch_schema
+from services.materialize.batch_memory import BatchMemory
 from services.materialize.blocks import block_key, block_layouts, block_request
 from services.materialize.builder import BatchBuilder, BuiltBatch
 from services.materialize.cache import ChunkCache
@@ -128,12 +129,14 @@ class LocalReader:
                                                    tier=self.tier)]):
                 pass
 
-    def records(self, *, epoch: int, rank: int, world_size: int,
-                start_batch: int) -> Iterator[tuple[BuiltBatch, BatchMetadata]]:
+    def records(self, *, epoch: int, rank: int, world_size: int, start_batch: int,
+                memory: BatchMemory | None = None,
+                ) -> Iterator[tuple[BuiltBatch, BatchMetadata]]:
         """One rank's pass from ``start_batch`` on: the batches the Flight server would
         stream, before Arrow (:func:`sdk.batch_from_arrays` makes them ``Batch``es).
 
-        Full-window batches come from the pass's kept window path; from the first batch
+        Full-window batches come from the pass's kept window path (written into
+        ``memory`` when given: a GPU feed's page-locked buffer); from the first batch
         that is not one (padding, a short stream, aligned parts), the rest of the pass is
         built by a :class:`BatchPipeline` of its own (a builder per pipeline, as the
         Flight server has one per stream), which is byte for byte the same.
@@ -150,14 +153,14 @@ class LocalReader:
         i = start
         if windows is not None:
             while i < end:
-                built = windows.build(i)
+                built = windows.build(i, memory=memory)
                 if built is None:
                     break
                 yield built, built.meta
                 i += 1
         if i < end:
             pipeline = BatchPipeline(self._builder(), p.schedule, p.batches, start=i, end=end,
-                                     readahead_batches=0)
+                                     readahead_batches=0, windows=windows, memory=memory)
             for _, built in pipeline:
                 yield built, built.meta
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from sdk._sources import BatchSource
     from sdk._state import ClientState
     from sdk._torch import WindpipeIterableDataset
+    from services.materialize.batch_memory import BatchMemory
 
 __all__ = ["Plan"]
 
@@ -162,9 +163,14 @@ class Plan(PassLengthMixin):
         source = self._source(transport=transport, data_access=data_access, epoch=epoch,
                               progress=progress)
         c = self.config
+        def gather_source(memory: BatchMemory) -> Iterator[Batch | AlignedBatch]:
+            return source.batches(epoch=epoch, rank=rank, world_size=world_size,
+                                  start_batch=start_batch, memory=memory)
+
         return DeviceLoader(
             lambda: source.batches(epoch=epoch, rank=rank, world_size=world_size,
                                    start_batch=start_batch),
+            gather_source=gather_source,
             device=device or c.device,
             prefetch_factor=prefetch_factor or c.prefetch_factor,
             pin_memory=c.pin_memory if pin_memory is None else pin_memory,

@@ -27,6 +27,7 @@ from sdk._batch import Batch, batch_from_arrays, batch_from_arrow
 from sdk._exceptions import as_sdk_error
 from services.contract.errors import WindpipeError as ContractError
 from services.contract.wire import BatchMetadata, FlightCommand
+from services.materialize.batch_memory import BatchMemory
 from services.materialize.builder import BuiltBatch
 
 if TYPE_CHECKING:
@@ -41,9 +42,11 @@ class PassReader(Protocol):
     """What builds a plan's passes in this process (``sdk._local.LocalReader``,
     ``sdk._embedded.InProcessReader``)."""
 
-    def records(self, *, epoch: int, rank: int, world_size: int,
-                start_batch: int) -> Iterator[tuple[BuiltBatch, BatchMetadata]]:
-        """One rank's pass from ``start_batch`` on."""
+    def records(self, *, epoch: int, rank: int, world_size: int, start_batch: int,
+                memory: BatchMemory | None = None,
+                ) -> Iterator[tuple[BuiltBatch, BatchMetadata]]:
+        """One rank's pass from ``start_batch`` on (its full-window batches written into
+        ``memory`` where the reader builds them so; a GPU feed's pinned buffer)."""
         ...
 
 
@@ -66,31 +69,33 @@ class BatchSource(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.plan_id!r})"
 
-    def records(self, *, epoch: int, rank: int, world_size: int,
-                start_batch: int) -> Iterator[Record]:
+    def records(self, *, epoch: int, rank: int, world_size: int, start_batch: int,
+                memory: BatchMemory | None = None) -> Iterator[Record]:
         """One rank's pass from ``start_batch`` on, as (record, metadata) pairs; the
-        arguments are checked here (``InvalidRequest``), before anything is read."""
+        arguments are checked here (``InvalidRequest``), before anything is read.
+        ``memory``: where a batch built in this process may be written (ignored by
+        sources that receive their batches)."""
         try:
             command = FlightCommand(plan_id=self.plan_id, epoch=epoch, rank=rank,
                                     world_size=world_size, start_batch=start_batch)
         except ContractError as exc:
             raise as_sdk_error(exc) from None
-        return self._records(command)
+        return self._records(command, memory)
 
     @abstractmethod
-    def _records(self, command: FlightCommand) -> Iterator[Record]:
+    def _records(self, command: FlightCommand, memory: BatchMemory | None) -> Iterator[Record]:
         """The pass ``command`` names."""
 
     def batches(
         self, *, epoch: int, rank: int, world_size: int, start_batch: int, worker: int = 0,
-        num_workers: int = 1,
+        num_workers: int = 1, memory: BatchMemory | None = None,
     ) -> Iterator[Batch | AlignedBatch]:
         """One rank's pass as batches, from ``start_batch`` on; ``worker`` of
         ``num_workers`` (DataLoader workers) takes the batches with
         ``(batch_idx - start_batch) % num_workers == worker``. Nothing is read before
-        the first batch is asked for."""
+        the first batch is asked for. ``memory``: as :meth:`records`."""
         records = self.records(epoch=epoch, rank=rank, world_size=world_size,
-                               start_batch=start_batch)
+                               start_batch=start_batch, memory=memory)
         if num_workers != 1:
             records = (r for r in records
                        if (r[1].batch_idx - start_batch) % num_workers == worker)
@@ -110,7 +115,7 @@ class FlightSource(BatchSource):
         super().__init__(plan_id)
         self._stream = stream
 
-    def _records(self, command: FlightCommand) -> Iterator[Record]:
+    def _records(self, command: FlightCommand, memory: BatchMemory | None) -> Iterator[Record]:
         return self._stream().batches(command)
 
     def failovers(self) -> Callable[[], int]:
@@ -132,8 +137,8 @@ class LocalSource(BatchSource):
         self.reader = reader
         self._check_live = check_live
 
-    def _records(self, command: FlightCommand) -> Iterator[Record]:
+    def _records(self, command: FlightCommand, memory: BatchMemory | None) -> Iterator[Record]:
         self._check_live(command.plan_id)
         return self.reader.records(epoch=command.epoch, rank=command.rank,
                                    world_size=command.world_size,
-                                   start_batch=command.start_batch)
+                                   start_batch=command.start_batch, memory=memory)

@@ -36,6 +36,8 @@ class LoaderStats:
     consumer_s: float = 0.0
     h2d_s: float = 0.0
     failovers: int = 0
+    pinned_gathers: int = 0
+    pinned_copies: int = 0
     device: str = "cpu"
     timeline: list[tuple[float, float, int]] = field(default_factory=list, repr=False)
 
@@ -79,6 +81,10 @@ class LoaderStats:
         )
 
     def _rows(self) -> list[tuple[str, object]]:
+        pinned: list[tuple[str, object]] = []
+        if self.pinned_gathers or self.pinned_copies:
+            pinned = [("page-locked", f"{self.pinned_gathers} gathered into it, "
+                                      f"{self.pinned_copies} copied into it")]
         return [
             ("device", self.device),
             ("batches", f"{self.batches} ({self.batches_per_s:.1f}/s)"),
@@ -89,6 +95,7 @@ class LoaderStats:
             ("consumer waiting for data", f"{self.consumer_wait_s:.3f} s"),
             ("in the consumer", f"{self.consumer_s:.3f} s"),
             ("failovers", self.failovers),
+            *pinned,
             ("verdict", self.verdict),
         ]
 

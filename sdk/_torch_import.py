@@ -12,6 +12,7 @@ torch's and so need torch to be defined at all.
 from __future__ import annotations
 
 import importlib
+import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,9 @@ class TorchMissing(ModuleNotFoundError):  # noqa: N818 - an ImportError, named a
 
 def require_torch() -> ModuleType:
     """The torch module, or :class:`TorchMissing` saying how to install it."""
+    loaded = sys.modules.get("torch")
+    if loaded is not None:  # imported already: every pass asks (importlib costs ~10 us)
+        return loaded
     try:
         return importlib.import_module("torch")
     except ImportError as exc:

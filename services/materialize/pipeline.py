@@ -15,9 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from services.materialize.batch_memory import BatchMemory
 from services.materialize.builder import BLOCK_BATCHES, BatchBuilder, BuiltBatch
 from services.materialize.cache import ChunkRequest
 from services.materialize.lanes import LanePlan
+from services.materialize.windows import WindowPass
 from services.planning.schedule import Schedule
 
 __all__ = ["BatchPipeline"]
@@ -47,7 +49,8 @@ class BatchPipeline:
     decoded while the one before it is served instead of at its first batch (two
     blocks fit the cache when ``shuffle_block_bytes`` is at most half of it; what does
     not fit is skipped and asked for again at the next batch). An in-process reader's
-    batches of full windows take the window path (``BatchBuilder.window_pass``) instead.
+    batches of full windows take the window path (``BatchBuilder.window_pass``, or the
+    pass's ``windows`` its reader keeps) instead, written into ``memory`` when given.
     With ``build_ahead_bytes > 0`` a second thread builds batches ahead, up to that
     many bytes of built batches (at least one), so building the next batch overlaps
     sending this one (numpy and Arrow release the GIL). A build error is raised at
@@ -58,8 +61,11 @@ class BatchPipeline:
 
     def __init__(self, builder: BatchBuilder, schedule: Schedule, batches: np.ndarray, *,
                  start: int, end: int, readahead_batches: int = 2,
-                 build_ahead_bytes: int = 0) -> None:
+                 build_ahead_bytes: int = 0, windows: WindowPass | None = None,
+                 memory: BatchMemory | None = None) -> None:
         self._builder = builder
+        self._windows = windows
+        self._memory = memory
         self._schedule = schedule
         self._batches = batches
         self._range = (start, end)
@@ -121,10 +127,10 @@ class BatchPipeline:
         builder, schedule, batches = self._builder, self._schedule, self._batches
         start, end = self._range
         plans: dict[int, LanePlan] = {}
-        windows = builder.window_pass(schedule, batches, start=start, end=end)
+        windows = self._windows or builder.window_pass(schedule, batches, start=start, end=end)
         prepared = -1
         for i in range(start, end):
-            fast = None if windows is None else windows.build(i)
+            fast = None if windows is None else windows.build(i, memory=self._memory)
             if fast is not None:  # full windows of one protocol: one copy, no lane plan
                 plans.pop(i, None)
                 yield i, fast

@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from services.contract.wire import BatchMetadata
 from services.materialize.assembler import BuiltBatch
+from services.materialize.batch_memory import BatchMemory
 from services.materialize.blocks import BlockLayout
 from services.materialize.lanes import block_lanes
 from services.materialize.plan import PlanContext
@@ -100,8 +101,9 @@ class WindowPass:
         self._shapes: dict[tuple[int, int], _Shape | None] = {}
         self._seg = _Segment.empty(start)
 
-    def build(self, i: int) -> BuiltBatch | None:
-        """Pass position ``i`` as a built batch, or None when the general builder must."""
+    def build(self, i: int, *, memory: BatchMemory | None = None) -> BuiltBatch | None:
+        """Pass position ``i`` as a built batch, or None when the general builder must;
+        its arrays new ones, or written into ``memory`` (a GPU feed's page-locked buffer)."""
         if self._aligned:
             return None
         seg = self._seg
@@ -115,10 +117,19 @@ class WindowPass:
         lo, hi = seg.ptr[k], seg.ptr[k + 1]
         rows = seg.rows[lo:hi]
         t = shape.seq_len
-        mask = np.empty((hi - lo, t), dtype=np.uint8)
+        channels = seg.channels[shape.code][lo:hi]
+        if memory is None:
+            windows = shape.windows[rows]
+            mask = np.empty((hi - lo, t), dtype=np.uint8)
+            has_channel = channels.copy()
+        else:
+            windows = memory.gather(shape.windows, rows)
+            mask = memory.empty((hi - lo, t), np.uint8)
+            has_channel = memory.empty(channels.shape, np.uint8)
+            np.copyto(has_channel, channels)
         mask.fill(1)  # fresh per batch: a shared one would carry one batch's edits to the next
         return BuiltBatch(
-            shape.windows[rows], mask, seg.channels[shape.code][lo:hi].copy(),
+            windows, mask, has_channel,
             functools.partial(self._lane_provenance, seg, lo, hi, t), 0,
             BatchMetadata(i, seg.g[k], *shape.fields, *seg.stateful[k]),
         )
