@@ -67,7 +67,7 @@ class _Pass:
 
     schedule: Schedule
     batches: np.ndarray
-    windows: WindowPass | None
+    windows: WindowPass
 
 
 def _pass_bytes(p: _Pass) -> int:
@@ -139,7 +139,8 @@ class LocalReader:
         ``memory`` when given: a GPU feed's page-locked buffer); from the first batch
         that is not one (padding, a short stream, aligned parts), the rest of the pass is
         built by a :class:`BatchPipeline` of its own (a builder per pipeline, as the
-        Flight server has one per stream), which is byte for byte the same.
+        Flight server has one per stream; its full-window batches still from the kept
+        window path), which is byte for byte the same.
         """
         p = self._passes.get((epoch, rank, world_size),
                              lambda: self._new_pass(epoch, rank, world_size))
@@ -151,13 +152,12 @@ class LocalReader:
         end = int(p.batches.shape[0])
         windows = p.windows
         i = start
-        if windows is not None:
-            while i < end:
-                built = windows.build(i, memory=memory)
-                if built is None:
-                    break
-                yield built, built.meta
-                i += 1
+        while i < end:
+            built = windows.build(i, memory=memory)
+            if built is None:
+                break
+            yield built, built.meta
+            i += 1
         if i < end:
             pipeline = BatchPipeline(self._builder(), p.schedule, p.batches, start=i, end=end,
                                      readahead_batches=0, windows=windows, memory=memory)

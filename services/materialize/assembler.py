@@ -118,6 +118,21 @@ class BatchAssembler:
         for k, g in enumerate(gs.tolist()):
             self._prov[g] = (prov, int(ptr[k]), int(counts[k]), nbytes * int(counts[k]) // lanes)
 
+    def prepared(self, schedule: Schedule, batches: np.ndarray,
+                 i: int) -> tuple[pa.RecordBatch, int]:
+        """The provenance columns of pass position ``i`` and their bytes (a share of their
+        block's), from the block of :data:`BLOCK_BATCHES` positions aligned on the pass
+        that holds it (prepared now if it was not), as :meth:`assemble` takes them: a
+        batch has the same bytes whichever path builds it, and in a resumed stream."""
+        g = int(batches[i])
+        cached = self._prov.pop(g, None)
+        if cached is None:
+            k0 = i - i % BLOCK_BATCHES
+            self.prepare(schedule, batches[k0 : k0 + BLOCK_BATCHES])
+            cached = self._prov.pop(g)
+        block, row, count, nbytes = cached
+        return (block.slice(row, count) if count != block.num_rows else block), nbytes
+
     def assemble(self, schedule: Schedule, lp: LanePlan, lanes: LaneArrays, *,
                  batch_idx: int) -> BuiltBatch:
         """Batch ``lp.global_batch`` (``batch_idx`` in the pass) from its read lanes."""

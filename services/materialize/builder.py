@@ -23,12 +23,15 @@ in-process reader; :meth:`BatchBuilder.record_batch` wraps the arrays for the wi
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyarrow as pa
 
 from services.contract.errors import ErrorType, WindpipeError
 from services.contract.wire import BatchMetadata
 from services.materialize.assembler import BLOCK_BATCHES, BatchAssembler, BuiltBatch
+from services.materialize.blocks import block_key
 from services.materialize.cache import ChunkCache, ChunkRequest
 from services.materialize.lanes import LanePlan, lane_plans
 from services.materialize.plan import PlanContext
@@ -147,16 +150,27 @@ class BatchBuilder:
         return self._assembler.record_batch(built)
 
     def window_pass(self, schedule: Schedule, batches: np.ndarray, *, start: int,
-                    end: int) -> WindowPass | None:
+                    end: int) -> WindowPass:
         """The window path of the pass positions ``start..end`` (:mod:`.windows`: full
-        windows of one protocol, one copy each), for a builder whose provenance is lazy
-        (an in-process reader); None for the others: the Flight server's batches take
-        their provenance from blocks prepared ahead (:meth:`prepare`)."""
-        if not self._assembler.lazy_provenance:
-            return None
-        return WindowPass(self.plan, self.tables, self._blocks.layouts, schedule, batches,
-                          start=start, end=end, block=self._block,
-                          provenance=self._assembler.lane_provenance)
+        windows of one protocol whose block is loaded, one copy each, no lane plan and no
+        read-ahead). With lazy provenance (an in-process reader) a batch's provenance is
+        computed when read; else (the Flight server, which sends it) it is taken from
+        blocks prepared ahead, as the general path takes it (:meth:`prepare`). Without a
+        tier a block is read only while its cache holds it (an evicted one is loaded again
+        by the general path, within the budget)."""
+        layouts = self._blocks.layouts
+        assembler = self._assembler
+        cache = self.cache
+
+        def held(code: int) -> bool:
+            return cache.contains(block_key(layouts[code]))
+
+        return WindowPass(
+            self.plan, self.tables, layouts, schedule, batches, start=start, end=end,
+            block=self._block, provenance=assembler.lane_provenance,
+            prepared=None if assembler.lazy_provenance else functools.partial(
+                assembler.prepared, schedule, batches),
+            held=None if self.tier is not None else held)
 
     # -- read paths -------------------------------------------------------------------
 

@@ -130,7 +130,7 @@ class BatchPipeline:
         windows = self._windows or builder.window_pass(schedule, batches, start=start, end=end)
         prepared = -1
         for i in range(start, end):
-            fast = None if windows is None else windows.build(i, memory=self._memory)
+            fast = windows.build(i, memory=self._memory)
             if fast is not None:  # full windows of one protocol: one copy, no lane plan
                 plans.pop(i, None)
                 yield i, fast

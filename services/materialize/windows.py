@@ -46,13 +46,18 @@ from services.materialize.plan_tables import PlanTables
 from services.materialize.tier import Block
 from services.planning.schedule import Schedule
 
-__all__ = ["SEGMENT_BATCHES", "Provenance", "WindowPass"]
+__all__ = ["SEGMENT_BATCHES", "Prepared", "Provenance", "WindowPass"]
 
 _I64 = np.int64
 SEGMENT_BATCHES = 256  # batches whose lane tables are computed together
 # (lane_stream, offsets, lane_protocol, seq_len per lane, lane_key) -> the provenance columns
 Provenance = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"],
                       pa.RecordBatch]
+Prepared = Callable[[int], tuple[pa.RecordBatch, int]]  # position -> its columns, their bytes
+
+
+def _given(value: pa.RecordBatch) -> pa.RecordBatch:
+    return value
 # BatchMetadata's fields after global_batch: split, seq_len, c_in, c_out, input columns,
 # target columns, channels; then stateful group, step, steps (None: not stateful)
 _Fields = tuple[str, int, int, int, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
@@ -76,8 +81,13 @@ class WindowPass:
 
     ``batches`` maps pass positions to global batches of ``schedule``; ``block`` gives
     the loaded block of a protocol code (None: not available here, the general
-    builder then reads the batch); ``provenance`` computes a batch's provenance columns
-    (the assembler's, so both paths agree). The lane tables are computed for
+    builder then reads the batch); ``held(code)``, when given, says whether that block is
+    still in its cache (a block held in memory that the cache evicted is not read
+    further: the general builder loads it again, within the budget); ``provenance``
+    computes a batch's provenance columns (the assembler's, so both paths agree), when
+    ``Batch.state`` is first read; ``prepared(i)``, when given (the Flight server, which
+    sends them), gives position ``i``'s columns and their bytes at once, from the blocks
+    of batches the assembler prepares ahead. The lane tables are computed for
     :data:`SEGMENT_BATCHES` batches at a time, so a long pass holds no second copy of
     its schedule. A pass may be built again from the same object (an in-process reader
     keeps one per epoch and rank): it keeps its block views and its latest segment.
@@ -85,7 +95,9 @@ class WindowPass:
 
     def __init__(self, plan: PlanContext, tables: PlanTables, layouts: tuple[BlockLayout, ...],
                  schedule: Schedule, batches: np.ndarray, *, start: int, end: int,
-                 block: Callable[[int], Block | None], provenance: Provenance) -> None:
+                 block: Callable[[int], Block | None], provenance: Provenance,
+                 prepared: Prepared | None = None,
+                 held: Callable[[int], bool] | None = None) -> None:
         self._plan = plan
         self._n_rows = tables.n_rows
         self._row0 = (np.stack([x.row0 for x in layouts]) if layouts
@@ -95,6 +107,8 @@ class WindowPass:
         self._end = end
         self._block = block
         self._provenance = provenance
+        self._prepared = prepared
+        self._held = held
         self._aligned = schedule.parts > 1  # parts carry per-part metadata: general builder
         # one has_channel row per protocol when no stream lacks a column (else per lane)
         self._same_channels = len(plan.variants) == len(plan.specs)
@@ -112,7 +126,7 @@ class WindowPass:
             seg = self._seg = self._segment(i)
             k = 0
         shape = seg.shape[k]
-        if shape is None:
+        if shape is None or (self._held is not None and not self._held(shape.code)):
             return None
         lo, hi = seg.ptr[k], seg.ptr[k + 1]
         rows = seg.rows[lo:hi]
@@ -128,9 +142,15 @@ class WindowPass:
             has_channel = memory.empty(channels.shape, np.uint8)
             np.copyto(has_channel, channels)
         mask.fill(1)  # fresh per batch: a shared one would carry one batch's edits to the next
+        if self._prepared is None:
+            provenance: Callable[[], pa.RecordBatch] = functools.partial(
+                self._lane_provenance, seg, lo, hi, t)
+            nbytes = 0
+        else:
+            prov, nbytes = self._prepared(i)
+            provenance = functools.partial(_given, prov)
         return BuiltBatch(
-            windows, mask, has_channel,
-            functools.partial(self._lane_provenance, seg, lo, hi, t), 0,
+            windows, mask, has_channel, provenance, nbytes,
             BatchMetadata(i, seg.g[k], *shape.fields, *seg.stateful[k]),
         )
 

@@ -6,17 +6,20 @@ from __future__ import annotations
 import itertools
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from services.contract.configs import LoaderConfig, WindowConfig
 from services.contract.wire import batch_schema
+from services.materialize.blocks import block_layouts
 from services.materialize.builder import BatchBuilder, BuiltBatch
 from services.materialize.cache import ChunkCache
 from services.materialize.pipeline import BatchPipeline
 from services.materialize.plan import PlanContext
 from services.materialize.tier import Tier
+from services.materialize.windows import WindowPass
 from services.planning.ranks import rank_batches
 from services.storage.store import Storage
 from tests.flight_server.helpers import Dataset, StreamSpec, write_dataset
@@ -78,8 +81,11 @@ def test_a_pass_is_the_same_with_and_without_the_window_path(dataset: Dataset,
     end = int(batches.shape[0])
 
     class _General(BatchBuilder):
-        def window_pass(self, *_a: object, **_kw: object) -> None:
-            return None
+        def window_pass(self, schedule: Any, batches: Any, *, start: int,
+                        end: int) -> WindowPass:
+            return WindowPass(self.plan, self.tables, block_layouts(self.plan), schedule,
+                              batches, start=start, end=end, block=lambda _code: None,
+                              provenance=self._assembler.lane_provenance)  # no block: general
 
     plain = _General(plan, Storage.from_uri(plan.root_uri), ChunkCache(64 << 20),
                      batch_schema(plan_id=name, version_id="v-test"), blocks="always",
