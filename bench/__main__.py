@@ -29,7 +29,7 @@ CONTENDERS = (
     "windpipe_local", "numpy_strided", "numpy_memmap", "windpipe_flight_warm",
     "windpipe_flight_cold", "windpipe_full_in_mem", "windpipe_flight_warm_sequential",
     "windowed_parquet", "rowgroup_parquet", "full_in_mem_torch", "torch_dataloader",
-    "flight_ceiling", "memcpy_ceiling",
+    "flight_ceiling", "flight_ceiling_hot", "memcpy_ceiling",
 )
 
 

@@ -221,21 +221,24 @@ def torch_dataloader(w: Workload, *, max_batches: int, max_seconds: float) -> di
 
 
 class _CeilingServer(flight.FlightServerBase):
-    """Streams one prebuilt record batch of the workload's batch size, again and again."""
+    """Streams prebuilt record batches of the workload's batch size, in turn, again and
+    again."""
 
-    def __init__(self, batch: pa.RecordBatch, count: int) -> None:
+    def __init__(self, batches: list[pa.RecordBatch], count: int) -> None:
         super().__init__("grpc://127.0.0.1:0")
-        self.batch = batch
+        self.batches = batches
         self.count = count
 
     def do_get(self, context: flight.ServerCallContext,
                ticket: flight.Ticket) -> flight.FlightDataStream:
-        return flight.GeneratorStream(self.batch.schema, (self.batch for _ in range(self.count)))
+        n = len(self.batches)
+        return flight.GeneratorStream(self.batches[0].schema,
+                                      (self.batches[i % n] for i in range(self.count)))
 
 
-def _ceiling_batch(w: Workload) -> pa.RecordBatch:
+def _ceiling_batch(w: Workload, *, seed: int) -> pa.RecordBatch:
     b, t = w.batch_size, w.seq_len
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     inputs = rng.standard_normal(b * t * len(INPUTS), dtype=np.float32)
     targets = rng.standard_normal(b * t * len(TARGETS), dtype=np.float32)
     mask = np.ones(b * t, dtype=np.uint8)
@@ -250,13 +253,32 @@ def _ceiling_batch(w: Workload) -> pa.RecordBatch:
     )
 
 
+CEILING_BATCHES = 48  # distinct prebuilt batches the ceiling rotates over: more than an L3
+
+
 def flight_ceiling(w: Workload, *, max_batches: int, max_seconds: float) -> dict[str, Any]:
-    """Raw pyarrow.flight DoGet of prebuilt record batches of the same size (the transport)."""
+    """Raw pyarrow.flight DoGet of prebuilt record batches of the same size (the transport),
+    rotating over :data:`CEILING_BATCHES` distinct ones (48 MiB at 64 x 1024): each batch
+    sent is bytes not in a cache, as a loader's new batch is (``memcpy_ceiling`` rotates its
+    sources for the same reason)."""
+    return _flight_ceiling(w, max_batches=max_batches, max_seconds=max_seconds,
+                           distinct=CEILING_BATCHES)
+
+
+def flight_ceiling_hot(w: Workload, *, max_batches: int, max_seconds: float) -> dict[str, Any]:
+    """The same with one prebuilt record batch again and again: both processes send and
+    receive bytes their caches already hold (the floor of gRPC's own per-batch work)."""
+    return _flight_ceiling(w, max_batches=max_batches, max_seconds=max_seconds, distinct=1)
+
+
+def _flight_ceiling(w: Workload, *, max_batches: int, max_seconds: float,
+                    distinct: int) -> dict[str, Any]:
     import multiprocessing as mp  # noqa: PLC0415
 
     ctx = mp.get_context("spawn")
     ready = ctx.Queue()
-    proc = ctx.Process(target=_serve_ceiling, args=(w, max_batches, ready), daemon=True)
+    proc = ctx.Process(target=_serve_ceiling, args=(w, max_batches, distinct, ready),
+                       daemon=True)
     proc.start()
     port = ready.get(timeout=60)
     client = flight.connect(f"grpc://127.0.0.1:{port}")
@@ -279,8 +301,8 @@ def flight_ceiling(w: Workload, *, max_batches: int, max_seconds: float) -> dict
         proc.join(10)
 
 
-def _serve_ceiling(w: Workload, count: int, ready: Any) -> None:
-    server = _CeilingServer(_ceiling_batch(w), count)
+def _serve_ceiling(w: Workload, count: int, distinct: int, ready: Any) -> None:
+    server = _CeilingServer([_ceiling_batch(w, seed=k) for k in range(distinct)], count)
     ready.put(server.port)
     threading.Event().wait()
 
@@ -312,5 +334,6 @@ BASELINES: dict[str, Callable[..., dict[str, Any]]] = {
     "full_in_mem_torch": full_in_mem_torch,
     "torch_dataloader": torch_dataloader,
     "flight_ceiling": flight_ceiling,
+    "flight_ceiling_hot": flight_ceiling_hot,
     "memcpy_ceiling": memcpy_ceiling,
 }

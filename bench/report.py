@@ -13,6 +13,7 @@ __all__ = ["HEADLINE_RATIOS", "ratio_rows", "ratio_table", "verdict", "write_mar
 HEADLINE_RATIOS: tuple[tuple[str, str, float | None], ...] = (
     ("windpipe_local", "numpy_strided", 1.0),
     ("windpipe_flight_warm", "flight_ceiling", 0.9),
+    ("windpipe_flight_warm", "flight_ceiling_hot", None),
     ("windpipe_local", "numpy_memmap", 1.0),
     ("windpipe_full_in_mem", "full_in_mem_torch", 1.5),
     ("windpipe_flight_warm", "numpy_memmap", None),

@@ -284,7 +284,23 @@ class BatchMetadata:
                 (*self.input_columns, *self.target_columns))))
 
     def encode(self) -> bytes:
-        """Compact JSON bytes with ``v`` = :data:`META_FORMAT`."""
+        """Compact JSON bytes with ``v`` = :data:`META_FORMAT`.
+
+        Every batch of one protocol and length shares the fields from ``split`` to
+        ``channels``: their JSON is made once (:func:`_shared_json`) and the batch's
+        integers are formatted around it, the same bytes as encoding the whole object
+        (about a fifth of the cost; a Flight server encodes one a batch)."""
+        if self.skipped_lanes or self.aligned is not None:
+            return self._encode_object()
+        shared = _shared_json((self.split, self.seq_len, self.c_in, self.c_out,
+                               self.input_columns, self.target_columns, self.channels))
+        return b'{"v":%d,"batch_idx":%d,"global_batch":%d,%s,"stateful_group_idx":%s,' \
+            b'"stateful_step_idx":%s,"stateful_steps":%s,"skipped_lanes":[]}' % (
+                META_FORMAT, self.batch_idx, self.global_batch, shared,
+                _int_or_null(self.stateful_group_idx), _int_or_null(self.stateful_step_idx),
+                _int_or_null(self.stateful_steps))
+
+    def _encode_object(self) -> bytes:
         body = {  # the fields in declaration order, without asdict's deep copies
             "v": META_FORMAT, "batch_idx": self.batch_idx, "global_batch": self.global_batch,
             "split": self.split, "seq_len": self.seq_len, "c_in": self.c_in,
@@ -322,6 +338,28 @@ class BatchMetadata:
             skipped_lanes=tuple(body.get("skipped_lanes") or ()),
             aligned=AlignedPart.from_json(body["aligned"]) if body.get("aligned") else None,
         )
+
+
+_SHARED: dict[tuple[Any, ...], bytes] = {}
+_SHARED_KEPT = 256
+
+
+def _shared_json(key: tuple[Any, ...]) -> bytes:
+    """The JSON members ``"split"`` to ``"channels"`` of a batch's metadata (no braces)."""
+    found = _SHARED.get(key)
+    if found is None:
+        split, seq_len, c_in, c_out, ins, outs, channels = key
+        body = _ENCODER.encode({"split": split, "seq_len": seq_len, "c_in": c_in,
+                                "c_out": c_out, "input_columns": list(ins),
+                                "target_columns": list(outs), "channels": list(channels)})
+        if len(_SHARED) >= _SHARED_KEPT:
+            _SHARED.clear()
+        found = _SHARED[key] = body[1:-1].encode()
+    return found
+
+
+def _int_or_null(value: int | None) -> bytes:
+    return b"null" if value is None else b"%d" % value
 
 
 @dataclass(frozen=True, eq=False)

@@ -32,7 +32,7 @@ from services.planning.schedule import Schedule
 
 __all__ = ["BLOCK_BATCHES", "BatchAssembler", "BuiltBatch"]
 
-BLOCK_BATCHES = 16  # lane plans and provenance are built for this many batches at once
+BLOCK_BATCHES = 64  # lane plans and provenance are built for this many batches at once
 _I64 = np.int64
 
 

@@ -31,7 +31,7 @@ import pyarrow as pa
 from services.contract.errors import ErrorType, WindpipeError
 from services.contract.wire import BatchMetadata
 from services.materialize.assembler import BLOCK_BATCHES, BatchAssembler, BuiltBatch
-from services.materialize.blocks import block_key
+from services.materialize.blocks import BlockLayout, block_key
 from services.materialize.cache import ChunkCache, ChunkRequest
 from services.materialize.lanes import LanePlan, lane_plans
 from services.materialize.plan import PlanContext
@@ -160,17 +160,12 @@ class BatchBuilder:
         by the general path, within the budget)."""
         layouts = self._blocks.layouts
         assembler = self._assembler
-        cache = self.cache
-
-        def held(code: int) -> bool:
-            return cache.contains(block_key(layouts[code]))
-
         return WindowPass(
             self.plan, self.tables, layouts, schedule, batches, start=start, end=end,
             block=self._block, provenance=assembler.lane_provenance,
             prepared=None if assembler.lazy_provenance else functools.partial(
                 assembler.prepared, schedule, batches),
-            held=None if self.tier is not None else held)
+            held=None if self.tier is not None else _HeldBlocks(self.cache, layouts))
 
     # -- read paths -------------------------------------------------------------------
 
@@ -204,3 +199,27 @@ class BatchBuilder:
             raise WindpipeError(ErrorType.INTERNAL,
                                 "this batch builder reads blocks only (blocks='always')")
         return self._chunks
+
+
+class _HeldBlocks:
+    """Whether the cache still holds a protocol's block, asked once a batch by the window
+    path: a block seen held stands until the cache evicts something (then the cache is
+    asked again, under its lock); one not held is asked about every time."""
+
+    def __init__(self, cache: ChunkCache, layouts: tuple[BlockLayout, ...]) -> None:
+        self._cache = cache
+        self._keys = [block_key(x) for x in layouts]
+        self._seen = -1
+        self._held: set[int] = set()
+
+    def __call__(self, code: int) -> bool:
+        evictions = self._cache.evictions
+        if evictions != self._seen:
+            self._held.clear()
+            self._seen = evictions
+        if code in self._held:
+            return True
+        if self._cache.contains(self._keys[code]):
+            self._held.add(code)
+            return True
+        return False

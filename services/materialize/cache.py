@@ -273,6 +273,12 @@ class ChunkCache:
         with self._cond:
             return [k for k, e in self._entries.items() if e.ready]
 
+    @property
+    def evictions(self) -> int:
+        """Entries evicted so far (read without the lock: a reader that saw a key held
+        asks :meth:`contains` again only once this has moved)."""
+        return self._evictions
+
     def contains(self, key: Hashable) -> bool:
         """Whether ``key`` is loaded (not merely loading)."""
         with self._cond:

@@ -41,3 +41,23 @@ def test_malformed_part_metadata_is_an_invalid_request(aligned: dict[str, object
         BatchMetadata.decode(json.dumps(body).encode())
     assert err.value.type == ErrorType.INVALID_REQUEST
     assert "aligned" in err.value.message
+
+
+@pytest.mark.parametrize("fields", [
+    {},
+    {"stateful_group_idx": 4, "stateful_step_idx": 0, "stateful_steps": 3},
+    {"split": 'va"l\\ü', "input_columns": ("ä", "b\n"), "target_columns": ("€",)},
+    {"batch_idx": 0, "global_batch": 2**40, "seq_len": 1, "c_in": 0, "channels": ("c",)},
+])
+def test_the_fast_encoding_is_the_objects_json_byte_for_byte(fields: dict[str, object]) -> None:
+    """``encode`` formats a batch's integers around the shared fields' JSON, made once: the
+    same bytes as encoding the whole object (what ``decode`` and other readers parse)."""
+    meta = BatchMetadata(**{**META, **fields})  # type: ignore[arg-type]
+    for _ in range(2):  # made, then taken from the cache of shared fields
+        raw = meta.encode()
+        assert raw == meta._encode_object()
+        assert BatchMetadata.decode(raw) == meta
+    skipped = BatchMetadata(**{**META, **fields},  # type: ignore[arg-type]
+                            skipped_lanes=({"lane": 1, "path": "p", "error": "e"},))
+    assert json.loads(skipped.encode())["skipped_lanes"] == [{"lane": 1, "path": "p",
+                                                              "error": "e"}]

@@ -195,3 +195,32 @@ def test_metadata_is_the_general_builders_field_by_field(dataset: Dataset) -> No
             if built is not None:
                 want = general.build_arrays(schedule, int(batches[i]), batch_idx=i).meta
                 assert built.meta == want, (name, i)
+
+
+def test_a_server_reads_a_block_only_while_its_cache_holds_it(tmp_path: Path) -> None:
+    """Without a tier a block is memory the cache owns: once the cache lets it go, the
+    window path stops reading it (the general path loads it again, within the budget) and
+    the batches stay the same; a Flight server's window path takes the provenance it
+    sends from the prepared blocks, as the general path does."""
+    plan = _one_copy_plan(tmp_path)
+    schema = batch_schema(plan_id=plan.plan_id, version_id="v-test")
+    cache = ChunkCache(64 << 20)
+    builder = BatchBuilder(plan, Storage.from_uri(plan.root_uri), cache, schema, blocks="auto")
+    general = BatchBuilder(plan, Storage.from_uri(plan.root_uri), ChunkCache(64 << 20), schema,
+                           blocks="auto")
+    schedule = plan.schedule(0)
+    batches = rank_batches(schedule, rank=0, world_size=1, drop_incomplete_distributed=False)
+    path = builder.window_pass(schedule, batches, start=0, end=int(batches.shape[0]))
+    first = path.build(0)
+    assert first is not None
+    assert first.provenance_bytes > 0  # sent on the wire: computed with the batch
+    want = general.build_arrays(schedule, int(batches[0]), batch_idx=0)
+    assert first.provenance().equals(want.provenance())
+    wire = builder.record_batch(first).serialize().to_pybytes()
+    assert wire == general.record_batch(want).serialize().to_pybytes()  # NaN: bytes
+    assert path.build(1) is not None
+    cache.clear()  # the block is evicted
+    assert path.build(2) is None  # not read from memory the cache no longer owns
+    again = builder.build_arrays(schedule, int(batches[2]), batch_idx=2)  # loads it again
+    _same(again, general.build_arrays(schedule, int(batches[2]), batch_idx=2))
+    assert path.build(3) is not None  # held again: the window path reads it
