@@ -202,7 +202,7 @@ def test_a_server_reads_a_block_only_while_its_cache_holds_it(tmp_path: Path) ->
     window path stops reading it (the general path loads it again, within the budget) and
     the batches stay the same; a Flight server's window path takes the provenance it
     sends from the prepared blocks, as the general path does."""
-    plan = _one_copy_plan(tmp_path)
+    plan = _one_copy_plan(tmp_path, b=4, t=64)
     schema = batch_schema(plan_id=plan.plan_id, version_id="v-test")
     cache = ChunkCache(64 << 20)
     builder = BatchBuilder(plan, Storage.from_uri(plan.root_uri), cache, schema, blocks="auto")
@@ -210,6 +210,7 @@ def test_a_server_reads_a_block_only_while_its_cache_holds_it(tmp_path: Path) ->
                            blocks="auto")
     schedule = plan.schedule(0)
     batches = rank_batches(schedule, rank=0, world_size=1, drop_incomplete_distributed=False)
+    assert batches.shape[0] >= 4
     path = builder.window_pass(schedule, batches, start=0, end=int(batches.shape[0]))
     first = path.build(0)
     assert first is not None
