@@ -279,7 +279,8 @@ def test_read_chunks_of_a_small_file_are_parquet_files_row_groups(root: Path) ->
     table = read_chunks(storage, info, [3, 0, 1], names)
     with pq.ParquetFile(root / "p.parquet") as pf:
         expected = pf.read_row_groups([3, 0, 1], columns=names, use_threads=False)
-    assert table.equals(expected) and table.schema.equals(expected.schema)
+    assert table.equals(expected)
+    assert table.schema.equals(expected.schema)
     lacking = dataclasses.replace(
         info, columns=(*info.columns, dataclasses.replace(info.columns[0], name="gone")))
     with pq.ParquetFile(root / "p.parquet") as pf:
