@@ -112,10 +112,15 @@ class Memo(Generic[K, V]):
             self._bytes -= self._weights.pop(key, 0)
 
 
+_WEIGHTLESS = (str, int, float, type(None))
+
+
 def deep_nbytes(value: Any, *, _depth: int = 0) -> int:
     """Bytes of the arrays a value holds: numpy arrays, polars frames (``estimated_size``),
-    and those inside dataclasses, tuples, lists and dicts (a ``weigh`` for :class:`Memo`)."""
-    if _depth > 4:
+    and those inside dataclasses, tuples, lists and dicts (a ``weigh`` for :class:`Memo`).
+    Strings and numbers weigh nothing and are skipped without a call: a plan's artifact
+    holds one path (and group key) per piece, tens of thousands of them."""
+    if _depth > 4 or isinstance(value, _WEIGHTLESS):
         return 0
     if isinstance(value, np.ndarray):
         return int(value.nbytes)
@@ -131,4 +136,5 @@ def deep_nbytes(value: Any, *, _depth: int = 0) -> int:
         items = value
     elif isinstance(value, dict):
         items = value.values()
-    return sum(deep_nbytes(v, _depth=_depth + 1) for v in items)
+    return sum(deep_nbytes(v, _depth=_depth + 1) for v in items
+               if not isinstance(v, _WEIGHTLESS))

@@ -37,7 +37,7 @@ from obstore.store import LocalStore, S3Store
 from services.contract.errors import ErrorType, WindpipeError
 from services.storage.concurrent import deadline_s, read_ranges
 from services.storage.held import HeldObject
-from services.storage.local_io import has_link, read_local
+from services.storage.local_io import LinkCheck, read_local
 from services.storage.options import StorageOptions
 from services.storage.paths import PathEscapeError, normalized_path
 from services.storage.ranged import RangedReader
@@ -80,6 +80,7 @@ class Storage:
         self._aheads: list[ReadAhead] = []  # read-aheads running over this root
         self._aheads_lock = threading.Lock()
         self._held: Mapping[str, HeldObject] = {}  # see holding()
+        self._has_link = None if local_root is None else LinkCheck(local_root)
 
     @classmethod
     def from_uri(cls, uri: str, options: StorageOptions | None = None) -> Storage:
@@ -186,9 +187,10 @@ class Storage:
         roots) symlinks resolving outside the root.
         """
         norm = self._normalized(path)
-        if self._local_root is not None and has_link(self._local_root, norm):
-            resolved = (self._local_root / norm).resolve()
-            if not resolved.is_relative_to(self._local_root):
+        root = self._local_root
+        if root is not None and self._has_link is not None and self._has_link(norm):
+            resolved = (root / norm).resolve()
+            if not resolved.is_relative_to(root):
                 raise PathEscapeError(
                     f"path {path!r} resolves outside the storage root (a symlink)"
                 )
