@@ -21,9 +21,12 @@ On an object store, parquet segments are fetched ahead one request each
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, islice
 from typing import TypeVar
+
+import numpy as np
+import polars as pl
 
 from catalog.batched import BATCH, REMOTE_BATCH, batched_map, prefetched_map
 from catalog.described import Described
@@ -99,11 +102,18 @@ def _local_batch(storage: Storage, job: Job) -> tuple[list[tuple[int, SegmentInf
     return _checked(job, found)
 
 
-def _jobs(paths: Sequence[str], protocols: Sequence[str], indices: Iterable[int],
+def _jobs(paths: pl.Series, protocols: pl.Series, indices: np.ndarray,
           size: int) -> Iterator[Job]:
-    todo = iter(indices)
-    while chunk := list(islice(todo, size)):
-        yield chunk, [paths[k] for k in chunk], [protocols[k] for k in chunk]
+    """The batches of segments ``indices``: their paths and protocols as Python strings
+    only while the batch is made and checked (a collection's are a polars column)."""
+    for start in range(0, indices.shape[0], size):
+        chunk = indices[start:start + size]
+        yield chunk.tolist(), paths.gather(chunk).to_list(), protocols.gather(chunk).to_list()
+
+
+def _each(paths: pl.Series, indices: np.ndarray) -> Iterator[str]:
+    for start in range(0, indices.shape[0], 4096):
+        yield from paths.gather(indices[start:start + 4096]).to_list()
 
 
 def _grouped(pairs: Iterator[tuple[str, Found]], job_of: Iterator[Job],
@@ -120,7 +130,7 @@ def _grouped(pairs: Iterator[tuple[str, Found]], job_of: Iterator[Job],
 
 
 def check_segments(
-    storage: Storage, paths: Sequence[str], protocols: Sequence[str], *,
+    storage: Storage, paths: pl.Series, protocols: pl.Series, *,
     progress: Callable[[int, int], None] | None, stop_after: int, workers: int,
     requests: int,
 ) -> tuple[Described, FigureTally]:
@@ -131,7 +141,8 @@ def check_segments(
     ``workers``: the threads (local: batches of :data:`LOCAL_BATCH`; object store:
     segments other than parquet); ``requests``: on an object store, the parquet
     segments' requests in flight at once (0: none fetched ahead)."""
-    described = Described(len(paths))
+    count = paths.len()
+    described = Described(count)
     tally = FigureTally()
 
     def stop() -> bool:
@@ -145,17 +156,18 @@ def check_segments(
 
     batches: Iterable[tuple[list[tuple[int, SegmentInfo | str]], FigureTally]]
     if storage.is_local:
-        jobs = _jobs(paths, protocols, range(len(paths)), LOCAL_BATCH)
+        jobs = _jobs(paths, protocols, np.arange(count), LOCAL_BATCH)
         batches = (r for _job, r in batched_map(local, jobs, workers=max(1, workers), batch=1,
                                                 stop=stop))
     else:
-        remote = requests > 0
-        ahead = [k for k, p in enumerate(paths) if remote and p.endswith(_PARQUET_NAMES)]
-        rest = [k for k, p in enumerate(paths) if not (remote and p.endswith(_PARQUET_NAMES))]
-        fetched = prefetched_map(_inspect, storage, (paths[k] for k in ahead),
-                                 requests=requests, stop=stop)
-        others = batched_map(one, (paths[k] for k in rest), workers=max(1, workers),
-                             batch=BATCH, stop=stop)
+        named = (paths.str.ends_with(_PARQUET_NAMES[0]) | paths.str.ends_with(_PARQUET_NAMES[1])
+                 if requests > 0 else pl.repeat(value=False, n=count, eager=True))
+        ahead = named.arg_true().to_numpy().astype(np.int64)
+        rest = (~named).arg_true().to_numpy().astype(np.int64)
+        fetched = prefetched_map(_inspect, storage, _each(paths, ahead), requests=requests,
+                                 stop=stop)
+        others = batched_map(one, _each(paths, rest), workers=max(1, workers), batch=BATCH,
+                             stop=stop)
         batches = chain(_grouped(fetched, _jobs(paths, protocols, ahead, REMOTE_BATCH)),
                         _grouped(others, _jobs(paths, protocols, rest, BATCH)))
     for results, part in batches:
@@ -163,5 +175,5 @@ def check_segments(
             described.add(index, found)
         tally.merge(part)
         if progress is not None:
-            progress(described.done, len(paths))
+            progress(described.done, count)
     return described, tally

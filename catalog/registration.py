@@ -34,12 +34,13 @@ from catalog.canonical import identity_ids, row_json
 from catalog.checks import LOCAL_WORKERS, check_segments
 from catalog.described import Described
 from catalog.manifest import IDENTITY_COLUMNS, metadata_columns, normalize_manifest
+from catalog.manifest_paths import unique_paths
 from catalog.problems import ProblemLog
 from catalog.tally import FigureTally
 from catalog.version_schema import column_problems, protocol_schema
 from services.contract.identity import canonical_json
 from services.storage.segments import ColumnInfo, SegmentInfo
-from services.storage.store import PathEscapeError, Storage
+from services.storage.store import Storage
 
 __all__ = ["PreparedVersion", "prepare_version", "version_digest"]
 
@@ -145,56 +146,38 @@ def prepare_version(
     """
     frame = normalize_manifest(manifest)
     meta = metadata_columns(frame)
-    raw_paths = frame.get_column("segment_path").to_list()
+    raw = frame.get_column("segment_path")
     problems = ProblemLog()
-    canon: list[str | None] = []
-    first_row: dict[str, int] = {}
-    for row, raw in enumerate(raw_paths):
-        try:  # syntax only: inspecting the segment checks symlinks
-            path = storage.normalize_relative_path(raw)
-        except PathEscapeError as exc:
-            problems.add(_problem(row, raw, f"invalid segment path: {exc}"))
-            canon.append(None)
-            continue
-        if path in first_row:
-            problems.add(_problem(
-                row, raw, f"segment listed twice (first in row {first_row[path]})"
-            ))
-            canon.append(None)
-            continue
-        first_row[path] = row
-        canon.append(path)
+    # syntax only: inspecting the segment checks symlinks
+    paths, at = unique_paths(raw, problems, _problem)  # at[k]: the manifest row of segment k
     _metadata_problems(frame, meta, problems)
 
-    at = np.fromiter(first_row.values(), dtype=np.int64, count=len(first_row))  # row a segment
-    protocols = frame.get_column("protocol").gather(at).to_list()
     if workers is None:
         workers = LOCAL_WORKERS if storage.is_local else workers_for(storage)
     described, figures = check_segments(
-        storage, list(first_row), protocols, progress=progress, stop_after=problems.listed,
-        workers=workers, requests=requests)
-    del protocols
-    if described.done < len(first_row):
+        storage, paths, frame.get_column("protocol").gather(at), progress=progress,
+        stop_after=problems.listed, workers=workers, requests=requests)
+    if described.done < paths.len():
         problems.stop(f"segment checks stopped after {problems.listed} failed "
-                      f"({described.done} of {len(first_row)} segments checked)")
-    _segment_problems(frame, described, at, raw_paths, problems)
+                      f"({described.done} of {paths.len()} segments checked)")
+    _segment_problems(frame, described, at, problems)
     columns_id = np.full(frame.height, -1, dtype=np.int64)
     columns_id[at] = described.columns_id
     column_problems(frame, columns_id, described.column_lists, problems,
-                    lambda row, text: _problem(row, raw_paths[row], text))
+                    lambda row, text: _problem(row, raw[row], text))
     if problems:
         raise problems.error()
-    return _build(storage, frame, meta, described, paths=canon,  # type: ignore[arg-type]
-                  figures=figures)
+    return _build(storage, frame, meta, described, paths=paths, figures=figures)
 
 
 def _segment_problems(frame: pl.DataFrame, described: Described, at: np.ndarray,
-                      raw_paths: list[Any], log: ProblemLog) -> None:
+                      log: ProblemLog) -> None:
     """The segments that failed their checks, and those whose rows differ from the
     manifest's ``row_count`` (``at[k]``: the manifest row of segment ``k``)."""
+    raw = frame.get_column("segment_path")
     for k, text in described.problems.items():
         row = int(at[k])
-        log.add(_problem(row, raw_paths[row], text))
+        log.add(_problem(row, raw[row], text))
     if "row_count" not in frame.columns:
         return
     want = frame.get_column("row_count").gather(at)
@@ -203,21 +186,26 @@ def _segment_problems(frame: pl.DataFrame, described: Described, at: np.ndarray,
            & (want.cast(pl.Int64, strict=False) != have)).fill_null(value=False)
     for k in bad.arg_true().to_list():
         row = int(at[k])
-        log.add(_problem(row, raw_paths[row],
+        log.add(_problem(row, raw[row],
                          f"row_count is {want[k]} in the manifest but the segment has "
                          f"{int(described.row_count[k])} rows"))
 
 
-def version_digest(root_uri: str, canonical: pl.DataFrame, *, chunk: int = 8192) -> str:
+def version_digest(root_uri: str, canonical: pl.DataFrame, *, chunk: int = 8192,
+                   order: pl.Series | None = None) -> str:
     """The version id: a digest of the canonical JSON of ``{"kind", "root", "columns",
-    "rows"}`` (``canonical``'s rows, sorted), its rows written by polars
-    (:func:`catalog.canonical.row_json`) and hashed ``chunk`` rows at a time, so that a
-    collection's rows are never all text at once (the same bytes as one
-    ``canonical_json`` of the whole payload)."""
+    "rows"}`` (``canonical``'s rows, sorted: in the order of the row indices ``order``
+    when given), its rows written by polars (:func:`catalog.canonical.row_json`) and
+    hashed ``chunk`` rows at a time, so that a collection's rows are never all text, nor
+    all sorted, at once (the same bytes as one ``canonical_json`` of the whole
+    payload)."""
     head = canonical_json({"kind": "windpipe-version-v1", "root": root_uri,
                            "columns": canonical.columns})
     digest = hashlib.sha256(head[:-1] + b',"rows":[')  # keys sorted: "rows" comes last
-    for k, part in enumerate(canonical.iter_slices(max(1, chunk))):
+    step = max(1, chunk)
+    for k, start in enumerate(range(0, canonical.height, step)):
+        part = (canonical.slice(start, step) if order is None
+                else canonical[order.slice(start, step)])
         rows = row_json(part).str.join(",").item()
         digest.update((b"," if k else b"") + rows.encode())
     digest.update(b"]}")
@@ -226,11 +214,11 @@ def version_digest(root_uri: str, canonical: pl.DataFrame, *, chunk: int = 8192)
 
 def _build(
     storage: Storage, frame: pl.DataFrame, meta: tuple[str, ...], described: Described, *,
-    paths: list[str], figures: FigureTally,
+    paths: pl.Series, figures: FigureTally,
 ) -> PreparedVersion:
     found = described.frame()
     seg = frame.select(*_IDENT, *meta).with_columns(
-        pl.Series("path", paths, dtype=pl.String),
+        paths.alias("path"),
         found.get_column("format"),
         found.get_column("row_count"),
         found.get_column("chunk_rows"),
@@ -246,13 +234,13 @@ def _build(
     rows = rows.with_columns(identity_ids(rows.select(_IDENT))).select(
         "manifest_row_id", *_IDENT, *meta, "row_count", "position"
     )
-    seg = seg.join(rows.select("manifest_row_id", *_IDENT), on=_IDENT, how="left",
-                   maintain_order="left")
-
-    canonical = seg.sort([*_IDENT, "ordinal"]).select(
-        *_IDENT, *meta, "path", "format", "row_count", "fingerprint"
-    )
-    version_id = version_digest(storage.uri, canonical)
+    # joined on the identity alone and sorted by index: no copy of the segments' columns
+    seg = seg.with_columns(seg.select(_IDENT).join(
+        rows.select("manifest_row_id", *_IDENT), on=_IDENT, how="left",
+        maintain_order="left").get_column("manifest_row_id"))
+    version_id = version_digest(
+        storage.uri, seg.select(*_IDENT, *meta, "path", "format", "row_count", "fingerprint"),
+        order=seg.select(pl.arg_sort_by([*_IDENT, "ordinal"])).to_series())
 
     schema = protocol_schema(seg.get_column("protocol"), seg.get_column("manifest_row_id"),
                              described.columns_id, described.column_lists)

@@ -18,11 +18,14 @@ from catalog import checks
 from catalog.canonical import identity_ids, row_json
 from catalog.described import Described
 from catalog.figures import count_group, sampling_problem, sampling_steps
+from catalog.manifest_paths import unique_paths
+from catalog.problems import ProblemLog
 from catalog.profile import profile_version
 from catalog.registration import prepare_version
 from services.contract.identity import canonical_json, manifest_row_id
 from services.contract.stats import TIME_COLUMN
 from services.storage.beneath import Beneath
+from services.storage.paths import PathEscapeError, normalized_path
 from services.storage.segments import ColumnInfo, SegmentInfo
 from services.storage.store import Storage
 from services.synth import write_synthetic_dataset
@@ -160,3 +163,30 @@ def test_a_batch_is_checked_on_its_thread_and_counted_there(collection: Path) ->
     parquet = [p for p in paths if p.endswith(".parquet")]
     assert len(tally) == len(parquet)
     assert sorted(tally.unfigured) == [k for k, p in enumerate(paths) if p.endswith(".zarr")]
+
+
+def test_manifest_paths_are_normalized_and_deduplicated_as_one_by_one() -> None:
+    raw = pl.Series("segment_path", [
+        "a/b.parquet", "./a/b.parquet", "a//c.parquet", "a/./d.parquet", "/abs.parquet",
+        "a\\b.parquet", "s3://bucket/x", "a/../b", "", "   ", "x\x01y", "e/", "é/x.parquet",
+        "a b/c.parquet", "a\x7fb", "e", None, "C:/x", "..", ".", "a/b.parquet", "ok.pq"])
+    expected = ProblemLog()
+    first: dict[str, int] = {}
+    for row, path in enumerate(raw.to_list()):  # the rules one path at a time
+        try:
+            norm = normalized_path(path)
+        except PathEscapeError as exc:
+            expected.add({"row": row, "p": path, "t": f"invalid segment path: {exc}"})
+            continue
+        if norm in first:
+            expected.add({"row": row, "p": path,
+                          "t": f"segment listed twice (first in row {first[norm]})"})
+            continue
+        first[norm] = row
+    log = ProblemLog()
+    paths, at = unique_paths(raw, log, lambda row, path, text: {"row": row, "p": path,
+                                                                "t": text})
+    assert paths.to_list() == list(first)
+    assert at.tolist() == list(first.values())
+    assert log.problems() == expected.problems()
+    assert log.count == expected.count > 10
