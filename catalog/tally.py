@@ -72,7 +72,7 @@ class Cell:
         self.footer_at.extend(other.footer_at)
 
 
-_GroupKey = tuple[str, int, tuple[str, ...], tuple[str, ...]]
+_GroupKey = tuple[str, int, int, tuple[str, ...]]
 
 
 class FigureTally:
@@ -109,14 +109,16 @@ class FigureTally:
             if values is None:
                 self.unfigured.append(indices[i])
                 continue
-            key = (protocols[i], id(info.columns), tuple(values.table.column_names),
+            # the columns read follow from the column list and those its footer counted
+            key = (protocols[i], id(info.columns), values.table.num_columns,
                    tuple(values.footer_nulls))
             members = groups.get(key)
             if members is None:
                 groups[key] = [i]
             else:
                 members.append(i)
-        for (protocol, _columns, names, footer_names), members in groups.items():
+        for (protocol, _columns, _read, footer_names), members in groups.items():
+            names = tuple(found[members[0]][1].table.column_names)  # type: ignore[index,union-attr]
             self._add_group(protocol, names, footer_names,
                             items=[found[i] for i in members],  # type: ignore[misc]
                             at=[indices[i] for i in members])
