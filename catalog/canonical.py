@@ -7,8 +7,9 @@ encoding of its identity: a JSON array per row, a value each. For a collection o
 version. :func:`row_json` writes the same text with polars expressions, column by
 column: integers and booleans as polars prints them (the same digits and words JSON
 has), strings quoted as they are when they hold nothing JSON escapes; a column of any
-other type, or holding such a string, is written by ``canonical_json`` itself, value
-by value. The bytes are the same either way (tests compare them on every type).
+other type, or holding such a string, is written by ``canonical_json`` itself, once a
+distinct value (metadata repeats a few values over many segments). The bytes are the
+same either way (tests compare them on every type).
 """
 
 from __future__ import annotations
@@ -35,9 +36,24 @@ def _value_json(column: pl.Series) -> pl.Series:
     elif dtype == pl.String and not column.str.contains(_ESCAPED).any():
         text = ('"' + column + '"')
     else:  # floats (integral ones are integers), escapes, dates...: as canonical_json has it
-        return pl.Series(column.name, [canonical_json(v).decode() for v in column.to_list()],
-                         dtype=pl.String)
+        return _by_value(column)
     return text.fill_null("null")
+
+
+def _by_value(column: pl.Series) -> pl.Series:
+    """``canonical_json`` of each distinct value of ``column``, joined back on the values
+    (a manifest's metadata repeats a few values over many segments)."""
+    distinct = column.unique(maintain_order=True)
+    texts = pl.Series("_json", [canonical_json(v).decode() for v in distinct.to_list()],
+                      dtype=pl.String)
+    keyed = pl.DataFrame([distinct.alias("_v"), texts]).filter(pl.col("_v").is_not_null())
+    joined = pl.DataFrame([column.alias("_v")]).join(keyed, on="_v", how="left",
+                                                     maintain_order="left")
+    out = joined.get_column("_json")
+    if out.len() != column.len() or (out.is_null() & column.is_not_null()).any():
+        return pl.Series(column.name, [canonical_json(v).decode() for v in column.to_list()],
+                         dtype=pl.String)  # values a join does not match (none known)
+    return out.fill_null("null").alias(column.name)
 
 
 def row_json(frame: pl.DataFrame) -> pl.Series:

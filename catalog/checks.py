@@ -108,7 +108,13 @@ def _jobs(paths: pl.Series, protocols: pl.Series, indices: np.ndarray,
     only while the batch is made and checked (a collection's are a polars column)."""
     for start in range(0, indices.shape[0], size):
         chunk = indices[start:start + size]
-        yield chunk.tolist(), paths.gather(chunk).to_list(), protocols.gather(chunk).to_list()
+        first, count = int(chunk[0]), chunk.shape[0]
+        if int(chunk[-1]) - first == count - 1:  # a run (a local root's batches): a slice
+            yield (chunk.tolist(), paths.slice(first, count).to_list(),
+                   protocols.slice(first, count).to_list())
+        else:
+            yield (chunk.tolist(), paths.gather(chunk).to_list(),
+                   protocols.gather(chunk).to_list())
 
 
 def _each(paths: pl.Series, indices: np.ndarray) -> Iterator[str]:

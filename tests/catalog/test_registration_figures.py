@@ -85,6 +85,15 @@ def test_row_json_is_canonical_json_for_every_type() -> None:
         "plain": ["x"] * 8})
     assert row_json(frame).to_list() == [canonical_json(list(r)).decode()
                                          for r in frame.iter_rows()]
+    floats = [0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e-5, 1e16, 2.5, 3.0,
+              None, 0.1, 1 / 3]
+    draw = np.random.default_rng(0).integers(0, len(floats), 300)
+    repeated = pl.DataFrame({"f": [floats[k] for k in draw],  # distinct values joined back
+                             "g": pl.Series([1.5, 2.0, None, float("nan")] * 75,
+                                            dtype=pl.Float32),
+                             "s": [f'v"{k % 3}' for k in draw]})
+    assert row_json(repeated).to_list() == [canonical_json(list(r)).decode()
+                                            for r in repeated.iter_rows()]
     assert row_json(frame.select()).to_list() == []
     ident = pl.DataFrame({"set_id": ["s", 't"x'], "cell_id": ["c", "ü"], "cidx": [0, 7],
                           "protocol": ["p", "cy"]})
