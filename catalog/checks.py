@@ -177,8 +177,7 @@ def check_segments(
         batches = chain(_grouped(fetched, _jobs(paths, protocols, ahead, REMOTE_BATCH)),
                         _grouped(others, _jobs(paths, protocols, rest, BATCH)))
     for results, part in batches:
-        for index, found in results:
-            described.add(index, found)
+        described.add_batch(results)
         tally.merge(part)
         if progress is not None:
             progress(described.done, count)

@@ -66,6 +66,31 @@ class Described:
         self._chunks = _Interned()
         self.problems: dict[int, str] = {}
 
+    def add_batch(self, found: list[tuple[int, SegmentInfo | str]]) -> None:
+        """:meth:`add` of each ``(index, description or problem)``, the fixed-width fields
+        set at once."""
+        infos = [(k, f) for k, f in found if not isinstance(f, str)]
+        for k, f in found:
+            if isinstance(f, str):
+                self.add(k, f)
+        if not infos:
+            return
+        self.done += len(infos)
+        at = np.fromiter((k for k, _f in infos), dtype=np.int64, count=len(infos))
+        self.row_count[at] = [f.row_count for _k, f in infos]
+        self.format[at] = [_FORMATS.index(f.format) for _k, f in infos]
+        self.columns_id[at] = [self._columns(f.columns) for _k, f in infos]
+        self.chunks_id[at] = [self._chunks(f.chunk_rows) for _k, f in infos]
+        prints = [f.fingerprint for _k, f in infos]
+        if all(len(fp) == _FINGERPRINT and fp.isascii() for fp in prints):
+            self.fingerprint[at] = prints  # numpy encodes ASCII text for an S column
+        else:
+            for (k, _f), fp in zip(infos, prints, strict=True):
+                if len(fp) == _FINGERPRINT and fp.isascii():
+                    self.fingerprint[k] = fp.encode("ascii")
+                else:
+                    self._long[k] = fp
+
     def add(self, index: int, found: SegmentInfo | str) -> None:
         """Segment ``index``'s description, or its problem."""
         self.done += 1

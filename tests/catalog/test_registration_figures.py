@@ -107,11 +107,13 @@ def test_descriptions_held_in_columns_come_back_as_given() -> None:
                          "0123456789abcdef" * 2 if k != 4 else "a-longer-fingerprint" * 3)
              for k in range(6)]
     described = Described(7)
-    for k in (5, 0, 3, 1, 4, 2):  # any order
+    for k in (5, 0):  # any order, one at a time or a batch at a time
         described.add(k, dataclasses.replace(infos[k], columns=tuple(cols)))
-    described.add(6, "segment 'p6' does not exist")
+    described.add_batch([(3, infos[3]), (6, "segment 'p6' does not exist"), (1, infos[1])])
+    described.add_batch([(4, infos[4]), (2, infos[2])])  # a long fingerprint among them
     assert [described.info(k, f"p{k}") for k in range(6)] == infos
     assert described.problems == {6: "segment 'p6' does not exist"}
+    assert described.done == 7
     assert described.column_lists == [cols]
     assert list(described) == list(range(6))
     frame = described.frame()

@@ -70,12 +70,13 @@ def _footer(storage: Storage, rel: str, size: int, tail: bytes | None = None,
     footer_len = int.from_bytes(tail[-8:-4], "little")
     if footer_len + 8 > size - 4:
         raise SegmentProblem(f"segment {rel!r} has a corrupt parquet footer", path=rel)
+    footer: bytes | memoryview
     if footer_len + 8 <= len(tail):
-        footer = tail[len(tail) - footer_len - 8 :]
+        footer = memoryview(tail)[len(tail) - footer_len - 8 :]  # hashed in place
     else:
         footer = storage.get_range(rel, size - footer_len - 8, size)
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(b"parquet\0" + str(size).encode() + b"\0" + footer)
+    digest = hashlib.blake2b(b"parquet\0" + str(size).encode() + b"\0", digest_size=16)
+    digest.update(footer)
     return tail, digest.hexdigest()
 
 
