@@ -201,7 +201,8 @@ def _served(small: Path, work: Path) -> None:
     grown = run["peak_rss_registered"] - run["peak_rss_idle"]
     print(f"server peak RSS {run['peak_rss_idle'] / 2**20:.0f} MiB started, "
           f"{run['peak_rss_registered'] / 2**20:.0f} MiB after registering "
-          f"(+{grown / n:.0f} bytes a segment), "
+          f"(+{grown / n:.0f} bytes a segment over the started server, its fixed "
+          "first-registration costs included: compare two sizes for the growth a segment), "
           f"{run['peak_rss'] / 2**20:.0f} MiB after the plan")
     print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
 
