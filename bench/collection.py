@@ -129,13 +129,21 @@ def _peak_of(pid: int) -> int:
     return 0
 
 
+def _cpu_of(pid: int) -> float:
+    """CPU seconds (user and system) process ``pid`` has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def served_registration(root: Path, *, work: Path, progress: bool = True,
                         ) -> dict[str, float]:
     """Register ``root``'s manifest against ``windpipe serve catalog`` (a process of its
     own, SQLite under ``work``) through the SDK, its progress bar shown, then index,
     split and plan the version: ``segments``, the seconds of ``register``, ``index``,
-    ``split`` and ``plan``, and the server's peak RSS (bytes) once started
-    (``peak_rss_idle``), after registering and after the plan (``peak_rss``)."""
+    ``split`` and ``plan``, the server's CPU seconds while registering
+    (``register_cpu``: on a shared machine steadier than the wall time), and its peak
+    RSS (bytes) once started (``peak_rss_idle``), after registering and after the plan
+    (``peak_rss``)."""
     env = {**os.environ, "WINDPIPE_LOG_LEVEL": "WARNING"}
     server = subprocess.Popen(
         [str(Path(sys.executable).with_name("windpipe")), "serve", "catalog", "--data-dir",
@@ -152,12 +160,14 @@ def served_registration(root: Path, *, work: Path, progress: bool = True,
                 url = line.split()[-1]
         catalog = Catalog(url, timeout=600.0, read_timeout=600.0)
         idle = _peak_of(server.pid)
+        cpu0 = _cpu_of(server.pid)
         t0 = time.perf_counter()
         with warnings.catch_warnings():  # the synthetic data's nulls, on purpose
             warnings.simplefilter("ignore")
             version = catalog.register("many", root=str(root), manifest="manifest.parquet",
                                        progress=progress)
         t1 = time.perf_counter()
+        cpu = _cpu_of(server.pid) - cpu0
         peak_registered = _peak_of(server.pid)
         version.index()
         t2 = time.perf_counter()
@@ -166,6 +176,7 @@ def served_registration(root: Path, *, work: Path, progress: bool = True,
         split.plan(_CONFIG)
         t4 = time.perf_counter()
         out = {"segments": float(version.raw["n_segments"]), "register": t1 - t0,
+               "register_cpu": cpu,
                "index": t2 - t1, "split": t3 - t2, "plan": t4 - t3,
                "peak_rss_idle": float(idle), "peak_rss_registered": float(peak_registered),
                "peak_rss": float(_peak_of(server.pid))}
@@ -184,11 +195,16 @@ def _served(small: Path, work: Path) -> None:
     print(f"segments {n:,} ({n_parquet:,} parquet)")
     print(f"footer floor   {floor_s:8.2f} s {floor_s / n_parquet * 1e6:8.0f} us/segment")
     print(f"registration   {run['register']:8.2f} s {run['register'] / n * 1e6:8.0f} "
-          f"us/segment = {run['register'] / floor_s:.1f}x the floor")
+          f"us/segment = {run['register'] / floor_s:.1f}x the floor "
+          f"(server CPU {run['register_cpu']:.2f} s, {run['register_cpu'] / floor_s:.1f}x)")
     print(f"index {run['index']:.2f} s, split {run['split']:.2f} s, plan {run['plan']:.2f} s")
+    grown = run["peak_rss_registered"] - run["peak_rss_idle"]
     print(f"server peak RSS {run['peak_rss_idle'] / 2**20:.0f} MiB started, "
-          f"{run['peak_rss_registered'] / 2**20:.0f} MiB after registering, "
+          f"{run['peak_rss_registered'] / 2**20:.0f} MiB after registering "
+          f"(+{grown / n:.0f} bytes a segment over the started server, its fixed "
+          "first-registration costs included: compare two sizes for the growth a segment), "
           f"{run['peak_rss'] / 2**20:.0f} MiB after the plan")
+    print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
 
 
 def main(argv: list[str] | None = None) -> None:

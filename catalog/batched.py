@@ -7,10 +7,13 @@ order on one thread), at most ``workers`` batches at a time and ``2 * workers`` 
 ahead: memory and open files stay bounded whatever the number of segments, and results
 come back in the order given (what is computed from them stays deterministic).
 
-:func:`workers_for` says how many threads a root gets: :data:`LOCAL_WORKERS` on a local
-disk (the page cache answers at once and the work is Python's: more threads only
-contend for the interpreter lock), :data:`REMOTE_WORKERS` on an object store (each read
-waits on the network; threads overlap the waits).
+:func:`workers_for` says how many threads a root's per-segment reads get (the profile's
+second reads, an object store's segments other than parquet):
+:data:`LOCAL_WORKERS` on a local disk (the page cache answers at once and the work is
+Python's: more threads only contend for the interpreter lock), :data:`REMOTE_WORKERS`
+on an object store (each read waits on the network; threads overlap the waits). A local
+root's checks run in larger batches whose decoding is pyarrow's, off the lock
+(:mod:`catalog.checks`).
 
 :func:`prefetched_map` is the object store's form for objects one request describes (a
 parquet segment: its size, tag and footer, or the whole of a small one, in one suffix

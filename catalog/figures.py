@@ -1,55 +1,42 @@
-"""A segment's profile figures, taken while registration's checks hold its bytes.
+"""A batch of segments' profile figures, counted at once from the values their checks read.
 
 Registration's profile (:mod:`catalog.profile`) needs, per segment, the null (or NaN)
 and infinity counts of its numeric columns and the sampling of its time column. For a
-small local parquet file the checks read the whole file to fingerprint its footer
-(:func:`services.storage.segments.inspect_segment_values`), so the figures are taken
-from those bytes there and then (:func:`figures_of`: a few counts kept, the values
-dropped), and the profile aggregates them without opening the segment again.
+small parquet file the checks read the whole file to fingerprint its footer (locally,
+or held whole from an object store), so the values are decoded from those bytes there
+and then (``ParquetFormat.inspect_values``, :func:`values_of_file`) and counted here.
 
-What the profile counts depends on the version's schema, known only once every segment
-is checked (a column's type across the protocol's segments), so the figures keep what
-either rule may ask for: the footer's null counts and the counts of every column read;
-:func:`found_from` answers a segment's figures under the profile's rules, or None when
-they lack something (the profile then reads that segment as before).
+Counting is per batch, not per segment: a collection's segments are a few dozen rows
+each, and numpy's cost per call (a few microseconds) would exceed the work. The
+segments of a batch that read the same columns are stacked into one array per column
+(:func:`count_group`), every count is one pass over it, cut at the segments' offsets,
+and the sampling rules run over all their time columns at once
+(:func:`sampling_steps`); only a segment found irregular is looked at alone, for the
+median and largest step its listing shows (:func:`sampling_problem`, the rules' one
+definition). The values are dropped once counted.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from services.contract.stats import GAP_FACTOR, TIME_COLUMN
-from services.storage.formats.base import to_float64
 from services.storage.formats.parquet import footer_null_counts
 from services.storage.segments import SegmentInfo, SegmentValues
 from services.storage.store import Storage
 
-__all__ = ["FLOATING", "Found", "Sampling", "SegmentFigures", "figures_of", "found_from",
-           "sampling_problem", "values_of_file"]
+__all__ = ["FLOATING", "Counted", "Sampling", "count_group", "sampling_problem",
+           "sampling_steps", "values_of_file"]
 
 FLOATING = ("float", "double", "mixed")  # a schema dtype whose nulls no footer holds
 
 # (gaps, non-monotonic steps, median positive step, largest step)
 Sampling = tuple[int, int, float | None, float | None]
-# ({column: (nulls, non_finite)}, sampling or None, columns counted from the footer)
-Found = tuple[dict[str, tuple[int, int]], Sampling | None, int]
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentFigures:
-    """The profile figures of one segment: ``footer_nulls`` (the footer's null counts, per
-    numeric column counted in every row group), ``read`` (``(NaN or null, +-inf)`` counts
-    of the columns read), ``sampling`` (of the time column, when read)."""
-
-    footer_nulls: dict[str, int]
-    read: dict[str, tuple[int, int]]
-    sampling: Sampling | None
 
 
 def sampling_problem(times: np.ndarray) -> Sampling:
@@ -72,33 +59,105 @@ def sampling_problem(times: np.ndarray) -> Sampling:
     return gaps, non_monotonic, median, float(d.max())
 
 
-def figures_of(values: SegmentValues) -> SegmentFigures:
-    """The counts of ``values`` (the values are not kept), as a read of the segment counts
-    them: NaN (null included) and infinities of the float64 column. A floating column is
-    taken in its own type (widening keeps every NaN and infinity: the same counts); any
-    other, and the time column (its steps), as float64. The columns are counted in one
-    stacked array: a handful of numpy calls a segment, whatever its columns."""
-    names = [sys.intern(name) for name in values.columns]  # one string a column name, kept
-    footer = {sys.intern(name): n for name, n in values.footer_nulls.items()}  # by every segment
-    sampling = None
-    if not names:
-        return SegmentFigures(footer_nulls=footer, read={}, sampling=None)
-    arrays = []
-    for name in names:
-        column = values.columns[name]
-        if name == TIME_COLUMN or not pa.types.is_floating(column.type):
-            a = to_float64(column)
-            if name == TIME_COLUMN:
-                sampling = sampling_problem(a)
-        else:
-            a = (column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-                 ).to_numpy(zero_copy_only=False)
-        arrays.append(a)
-    stacked = np.vstack(arrays)
-    nan = np.count_nonzero(np.isnan(stacked), axis=1).tolist()
-    inf = np.count_nonzero(np.isinf(stacked), axis=1).tolist()
-    read = {name: (int(n), int(i)) for name, n, i in zip(names, nan, inf, strict=True)}
-    return SegmentFigures(footer_nulls=footer, read=read, sampling=sampling)
+def sampling_steps(times: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The gaps and non-monotonic steps of many time columns at once: segment ``k``'s
+    times are ``times[offsets[k]:offsets[k + 1]]``. Per segment the same as
+    :func:`sampling_problem`'s first two figures (the same steps, compared the same way):
+    steps are taken between a segment's consecutive finite times only, and a step's
+    neighbours are its own segment's."""
+    count = offsets.shape[0] - 1
+    owner = np.repeat(np.arange(count, dtype=np.int64), np.diff(offsets))
+    finite = np.isfinite(times)
+    t, owner = times[finite], owner[finite]
+    within = owner[1:] == owner[:-1]
+    d = np.diff(t)[within]
+    at = owner[1:][within]
+    non_monotonic = np.bincount(at[d <= 0], minlength=count)
+    steps = np.bincount(at, minlength=count)
+    first = np.ones(d.shape[0], dtype=bool)
+    first[1:] = at[1:] != at[:-1]
+    last = np.ones(d.shape[0], dtype=bool)
+    last[:-1] = first[1:]
+    before = np.zeros_like(d)
+    before[1:] = d[:-1]
+    after = np.zeros_like(d)
+    after[:-1] = d[1:]
+    left = np.where(first, after, before)  # the first step's one neighbour is the next
+    right = np.where(last, before, after)  # the last step's the one before
+    near = np.maximum(left, right)
+    gap = (steps[at] >= 2) & (np.minimum(left, right) > 0) & (d > GAP_FACTOR * near)
+    return np.bincount(at[gap], minlength=count), non_monotonic
+
+
+class Counted:
+    """What :func:`count_group` found in a group of segments reading the same columns:
+    ``nan`` and ``inf`` (per column of ``names``, per segment: int64 arrays shaped
+    ``(columns, segments)``) and, when the time column is read, the ``irregular``
+    segments (their positions in the group) with their :data:`Sampling`."""
+
+    __slots__ = ("inf", "irregular", "names", "nan")
+
+    def __init__(self, names: tuple[str, ...], nan: np.ndarray, inf: np.ndarray,
+                 irregular: dict[int, Sampling]) -> None:
+        self.names, self.nan, self.inf, self.irregular = names, nan, inf, irregular
+
+
+_NUMPY = {pa.float16(): np.float16, pa.float32(): np.float32, pa.float64(): np.float64}
+
+
+def _floats(array: pa.Array) -> np.ndarray:
+    """A floating arrow array as numpy, null as NaN, from its buffers (pyarrow's own
+    conversion imports pandas the first time: most of a second of a fresh server's first
+    registration)."""
+    dtype = np.dtype(_NUMPY[array.type])
+    validity, data = array.buffers()[:2]
+    start, count = array.offset, len(array)
+    values = np.frombuffer(data, dtype=dtype, count=start + count)[start:]
+    if array.null_count:
+        bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+        values = np.where(bits[start:start + count].astype(bool), values, dtype.type(np.nan))
+    return values
+
+
+def _column(table: pa.Table, name: str) -> np.ndarray:
+    """A stacked column (one chunk) as a read of the segment counts it: a floating column
+    in its own type (widening keeps every NaN and infinity: the same counts), any other,
+    and the time column (its steps), as float64 (null: NaN), as
+    :func:`services.storage.formats.base.to_float64` reads it."""
+    column = table.column(name)
+    array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if (name == TIME_COLUMN or not pa.types.is_floating(array.type)) \
+            and not pa.types.is_float64(array.type):
+        array = pc.cast(array, pa.float64())
+    return _floats(array)
+
+
+def _per_segment(found: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per row of the boolean matrix ``found``, the count in each segment's columns."""
+    running = np.zeros((found.shape[0], found.shape[1] + 1), dtype=np.int64)
+    np.cumsum(found, axis=1, out=running[:, 1:])
+    return running[:, offsets[1:]] - running[:, offsets[:-1]]
+
+
+def count_group(tables: Sequence[pa.Table], names: tuple[str, ...]) -> Counted:
+    """Count the values of ``tables`` (one a segment, each holding columns ``names`` with
+    the same types): NaN (null included) and infinities per column and segment, and the
+    time column's sampling. The columns of every segment are stacked into one matrix
+    (one table, one chunk a column): a few numpy calls a group, whatever its size."""
+    lengths = np.fromiter((t.num_rows for t in tables), dtype=np.int64, count=len(tables))
+    offsets = np.zeros(len(tables) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    stacked = (pa.concat_tables(tables) if len(tables) > 1 else tables[0]).combine_chunks()
+    columns = [_column(stacked, name) for name in names]
+    matrix = np.vstack(columns)  # float32 columns widened beside float64 ones: same counts
+    irregular: dict[int, Sampling] = {}
+    if TIME_COLUMN in names:
+        times = columns[names.index(TIME_COLUMN)]
+        gaps, back = sampling_steps(times, offsets)
+        for k in np.flatnonzero(gaps + back).tolist():
+            irregular[k] = sampling_problem(times[offsets[k]:offsets[k + 1]])
+    return Counted(names, _per_segment(np.isnan(matrix), offsets),
+                   _per_segment(np.isinf(matrix), offsets), irregular)
 
 
 def values_of_file(storage: Storage, info: SegmentInfo, data: bytes, *,
@@ -106,43 +165,18 @@ def values_of_file(storage: Storage, info: SegmentInfo, data: bytes, *,
     """The :class:`SegmentValues` of a parquet segment from ``data``, the whole file as the
     check fetched and fingerprinted it (an object fetched in one request,
     :mod:`services.storage.held`), chosen as a local file's check chooses them
-    (``ParquetFormat.inspect_values``): the footer's null counts, and every row of the
-    numeric columns the footer cannot answer for (floating ones, those without null
-    counts) and of ``also``. None when the pages do not decode (the profile then reads the
-    segment the usual way, which says what is wrong)."""
+    (``ParquetFormat.inspect_values``): the footer's null counts of the columns that are
+    not floating, and every row of the numeric columns the footer cannot answer for and
+    of ``also``. None when the pages do not decode (the profile then reads the segment
+    the usual way, which says what is wrong)."""
     numeric = [c for c in info.columns if c.numeric]
-    footer = footer_null_counts(storage, info, [c.name for c in numeric])
-    names = [c.name for c in numeric if c.name in also or c.name not in footer
-             or any(f in c.dtype for f in FLOATING)]
+    footer = footer_null_counts(storage, info, [c.name for c in numeric if c.name not in also
+                                                and not any(f in c.dtype for f in FLOATING)])
+    names = [c.name for c in numeric if c.name not in footer]
     if not names or not info.row_count:
-        return SegmentValues(footer, {})
+        return SegmentValues(footer, pa.table({}))
     try:
         table = pq.ParquetFile(pa.BufferReader(data)).read(columns=names, use_threads=False)
     except (OSError, pa.ArrowException):
         return None
-    return SegmentValues(footer, {name: table.column(name) for name in names})
-
-
-def found_from(figures: SegmentFigures, info: SegmentInfo, names: list[str]) -> Found | None:
-    """What the profile finds in the segment ``info`` (its columns typed as the version's
-    schema types them) for columns ``names``, by the rules of a read: a column neither
-    floating nor the time column is counted from the footer when the footer counts it,
-    any other is read (nothing read in a segment without rows). None when the figures
-    lack a count those rules need."""
-    counts: dict[str, tuple[int, int]] = {}
-    footer = 0
-    for name in names:
-        plain = name != TIME_COLUMN and not any(f in info.column(name).dtype for f in FLOATING)
-        if plain and name in figures.footer_nulls:
-            counts[name] = (figures.footer_nulls[name], 0)
-            footer += 1
-        elif info.row_count:
-            if name not in figures.read:
-                return None
-            counts[name] = figures.read[name]
-    sampling = None
-    if TIME_COLUMN in names and info.row_count:
-        if figures.sampling is None:
-            return None
-        sampling = figures.sampling
-    return counts, sampling, footer
+    return SegmentValues(footer, table)

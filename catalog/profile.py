@@ -29,7 +29,7 @@ the jump back after a step back is not counted twice.
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -39,9 +39,10 @@ import polars as pl
 from sqlalchemy.orm import Session, sessionmaker
 
 from catalog.batched import batched_map, workers_for
-from catalog.figures import FLOATING, Found, found_from, sampling_problem
+from catalog.figures import FLOATING, Sampling, sampling_problem
 from catalog.registration import PreparedVersion
 from catalog.repository import Repository
+from catalog.tally import MAX_LISTED, Cell, FigureTally, plain
 from services.contract.stats import (
     TIME_COLUMN,
     ColumnProfile,
@@ -55,11 +56,12 @@ from services.storage.store import Storage
 __all__ = ["MAX_LISTED", "bounded_map", "profile_for", "profile_version", "profile_warnings",
            "sampling_problem"]
 
-MAX_LISTED = 100
 _SHOWN = 4  # columns named in one warning's message
 
 T = TypeVar("T")
 R = TypeVar("R")
+# ({column: (nulls, non_finite)}, sampling or None, columns counted from the footer)
+Found = tuple[dict[str, tuple[int, int]], Sampling | None, int]
 
 
 def bounded_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int,
@@ -96,20 +98,22 @@ def profile_for(sessions: sessionmaker[Session], storage: Storage,
     return profile_version(storage, prepared, progress=progress)
 
 
-def _segments(prepared: PreparedVersion) -> list[tuple[SegmentInfo, str, list[str]]]:
-    """Per segment (manifest order): its info, protocol and numeric columns. The columns
-    of a segment depend only on its protocol and the columns its manifest row lacks, so
-    each such set is built once (a collection has a handful, whatever its size)."""
+def _reread_infos(prepared: PreparedVersion, indices: list[int],
+                  ) -> dict[int, tuple[SegmentInfo, str, list[str]]]:
+    """Per segment ``indices`` (manifest order): its info (columns typed as the version's
+    schema types them), protocol and numeric columns. The columns of a segment depend
+    only on its protocol and the columns its manifest row lacks, so each such set is
+    built once (a collection has a handful, whatever its size)."""
     numeric = {p: [(c, frozenset(c.get("missing", ()))) for c in cols if c.get("numeric")]
                for p, cols in prepared.schema.items()}
     lacking = {p: frozenset().union(*(m for _c, m in cols)) for p, cols in numeric.items()}
     built: dict[tuple[str, int | None], tuple[tuple[ColumnInfo, ...], list[str]]] = {}
-    seg = prepared.segments.join(
+    seg = prepared.segments.with_row_index("_k")[indices].join(
         prepared.manifest_rows.select("manifest_row_id", "protocol"), on="manifest_row_id",
-        how="left").sort("manifest_position")
-    out = []
-    for mrid, protocol, path, fmt, n, chunks, fp in seg.select(
-            "manifest_row_id", "protocol", "path", "format", "row_count", "chunk_rows",
+        how="left", maintain_order="left")
+    out = {}
+    for k, mrid, protocol, path, fmt, n, chunks, fp in seg.select(
+            "_k", "manifest_row_id", "protocol", "path", "format", "row_count", "chunk_rows",
             "fingerprint").iter_rows():
         key = (protocol, mrid if mrid in lacking.get(protocol, ()) else None)
         if key not in built:
@@ -119,7 +123,7 @@ def _segments(prepared: PreparedVersion) -> list[tuple[SegmentInfo, str, list[st
         columns, names = built[key]
         info = SegmentInfo(path=path, format=fmt, row_count=int(n), columns=columns,
                            chunk_rows=tuple(chunks), fingerprint=fp)
-        out.append((info, str(protocol), names))
+        out[int(k)] = (info, str(protocol), names)
     return out
 
 
@@ -143,61 +147,89 @@ def _profile_segment(storage: Storage, info: SegmentInfo, names: list[str]) -> F
     return counts, sampling, len(known)
 
 
+def _rereads(prepared: PreparedVersion, tally: FigureTally) -> dict[int, list[str] | None]:
+    """The segments the profile reads: those without figures (None: every column), and
+    those whose footer counted the nulls of a column the version types as floating or
+    ``mixed`` (the rules read such a column: its name)."""
+    out: dict[int, list[str] | None] = dict.fromkeys(tally.unfigured)
+    types = {(p, c["name"]): c for p, cols in prepared.schema.items() for c in cols
+             if c.get("numeric")}
+    for (protocol, name), cell in tally.cells.items():
+        entry = types.get((protocol, name))
+        if entry is None or plain(name, str(entry["dtype"])):
+            continue
+        for k in cell.footer_at:
+            if k in out and out[k] is None:
+                continue
+            out.setdefault(k, [])
+            out[k].append(name)  # type: ignore[union-attr]
+    return out
+
+
 def profile_version(storage: Storage, prepared: PreparedVersion, *,
                     progress: Callable[[int, int], None] | None = None) -> VersionProfile:
-    """Profile the version: from the figures the checks took of a segment
-    (``prepared.figures``) where they answer, else reading what needs reading of the
-    segment once (``progress(done, total)``: once for the segments the figures answered,
-    then after each segment read)."""
-    segments = _segments(prepared)
-    found: list[Found | None] = []
-    for info, _protocol, names in segments:
-        figures = prepared.figures.get(info.path)
-        found.append(None if figures is None else found_from(figures, info, names))
-    rest = [k for k, f in enumerate(found) if f is None]
-    done = len(segments) - len(rest)
+    """Profile the version: from the figures the checks summed (``prepared.figures``)
+    where they answer, else reading what needs reading of a segment once
+    (``progress(done, total)``: once for the segments the figures answered, then after
+    each segment read). ``prepared.figures`` is not changed."""
+    total = prepared.segments.height
+    fused = prepared.figures if prepared.figures is not None else FigureTally()
+    if prepared.figures is None:
+        fused.unfigured.extend(range(total))
+    rereads = _rereads(prepared, fused)
+    done = total - len(rereads)
     if progress is not None and done:
-        progress(done, len(segments))
+        progress(done, total)
+    infos = _reread_infos(prepared, sorted(rereads))
+    read = FigureTally()  # what the profile reads, summed apart
+    from_footer = 0
 
     def work(k: int) -> Found:
-        return _profile_segment(storage, segments[k][0], segments[k][2])
+        info, _protocol, names = infos[k]
+        wanted = rereads[k]
+        return _profile_segment(storage, info, names if wanted is None else wanted)
 
-    for k, result in batched_map(work, rest, workers=workers_for(storage)):
-        found[k] = result
+    for k, (counts, sampling, footer) in batched_map(work, sorted(rereads),
+                                                     workers=workers_for(storage)):
+        info, protocol, names = infos[k]
+        wanted = rereads[k]
+        if wanted is None:
+            read.add_read(k, info, protocol, counts, sampling, names=names)
+            from_footer += footer
+        else:  # summed already but for these columns
+            read.add_read(k, info, protocol, counts, None, names=wanted, rows=False)
         done += 1
         if progress is not None:
-            progress(done, len(segments))
-    return _aggregate(segments, found)
+            progress(done, total)
+    return _aggregate(prepared, fused, read, from_footer=from_footer)
 
 
-def _aggregate(segments: list[tuple[SegmentInfo, str, list[str]]],
-               found: list[Found | None]) -> VersionProfile:
-    """The version's profile from every segment's findings (manifest order)."""
-    rows: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
-    problems: list[SamplingProblem] = []
-    irregular: dict[str, int] = defaultdict(int)
-    from_footer = 0
-    for (info, protocol, names), result in zip(segments, found, strict=True):
-        if result is None:
-            raise AssertionError(f"segment {info.path!r} was not profiled")
-        counts, sampling, footer = result
-        from_footer += footer
-        for name in names:
-            entry = rows[(protocol, name)]
-            nulls, inf = counts.get(name, (0, 0))
-            entry[0] += info.row_count
-            entry[1] += nulls
-            entry[2] += inf
-        if sampling is not None and (sampling[0] or sampling[1]):
-            irregular[protocol] += 1
-            gaps, non_mono, median, largest = sampling
-            if len(problems) < MAX_LISTED:  # manifest order: the first listed
-                problems.append(SamplingProblem(
-                    path=info.path, protocol=protocol, rows=info.row_count, gaps=gaps,
-                    non_monotonic=non_mono, median_step=median, max_step=largest))
-    columns = [ColumnProfile(protocol=p, column=c, rows=v[0], nulls=v[1], non_finite=v[2])
-               for (p, c), v in sorted(rows.items())]
-    return VersionProfile(columns=columns, irregular_segments=dict(sorted(irregular.items())),
+def _aggregate(prepared: PreparedVersion, fused: FigureTally, read: FigureTally, *,
+               from_footer: int) -> VersionProfile:
+    """The version's profile from the figures summed by the checks (``fused``) and by the
+    profile's reads, under the rules of the version's schema."""
+    types = {(p, c["name"]): str(c["dtype"]) for p, cols in prepared.schema.items()
+             for c in cols if c.get("numeric")}
+    columns = []
+    for key in sorted(set(fused.cells) | set(read.cells)):
+        dtype = types.get(key)
+        if dtype is None:
+            continue
+        mine, more = fused.cells.get(key, Cell()), read.cells.get(key, Cell())
+        nulls = mine.nan + more.nan
+        if plain(key[1], dtype):  # its footer counts stand (the rules count them so)
+            nulls += mine.footer
+            from_footer += mine.footer_segments
+        columns.append(ColumnProfile(protocol=key[0], column=key[1], rows=mine.rows + more.rows,
+                                     nulls=nulls, non_finite=mine.inf + more.inf))
+    timed = {p for p, c in types if c == TIME_COLUMN}
+    irregular = {p: fused.irregular.get(p, 0) + read.irregular.get(p, 0) for p in timed}
+    listed = sorted([*fused.listing(timed), *read.listing(timed)])[:MAX_LISTED]
+    problems = [SamplingProblem(path=path, protocol=protocol, rows=rows, gaps=s[0],
+                                non_monotonic=s[1], median_step=s[2], max_step=s[3])
+                for _k, path, protocol, rows, s in listed]
+    return VersionProfile(columns=columns,
+                          irregular_segments={p: n for p, n in sorted(irregular.items()) if n},
                           sampling=problems, null_counts_from_footer=from_footer)
 
 

@@ -21,34 +21,30 @@ adjacent in the manifest.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from itertools import chain
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
-import pyarrow as pa
 
-from catalog.batched import REMOTE_REQUESTS, batched_map, prefetched_map, workers_for
-from catalog.figures import SegmentFigures, figures_of, values_of_file
+from catalog.batched import REMOTE_REQUESTS, workers_for
+from catalog.canonical import identity_ids, row_json
+from catalog.checks import LOCAL_WORKERS, check_segments
+from catalog.described import Described
 from catalog.manifest import IDENTITY_COLUMNS, metadata_columns, normalize_manifest
+from catalog.manifest_paths import unique_paths
 from catalog.problems import ProblemLog
-from services.contract.identity import canonical_json, manifest_row_id
-from services.contract.stats import TIME_COLUMN
-from services.storage.segments import (
-    ColumnInfo,
-    SegmentInfo,
-    SegmentProblem,
-    inspect_segment_values,
-)
-from services.storage.store import PathEscapeError, Storage
+from catalog.tally import FigureTally
+from catalog.version_schema import column_problems, protocol_schema
+from services.contract.identity import canonical_json
+from services.storage.segments import ColumnInfo, SegmentInfo
+from services.storage.store import Storage
 
 __all__ = ["PreparedVersion", "prepare_version", "version_digest"]
 
 _IDENT = list(IDENTITY_COLUMNS)
-_PARQUET_NAMES = (".parquet", ".pq")  # named parquet: no marker to look for first
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,9 +62,10 @@ class PreparedVersion:
     adds ``"missing"``: those rows' ``manifest_row_id`` values, sorted. ``dtype`` is the
     column's arrow type, or ``"mixed(a|b)"`` when segments disagree; ``numeric`` holds
     when every segment's type is numeric (all are read as float64, SEMANTICS 5).
-    ``figures``: per segment path, the profile figures the checks took from the bytes
-    they read (:mod:`catalog.figures`; small local parquet files), so that
-    :func:`catalog.profile.profile_version` reads only the other segments.
+    ``figures``: the profile figures the checks took from the bytes they read (small
+    parquet files), summed (:class:`catalog.tally.FigureTally`), so that
+    :func:`catalog.profile.profile_version` reads only the other segments (None: no
+    figures taken, every segment is read).
     """
 
     version_id: str
@@ -77,7 +74,7 @@ class PreparedVersion:
     segments: pl.DataFrame
     schema: dict[str, list[dict[str, Any]]]
     metadata_columns: tuple[str, ...]
-    figures: Mapping[str, SegmentFigures] = field(default_factory=dict)
+    figures: FigureTally | None = None
 
     @property
     def total_rows(self) -> int:
@@ -128,141 +125,6 @@ def _metadata_problems(frame: pl.DataFrame, meta: tuple[str, ...], log: ProblemL
             more=max(bad.height - log.listed, 0))
 
 
-def _column_problems(
-    frame: pl.DataFrame, canon: list[str | None],
-    infos: dict[str, SegmentInfo | str], raw_paths: list[Any], log: ProblemLog,
-) -> None:
-    """Segments of one manifest row must hold the same column names (types may differ):
-    a manifest row is one measurement, with one set of sensors."""
-    first: dict[tuple[Any, ...], tuple[int, frozenset[str]]] = {}
-    for row, (ident, cpath) in enumerate(zip(frame.select(_IDENT).iter_rows(), canon,
-                                             strict=True)):
-        info = infos.get(cpath) if cpath is not None else None
-        if not isinstance(info, SegmentInfo):
-            continue
-        names = frozenset(c.name for c in info.columns)
-        seen = first.setdefault(ident, (row, names))
-        if seen[1] != names:
-            parts = []
-            if missing := sorted(seen[1] - names):
-                parts.append(f"missing columns {missing}")
-            if extra := sorted(names - seen[1]):
-                parts.append(f"extra columns {extra}")
-            log.add(_problem(
-                row, raw_paths[row],
-                f"columns differ from the segment in row {seen[0]} of the same manifest row "
-                f"(segments of one manifest row hold the same columns): {'; '.join(parts)}",
-            ))
-
-
-def _protocol_schema(
-    protocols: list[str], mrids: list[int], infos: list[SegmentInfo]
-) -> dict[str, list[dict[str, Any]]]:
-    """Per protocol: the union of its segments' columns, with the manifest rows lacking each."""
-    dtypes: dict[str, dict[str, dict[str, bool]]] = {}
-    rows: dict[str, dict[int, set[str]]] = {}
-    for protocol, mrid, info in zip(protocols, mrids, infos, strict=True):
-        cols = dtypes.setdefault(protocol, {})
-        for c in info.columns:
-            cols.setdefault(c.name, {})[c.dtype] = c.numeric
-        rows.setdefault(protocol, {})[mrid] = {c.name for c in info.columns}
-    schema: dict[str, list[dict[str, Any]]] = {}
-    for protocol, cols in dtypes.items():
-        entries = []
-        for name, types in cols.items():
-            kinds = sorted(types)
-            entry: dict[str, Any] = {
-                "name": name,
-                "dtype": kinds[0] if len(kinds) == 1 else f"mixed({'|'.join(kinds)})",
-                "numeric": all(types.values()),
-            }
-            missing = sorted(m for m, have in rows[protocol].items() if name not in have)
-            if missing:
-                entry["missing"] = missing
-            entries.append(entry)
-        schema[protocol] = entries
-    return schema
-
-
-_Inspected = tuple[SegmentInfo, SegmentFigures | None] | str
-
-
-def _inspect(storage: Storage, path: str) -> _Inspected:
-    """The segment's description and the profile figures of the bytes read for it (None:
-    not a small local parquet file), or its problem's text (the exception, its traceback
-    and what that holds are dropped here; so are the values once counted)."""
-    try:
-        info, values = inspect_segment_values(storage, path, also=(TIME_COLUMN,))
-    except SegmentProblem as exc:
-        return exc.message
-    held = storage.held(info.path) if values is None else None
-    if held is not None and held.whole and info.format == "parquet":
-        values = values_of_file(storage, info, held.tail, also=(TIME_COLUMN,))
-    if values is None:
-        return info, None
-    try:
-        return info, figures_of(values)
-    except (pa.ArrowException, ValueError, TypeError):
-        return info, None  # the profile reads the segment as before, and says what is wrong
-
-
-def _shared(info: SegmentInfo, shared: dict[Any, Any]) -> SegmentInfo:
-    """``info`` holding the one copy of its column list that ``shared`` keeps: a
-    collection's segments share a handful of column lists, and a registration holds
-    every segment's description until it is stored (memory grows with the segments)."""
-    columns = shared.setdefault(info.columns, info.columns)
-    return info if columns is info.columns else dataclasses.replace(info, columns=columns)
-
-
-def _shared_figures(figures: SegmentFigures, shared: dict[Any, Any]) -> SegmentFigures:
-    """``figures`` holding the one copy of its footer counts ``shared`` keeps."""
-    key = ("footer", *figures.footer_nulls.items())
-    footer = shared.setdefault(key, figures.footer_nulls)
-    return figures if footer is figures.footer_nulls else dataclasses.replace(
-        figures, footer_nulls=footer)
-
-
-def _inspect_all(
-    storage: Storage, paths: list[str], progress: Callable[[int, int], None] | None,
-    *, stop_after: int, workers: int, requests: int,
-) -> tuple[dict[str, SegmentInfo | str], dict[str, SegmentFigures]]:
-    """Inspect ``paths`` on at most ``workers`` threads, in batches, in order
-    (:mod:`catalog.batched`); on an object store the parquet files first, fetched ahead
-    one request each with at most ``requests`` in flight and checked from what was
-    fetched (:func:`catalog.batched.prefetched_map`). No new batch is started once
-    ``stop_after`` have failed (the rest are missing from the answer). Also answers the
-    profile figures taken."""
-    results: dict[str, SegmentInfo | str] = {}
-    figures: dict[str, SegmentFigures] = {}
-    total = len(paths)
-    failed = [0]  # read by the stop check between batches
-
-    def stop() -> bool:
-        return failed[0] >= stop_after
-
-    def inspect(path: str) -> _Inspected:
-        return _inspect(storage, path)
-
-    remote = not storage.is_local and requests > 0
-    ahead = [p for p in paths if remote and p.endswith(_PARQUET_NAMES)]
-    rest = [p for p in paths if not (remote and p.endswith(_PARQUET_NAMES))]
-    found_all = chain(prefetched_map(_inspect, storage, ahead, requests=requests, stop=stop),
-                      batched_map(inspect, rest, workers=min(workers, max(len(rest), 1)),
-                                  stop=stop))
-    shared: dict[Any, Any] = {}  # one copy of each equal column list and footer count
-    for path, found in found_all:
-        if isinstance(found, str):
-            results[path] = found
-            failed[0] += 1
-        else:
-            results[path] = _shared(found[0], shared)
-            if found[1] is not None:
-                figures[path] = _shared_figures(found[1], shared)
-        if progress is not None:
-            progress(len(results), total)
-    return results, figures
-
-
 def prepare_version(
     storage: Storage,
     manifest: pl.DataFrame,
@@ -284,85 +146,83 @@ def prepare_version(
     """
     frame = normalize_manifest(manifest)
     meta = metadata_columns(frame)
-    raw_paths = frame.get_column("segment_path").to_list()
-    claimed = (
-        frame.get_column("row_count").to_list() if "row_count" in frame.columns
-        else [None] * frame.height
-    )
+    raw = frame.get_column("segment_path")
     problems = ProblemLog()
-    canon: list[str | None] = []
-    first_row: dict[str, int] = {}
-    for row, raw in enumerate(raw_paths):
-        try:  # syntax only: inspecting the segment checks symlinks
-            path = storage.normalize_relative_path(raw)
-        except PathEscapeError as exc:
-            problems.add(_problem(row, raw, f"invalid segment path: {exc}"))
-            canon.append(None)
-            continue
-        if path in first_row:
-            problems.add(_problem(
-                row, raw, f"segment listed twice (first in row {first_row[path]})"
-            ))
-            canon.append(None)
-            continue
-        first_row[path] = row
-        canon.append(path)
+    # syntax only: inspecting the segment checks symlinks
+    paths, at = unique_paths(raw, problems, _problem)  # at[k]: the manifest row of segment k
     _metadata_problems(frame, meta, problems)
 
-    infos, figures = _inspect_all(storage, list(first_row), progress, stop_after=problems.listed,
-                                  workers=workers_for(storage) if workers is None else workers,
-                                  requests=requests)
-    if len(infos) < len(first_row):
+    if workers is None:
+        workers = LOCAL_WORKERS if storage.is_local else workers_for(storage)
+    described, figures = check_segments(
+        storage, paths, frame.get_column("protocol").gather(at), progress=progress,
+        stop_after=problems.listed, workers=workers, requests=requests)
+    if described.done < paths.len():
         problems.stop(f"segment checks stopped after {problems.listed} failed "
-                      f"({len(infos)} of {len(first_row)} segments checked)")
-    for row, cpath in enumerate(canon):
-        info = infos.get(cpath) if cpath is not None else None
-        if info is None:
-            continue
-        if isinstance(info, str):
-            problems.add(_problem(row, raw_paths[row], info))
-            continue
-        want = claimed[row]
-        if want is not None and int(want) != info.row_count:
-            problems.add(_problem(
-                row, raw_paths[row],
-                f"row_count is {want} in the manifest but the segment has "
-                f"{info.row_count} rows",
-            ))
-
-    _column_problems(frame, canon, infos, raw_paths, problems)
+                      f"({described.done} of {paths.len()} segments checked)")
+    _segment_problems(frame, described, at, problems)
+    columns_id = np.full(frame.height, -1, dtype=np.int64)
+    columns_id[at] = described.columns_id
+    column_problems(frame, columns_id, described.column_lists, problems,
+                    lambda row, text: _problem(row, raw[row], text))
     if problems:
         raise problems.error()
-
-    good: list[SegmentInfo] = [infos[p] for p in canon]  # type: ignore[misc,index]
-    return _build(storage, frame, meta, good, figures)
+    return _build(storage, frame, meta, described, paths=paths, figures=figures)
 
 
-def version_digest(root_uri: str, canonical: pl.DataFrame, *, chunk: int = 8192) -> str:
+def _segment_problems(frame: pl.DataFrame, described: Described, at: np.ndarray,
+                      log: ProblemLog) -> None:
+    """The segments that failed their checks, and those whose rows differ from the
+    manifest's ``row_count`` (``at[k]``: the manifest row of segment ``k``)."""
+    raw = frame.get_column("segment_path")
+    for k, text in described.problems.items():
+        row = int(at[k])
+        log.add(_problem(row, raw[row], text))
+    if "row_count" not in frame.columns:
+        return
+    want = frame.get_column("row_count").gather(at)
+    have = pl.Series(described.row_count)
+    bad = (want.is_not_null() & pl.Series(described.columns_id >= 0)
+           & (want.cast(pl.Int64, strict=False) != have)).fill_null(value=False)
+    for k in bad.arg_true().to_list():
+        row = int(at[k])
+        log.add(_problem(row, raw[row],
+                         f"row_count is {want[k]} in the manifest but the segment has "
+                         f"{int(described.row_count[k])} rows"))
+
+
+def version_digest(root_uri: str, canonical: pl.DataFrame, *, chunk: int = 8192,
+                   order: pl.Series | None = None) -> str:
     """The version id: a digest of the canonical JSON of ``{"kind", "root", "columns",
-    "rows"}`` (``canonical``'s rows, sorted), hashed ``chunk`` rows at a time, so that a
-    collection's rows are never all Python lists at once (the same bytes as one
-    ``canonical_json`` of the whole payload)."""
+    "rows"}`` (``canonical``'s rows, sorted: in the order of the row indices ``order``
+    when given), its rows written by polars (:func:`catalog.canonical.row_json`) and
+    hashed ``chunk`` rows at a time, so that a collection's rows are never all text, nor
+    all sorted, at once (the same bytes as one ``canonical_json`` of the whole
+    payload)."""
     head = canonical_json({"kind": "windpipe-version-v1", "root": root_uri,
                            "columns": canonical.columns})
     digest = hashlib.sha256(head[:-1] + b',"rows":[')  # keys sorted: "rows" comes last
-    for k, part in enumerate(canonical.iter_slices(max(1, chunk))):
-        rows = canonical_json([list(r) for r in part.iter_rows()])
-        digest.update((b"," if k else b"") + rows[1:-1])
+    step = max(1, chunk)
+    for k, start in enumerate(range(0, canonical.height, step)):
+        part = (canonical.slice(start, step) if order is None
+                else canonical[order.slice(start, step)])
+        rows = row_json(part).str.join(",").item()
+        digest.update((b"," if k else b"") + rows.encode())
     digest.update(b"]}")
     return "v-" + digest.hexdigest()[:32]
 
 
 def _build(
-    storage: Storage, frame: pl.DataFrame, meta: tuple[str, ...], infos: list[SegmentInfo],
-    figures: Mapping[str, SegmentFigures],
+    storage: Storage, frame: pl.DataFrame, meta: tuple[str, ...], described: Described, *,
+    paths: pl.Series, figures: FigureTally,
 ) -> PreparedVersion:
+    found = described.frame()
     seg = frame.select(*_IDENT, *meta).with_columns(
-        pl.Series("path", [i.path for i in infos], dtype=pl.String),
-        pl.Series("format", [i.format for i in infos], dtype=pl.String),
-        pl.Series("row_count", [i.row_count for i in infos], dtype=pl.Int64),
-        pl.Series("chunk_rows", [list(i.chunk_rows) for i in infos], dtype=pl.List(pl.Int64)),
-        pl.Series("fingerprint", [i.fingerprint for i in infos], dtype=pl.String),
+        paths.alias("path"),
+        found.get_column("format"),
+        found.get_column("row_count"),
+        found.get_column("chunk_rows"),
+        found.get_column("fingerprint"),
         pl.int_range(pl.len(), dtype=pl.Int64).alias("manifest_position"),
     ).with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over(_IDENT).alias("ordinal"))
 
@@ -371,23 +231,19 @@ def _build(
         .agg(*[pl.col(c).first() for c in meta], pl.col("row_count").sum())
         .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("position"))
     )
-    ids = [
-        manifest_row_id(s, c, i, p)
-        for s, c, i, p in rows.select(_IDENT).iter_rows()
-    ]
-    rows = rows.with_columns(pl.Series("manifest_row_id", ids, dtype=pl.Int64)).select(
+    rows = rows.with_columns(identity_ids(rows.select(_IDENT))).select(
         "manifest_row_id", *_IDENT, *meta, "row_count", "position"
     )
-    seg = seg.join(rows.select("manifest_row_id", *_IDENT), on=_IDENT, how="left",
-                   maintain_order="left")
+    # joined on the identity alone and sorted by index: no copy of the segments' columns
+    seg = seg.with_columns(seg.select(_IDENT).join(
+        rows.select("manifest_row_id", *_IDENT), on=_IDENT, how="left",
+        maintain_order="left").get_column("manifest_row_id"))
+    version_id = version_digest(
+        storage.uri, seg.select(*_IDENT, *meta, "path", "format", "row_count", "fingerprint"),
+        order=seg.select(pl.arg_sort_by([*_IDENT, "ordinal"])).to_series())
 
-    canonical = seg.sort([*_IDENT, "ordinal"]).select(
-        *_IDENT, *meta, "path", "format", "row_count", "fingerprint"
-    )
-    version_id = version_digest(storage.uri, canonical)
-
-    schema = _protocol_schema(seg.get_column("protocol").to_list(),
-                              seg.get_column("manifest_row_id").to_list(), infos)
+    schema = protocol_schema(seg.get_column("protocol"), seg.get_column("manifest_row_id"),
+                             described.columns_id, described.column_lists)
     segments = seg.select(
         "manifest_row_id", "ordinal", "path", "format", "row_count", "chunk_rows",
         "fingerprint", "manifest_position",

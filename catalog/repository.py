@@ -41,7 +41,8 @@ __all__ = [
     "encode_page_token",
 ]
 
-_SQLITE_CHUNK = 100_000
+_SQLITE_CHUNK = 4096  # rows made Python tuples at once: a collection's 100k would be ~40 MB
+_COPY_CHUNK = 16384  # rows written as CSV at once (PostgreSQL)
 
 
 class Repository:
@@ -124,33 +125,31 @@ class Repository:
         ``position``, ``row_count`` and ``metadata`` (JSON text)."""
         self._bulk_insert(
             _table(ManifestRow),
-            frame.select(
-                pl.lit(version_id).alias("version_id"),
-                pl.col("manifest_row_id").cast(pl.Int64),
-                pl.col("position").cast(pl.Int64),
-                pl.col("set_id").cast(pl.String),
-                pl.col("cell_id").cast(pl.String),
-                pl.col("cidx").cast(pl.Int64),
-                pl.col("protocol").cast(pl.String),
-                pl.col("metadata").cast(pl.String),
-                pl.col("row_count").cast(pl.Int64),
-            ),
+            frame,
+            pl.lit(version_id).alias("version_id"),
+            pl.col("manifest_row_id").cast(pl.Int64),
+            pl.col("position").cast(pl.Int64),
+            pl.col("set_id").cast(pl.String),
+            pl.col("cell_id").cast(pl.String),
+            pl.col("cidx").cast(pl.Int64),
+            pl.col("protocol").cast(pl.String),
+            pl.col("metadata").cast(pl.String),
+            pl.col("row_count").cast(pl.Int64),
         )
 
     def insert_segments(self, version_id: str, frame: pl.DataFrame) -> None:
         """Bulk insert of a version's segments (``chunk_rows`` as a list column)."""
         self._bulk_insert(
             _table(Segment),
-            frame.select(
-                pl.lit(version_id).alias("version_id"),
-                pl.col("manifest_row_id").cast(pl.Int64),
-                pl.col("ordinal").cast(pl.Int64),
-                pl.col("path").cast(pl.String),
-                pl.col("format").cast(pl.String),
-                pl.col("row_count").cast(pl.Int64),
-                _json_int_list("chunk_rows"),
-                pl.col("fingerprint").cast(pl.String),
-            ),
+            frame,
+            pl.lit(version_id).alias("version_id"),
+            pl.col("manifest_row_id").cast(pl.Int64),
+            pl.col("ordinal").cast(pl.Int64),
+            pl.col("path").cast(pl.String),
+            pl.col("format").cast(pl.String),
+            pl.col("row_count").cast(pl.Int64),
+            _json_int_list("chunk_rows"),
+            pl.col("fingerprint").cast(pl.String),
         )
 
     def load_manifest_rows(self, version_id: str) -> list[ManifestRow]:
@@ -319,36 +318,41 @@ class Repository:
 
     # -- bulk writes ------------------------------------------------------------------
 
-    def _bulk_insert(self, table: sa.Table, frame: pl.DataFrame) -> None:
+    def _bulk_insert(self, table: sa.Table, frame: pl.DataFrame,
+                     *exprs: pl.Expr | str) -> None:
+        """Insert the rows of ``frame.select(*exprs)`` (all of ``frame`` when none given),
+        made a slice at a time: a collection's rows are never all converted at once."""
         if frame.height == 0:
             return
         columns = [c.name for c in table.columns]
-        frame = frame.select(columns)
+        made = exprs or tuple(columns)
         conn = self.session.connection()
         if conn.dialect.name == "postgresql":
-            _copy_into(conn, table.name, columns, frame)
+            _copy_into(conn, table.name, columns,
+                       (part.select(*made).select(columns) for part in _chunks(frame,
+                                                                              _COPY_CHUNK)))
             return
         placeholders = ", ".join("?" for _ in columns)
         names = ", ".join(f'"{c}"' for c in columns)
         sql = f'INSERT INTO "{table.name}" ({names}) VALUES ({placeholders})'
-        for chunk in _chunks(frame, _SQLITE_CHUNK):
-            conn.exec_driver_sql(sql, chunk.rows())
+        for part in _chunks(frame, _SQLITE_CHUNK):
+            conn.exec_driver_sql(sql, part.select(*made).select(columns).rows())
 
 
-def _copy_into(conn: sa.Connection, table: str, columns: list[str], frame: pl.DataFrame) -> None:
-    """``COPY table FROM STDIN`` on the connection's psycopg connection (same transaction)."""
-    buffer = io.BytesIO()
-    frame.write_csv(buffer, include_header=False, null_value="")
+def _copy_into(conn: sa.Connection, table: str, columns: list[str],
+               parts: Iterator[pl.DataFrame]) -> None:
+    """``COPY table FROM STDIN`` on the connection's psycopg connection (same transaction),
+    one part of the rows as CSV at a time (a collection's rows as one CSV text would be
+    tens of megabytes held at once)."""
     raw: Any = conn.connection.dbapi_connection
     names = ", ".join(f'"{c}"' for c in columns)
     with raw.cursor() as cur, cur.copy(
         f'COPY "{table}" ({names}) FROM STDIN WITH (FORMAT csv)'
     ) as copy:
-        view = buffer.getbuffer()
-        step = 8 << 20
-        for offset in range(0, len(view), step):
-            copy.write(view[offset : offset + step])
-        view.release()
+        for chunk in parts:
+            buffer = io.BytesIO()
+            chunk.write_csv(buffer, include_header=False, null_value="")
+            copy.write(buffer.getvalue())
 
 
 def _table(model: type[Base]) -> sa.Table:

@@ -12,6 +12,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
+from catalog import repository
 from catalog.index import build_index
 from catalog.manifest import load_manifest
 from catalog.registration import prepare_version
@@ -224,3 +225,27 @@ def test_copy_of_root_is_a_new_version(
     b = _register(client, "synth", {"root": copy.as_uri(), "manifest": "manifest.parquet"})
     assert (a.status_code, b.status_code) == (201, 201)
     assert a.json()["id"] != b.json()["id"]
+
+
+def test_rows_are_stored_a_part_at_a_time_as_prepared(
+    client: httpx.Client, synth_dataset: SynthResult, database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Segment and manifest rows go to the database in parts (SQLite: 7 rows of tuples at
+    a time, PostgreSQL: 7 rows of CSV), and every part lands, as prepared."""
+    monkeypatch.setattr(repository, "_SQLITE_CHUNK", 7)
+    monkeypatch.setattr(repository, "_COPY_CHUNK", 7)
+    storage = Storage.from_uri(synth_dataset.path.as_uri())
+    prepared = prepare_version(storage, load_manifest(storage, "manifest.parquet"))
+    answer = _register(client, "parts", {"root": synth_dataset.path.as_uri(),
+                                         "manifest": "manifest.parquet"})
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["id"] == prepared.version_id
+    stored = get_all(client, f"/v1/versions/{prepared.version_id}/segments", page_size=50)
+    assert prepared.segments.height > 7 * 3
+    got = sorted((s["path"], s["row_count"], list(s["chunk_rows"]), s["fingerprint"])
+                 for s in stored)
+    want = sorted((p, n, list(c), f) for p, n, c, f in prepared.segments.select(
+        "path", "row_count", "chunk_rows", "fingerprint").iter_rows())
+    assert got == want
+    assert table_counts(database_url)["manifest_rows"] == prepared.manifest_rows.height

@@ -14,8 +14,8 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from catalog import registration
-from catalog.batched import LOCAL_WORKERS, batched_map, workers_for
+from catalog import checks
+from catalog.batched import batched_map
 from catalog.profile import profile_version
 from catalog.registration import PreparedVersion, prepare_version
 from services.contract.errors import ErrorType, WindpipeError
@@ -92,28 +92,28 @@ def test_the_pool_is_bounded(many: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     active = 0
     most = 0
     lock = threading.Lock()
-    real = registration._inspect
+    real = checks._local_batch
 
-    def counting(storage: Storage, path: str) -> object:
+    def counting(storage: Storage, job: checks.Job) -> object:
         nonlocal active, most
         with lock:
             active += 1
             most = max(most, active)
-        time.sleep(0.0005)
+        time.sleep(0.005)
         try:
-            return real(storage, path)
+            return real(storage, job)
         finally:
             with lock:
                 active -= 1
 
-    monkeypatch.setattr(registration, "_inspect", counting)
+    monkeypatch.setattr(checks, "_local_batch", counting)
+    monkeypatch.setattr(checks, "LOCAL_BATCH", 8)  # 297 segments: 38 batches
     storage = Storage.from_uri(str(many))
-    assert workers_for(storage) == LOCAL_WORKERS
     prepare_version(storage, _manifest(many), workers=3)
     assert 1 <= most <= 3
     most = 0
     prepare_version(storage, _manifest(many))
-    assert most <= LOCAL_WORKERS
+    assert most <= checks.LOCAL_WORKERS
 
 
 def test_batched_map_keeps_order_and_stops() -> None:
@@ -147,11 +147,12 @@ def test_a_missing_segment_in_the_middle_is_named(tmp_path: Path) -> None:
 def test_the_checks_profile_small_parquet_files_as_a_second_read_would(many: Path) -> None:
     storage = Storage.from_uri(str(many))
     prepared = prepare_version(storage, _manifest(many))
-    parquet = set(prepared.segments.filter(pl.col("format") == "parquet")
-                  .get_column("path").to_list())
-    assert set(prepared.figures) == parquet  # every small local parquet file, no zarr
+    formats = prepared.segments.get_column("format")
+    assert prepared.figures is not None  # every small local parquet file, no zarr
+    assert len(prepared.figures) == (formats == "parquet").sum()
+    assert sorted(prepared.figures.unfigured) == (formats == "zarr").arg_true().to_list()
     fused = profile_version(storage, prepared)
-    reread = profile_version(storage, dataclasses.replace(prepared, figures={}))
+    reread = profile_version(storage, dataclasses.replace(prepared, figures=None))
     assert fused == reread
 
 
@@ -174,7 +175,7 @@ def test_a_column_of_mixed_types_is_profiled_as_before(tmp_path: Path) -> None:
     prepared = prepare_version(storage, manifest)
     assert prepared.schema["p"][1]["dtype"].startswith("mixed(")
     fused = profile_version(storage, prepared)
-    assert fused == profile_version(storage, dataclasses.replace(prepared, figures={}))
+    assert fused == profile_version(storage, dataclasses.replace(prepared, figures=None))
     assert [(c.column, c.nulls, c.non_finite) for c in fused.columns] == [
         ("n", 50, 0), ("time_s", 0, 0), ("x", 24, 12)]
     assert fused.irregular_segments == {"p": 2}

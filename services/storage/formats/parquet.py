@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import threading
+from collections import OrderedDict
 from collections.abc import Collection
 from typing import NamedTuple
 
@@ -37,17 +39,23 @@ __all__ = [
 
 _TAIL_BYTES = 64 * 1024
 _FLOATING = ("float", "double")
+_DESCRIBED_KEYS = 64  # distinct stored arrow schemas remembered (a collection has a handful)
+
+LocalRead = tuple[int, str, bytes]
+"""``(size, version token, bytes)`` of a local file read by the caller: its last
+``_TAIL_BYTES`` bytes, or the whole file (``services.storage.beneath.Read``)."""
 
 
 class SegmentValues(NamedTuple):
     """What one read of a whole small file tells about its values, beside its description:
-    ``footer_nulls``, the null counts its footer's statistics hold (numeric columns whose
-    every row group counts them); ``columns``, the decoded arrow columns asked for, every
-    row (none for a file without rows; :func:`to_float64` reads them as a chunk read
-    would)."""
+    ``footer_nulls``, the null counts its footer's statistics hold for its numeric columns
+    that are neither floating (a footer never counts a NaN) nor asked for (every row group
+    counting them); ``table``, the decoded values of the other numeric columns, every row
+    (no columns for a file without rows; :func:`to_float64` reads them as a chunk read
+    would). A column is in one of the two, never both."""
 
     footer_nulls: dict[str, int]
-    columns: dict[str, pa.ChunkedArray]
+    table: pa.Table
 
 
 def _footer(storage: Storage, rel: str, size: int, tail: bytes | None = None,
@@ -63,17 +71,18 @@ def _footer(storage: Storage, rel: str, size: int, tail: bytes | None = None,
     footer_len = int.from_bytes(tail[-8:-4], "little")
     if footer_len + 8 > size - 4:
         raise SegmentProblem(f"segment {rel!r} has a corrupt parquet footer", path=rel)
+    footer: bytes | memoryview
     if footer_len + 8 <= len(tail):
-        footer = tail[len(tail) - footer_len - 8 :]
+        footer = memoryview(tail)[len(tail) - footer_len - 8 :]  # hashed in place
     else:
         footer = storage.get_range(rel, size - footer_len - 8, size)
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(b"parquet\0" + str(size).encode() + b"\0" + footer)
+    digest = hashlib.blake2b(b"parquet\0" + str(size).encode() + b"\0", digest_size=16)
+    digest.update(footer)
     return tail, digest.hexdigest()
 
 
 def _local_tail(storage: Storage, rel: str, *, nbytes: int = _TAIL_BYTES, whole_up_to: int = 0,
-                ) -> tuple[int, str, bytes] | None:
+                ) -> LocalRead | None:
     """Size, version token and last ``nbytes`` bytes (the whole file when it is at most
     ``whole_up_to`` bytes) of a local file in one open (``rel`` already validated); None
     for a root that is not local."""
@@ -96,6 +105,61 @@ def _local_tail(storage: Storage, rel: str, *, nbytes: int = _TAIL_BYTES, whole_
     return size, f"{st.st_ino:x}-{st.st_mtime_ns:x}", tail
 
 
+_described: OrderedDict[bytes | None, list[tuple[pq.ParquetSchema, tuple[ColumnInfo, ...]]]] = (
+    OrderedDict())
+_described_lock = threading.Lock()
+
+
+def _columns(meta: pq.FileMetaData, parsed: pq.ParquetReader | pq.ParquetFile,
+             ) -> tuple[ColumnInfo, ...]:
+    """The columns a footer describes, one shared tuple per distinct schema. Describing an
+    arrow schema (its fields, their types as text) costs more than parsing a small
+    footer, and a collection of many files has a handful of schemas (and each described
+    segment keeps its tuple: one copy, not one a segment). The arrow schema a reader
+    gives (``parsed.schema_arrow``) is decided by the file's parquet schema and the arrow
+    schema stored in its metadata, so both are the key (the stored one hashed, the
+    parquet one compared)."""
+    stored = meta.metadata
+    key = None if stored is None else stored.get(b"ARROW:schema")
+    schema = meta.schema
+    for known, columns in _described.get(key, ()):
+        if known.equals(schema):
+            return columns
+    columns = tuple(ColumnInfo(f.name, str(f.type), is_numeric(f.type))
+                    for f in parsed.schema_arrow)
+    with _described_lock:
+        entries = _described.setdefault(key, [])
+        entries.insert(0, (schema, columns))
+        del entries[8:]
+        _described.move_to_end(key)
+        while len(_described) > _DESCRIBED_KEYS:
+            _described.popitem(last=False)
+    return columns
+
+
+_plans: dict[tuple[int, tuple[str, ...]], tuple[object, tuple[list[str], list[str],
+                                                                 dict[str, int]]]] = {}
+
+
+def _value_plan(columns: tuple[ColumnInfo, ...], also: Collection[str],
+                ) -> tuple[list[str], list[str], dict[str, int]]:
+    """For a file of ``columns`` (a shared tuple, :func:`_columns`): the numeric columns
+    whose nulls a footer may count (neither floating nor in ``also``), every numeric
+    column, and each column's position; worked out once a column list."""
+    key = (id(columns), tuple(also))
+    found = _plans.get(key)
+    if found is not None and found[0] is columns:
+        return found[1]
+    numeric = [c.name for c in columns if c.numeric]
+    footered = [c.name for c in columns if c.numeric and c.name not in also
+                and not any(f in c.dtype for f in _FLOATING)]
+    plan = (footered, numeric, {c.name: j for j, c in enumerate(columns)})
+    if len(_plans) >= _DESCRIBED_KEYS * 8:
+        _plans.clear()
+    _plans[key] = (columns, plan)  # the tuple kept: its id is not reused while here
+    return plan
+
+
 class ParquetFormat:
     """``*.parquet`` / ``*.pq`` files (and any path that is not marked as another format)."""
 
@@ -115,35 +179,49 @@ class ParquetFormat:
         return self._described(storage, rel)[0]
 
     def inspect_values(self, storage: Storage, rel: str, *, max_bytes: int,
-                       also: Collection[str]) -> tuple[SegmentInfo, SegmentValues | None]:
+                       also: Collection[str], read: LocalRead | None = None,
+                       ) -> tuple[SegmentInfo, SegmentValues | None]:
         """:meth:`inspect`, and when the file is local and at most ``max_bytes`` (read
         whole by the same one open), its :class:`SegmentValues` from those bytes: the
         footer's null counts and the values of the numeric columns a footer cannot
         answer for (floating ones, those without null counts) and of ``also``. The
         values are the bytes the fingerprint was computed from, so registration's
         profile needs no second read. None when the file is larger, remote, or its pages
-        do not decode (the caller reads them the usual way, which reports what is wrong)."""
-        info, pf, whole = self._described(storage, rel, whole_up_to=max_bytes)
-        if pf is None or not whole:
+        do not decode (the caller reads them the usual way, which reports what is wrong).
+        ``read``: the file's bytes when the caller read them (``rel`` then checked by
+        that read: :class:`services.storage.beneath.Beneath`)."""
+        info, reader, whole = self._described(storage, rel, whole_up_to=max_bytes, local=read)
+        if reader is None or not whole:
             return info, None
-        numeric = [c for c in info.columns if c.numeric]
-        footer = _meta_null_counts(pf.metadata, [c.name for c in numeric])
-        names = [c.name for c in numeric if c.name in also or c.name not in footer
-                 or any(f in c.dtype for f in _FLOATING)]
+        meta = reader.metadata
+        footered, numeric, where = _value_plan(info.columns, also)
+        footer = _meta_null_counts(meta, footered) if footered else {}
+        names = [n for n in numeric if n not in footer] if footer else numeric
         if not names or not info.row_count:
-            return info, SegmentValues(footer, {})
+            return info, SegmentValues(footer, pa.table({}))
         try:
-            table = pf.read(columns=names, use_threads=False)
-        except (OSError, pa.ArrowException):
+            if meta.num_columns == len(info.columns):  # flat: field j is leaf column j
+                indices = [where[n] for n in names]
+            else:  # a numeric column is a top-level leaf: its path is its name
+                indices = [reader.column_name_idx(n) for n in names]
+            table = reader.read_all(column_indices=indices, use_threads=False)
+        except (OSError, pa.ArrowException, KeyError):
             return info, None
-        return info, SegmentValues(footer, {name: table.column(name) for name in names})
+        return info, SegmentValues(footer, table)
 
     def _described(self, storage: Storage, rel: str, *, whole_up_to: int = 0,
-                   ) -> tuple[SegmentInfo, pq.ParquetFile | None, bool]:
+                   local: LocalRead | None = None,
+                   ) -> tuple[SegmentInfo, pq.ParquetReader | None, bool]:
         """The description; for a local file, the parsed file over the bytes of the one
         read (None otherwise), and whether they are the whole file (``whole_up_to``: read
-        a local file whole up to this size)."""
-        local = _local_tail(storage, rel, whole_up_to=whole_up_to)
+        a local file whole up to this size; ``local``: the bytes the caller read). The
+        footer and the match of size and token are cached for later reads, but for a
+        small file the caller read whole (a registration's batch: its reads read such a
+        file whole again and verify it from those bytes, and the cache holds the last
+        few hundred of a collection's thousands)."""
+        given = local is not None
+        if local is None:
+            local = _local_tail(storage, rel, whole_up_to=whole_up_to)
         if local is None:
             size, token = storage.version_token(rel)
             tail, fingerprint = _footer(storage, rel, size)
@@ -153,18 +231,24 @@ class ParquetFormat:
         footer_len = int.from_bytes(tail[-8:-4], "little")
         parsed = None
         if local is not None and footer_len + 8 <= len(tail):
-            parsed = pq.ParquetFile(pa.BufferReader(tail))
-            meta, schema = parsed.metadata, parsed.schema_arrow
+            reader = parsed = pq.ParquetReader()  # pq.ParquetFile's reader, without the rest
+            reader.open(pa.BufferReader(tail), arrow_extensions_enabled=True,  # (its default)
+                        pre_buffer=False)  # in memory already: nothing to coalesce
+            meta = reader.metadata
+            columns = _columns(meta, reader)
         else:
             with storage.open_parquet(rel, tail=tail) as pf:
                 meta = pf.metadata
-                schema = pf.schema_arrow
-        columns = tuple(ColumnInfo(f.name, str(f.type), is_numeric(f.type)) for f in schema)
-        chunks = tuple(int(meta.row_group(i).num_rows) for i in range(meta.num_row_groups))
-        info = SegmentInfo(rel, self.name, int(meta.num_rows), columns, chunks, fingerprint)
-        cache_put(("pq", storage.uri, rel, info.fingerprint), meta)
-        cache_put(("pq-ok", storage.uri, rel, info.fingerprint), (size, token))
-        return info, parsed, parsed is not None and len(tail) == size
+                columns = _columns(meta, pf)
+        rows, groups = int(meta.num_rows), meta.num_row_groups
+        chunks = (rows,) if groups == 1 else tuple(
+            int(meta.row_group(i).num_rows) for i in range(groups))
+        info = SegmentInfo(rel, self.name, rows, columns, chunks, fingerprint)
+        whole = parsed is not None and len(tail) == size
+        if not (given and whole):  # a small file read whole is verified from its bytes again
+            cache_put(("pq", storage.uri, rel, info.fingerprint), meta)
+            cache_put(("pq-ok", storage.uri, rel, info.fingerprint), (size, token))
+        return info, parsed, whole
 
     def verify(self, storage: Storage, info: SegmentInfo) -> dict[str, int] | None:
         """One ``stat`` / ``head``; the footer is re-hashed only when size or token moved."""
