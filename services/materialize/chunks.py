@@ -34,6 +34,7 @@ from services.contract.configs import PlanSpec, ScalingSpec
 from services.contract.errors import ErrorType, WindpipeError
 from services.contract.wire import INPUT_PAD
 from services.logging import get_logger
+from services.materialize.rows import RowMatrix
 from services.planning.sizes import chunk_row_bytes
 from services.storage.segments import SegmentChanged, SegmentInfo, SegmentProblem, read_chunk
 from services.storage.store import Storage
@@ -143,27 +144,10 @@ class ChunkKey(NamedTuple):
     spec: str
 
 
-@dataclass(frozen=True, eq=False, slots=True)
-class ChunkMatrices:
+class ChunkMatrices(RowMatrix):
     """A loaded chunk: its row matrix ``rows (n, C_in + C_out)`` float32."""
 
-    rows: np.ndarray
-    c_in: int
-
-    @property
-    def inputs(self) -> np.ndarray:
-        """``(n, C_in)``: every row's inputs (a strided view)."""
-        return self.rows[:, : self.c_in]
-
-    @property
-    def targets(self) -> np.ndarray:
-        """``(n, C_out)``: every row's targets (a strided view)."""
-        return self.rows[:, self.c_in :]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held."""
-        return int(self.rows.nbytes)
+    __slots__ = ()
 
 
 def load_chunk(

@@ -23,11 +23,42 @@ copy that made the block (docs/wire.md says so).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from services.contract.wire import INPUT_PAD
 
-__all__ = ["input_view", "pad_row", "split_copy", "target_view", "window_views"]
+__all__ = ["RowMatrix", "input_view", "pad_row", "split_copy", "target_view", "window_views"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RowMatrix:
+    """Rows in this layout: ``rows (n, C_in + C_out)`` float32, C-contiguous, and where a
+    row's targets start (what a chunk and a block hold)."""
+
+    rows: np.ndarray
+    c_in: int
+
+    @property
+    def inputs(self) -> np.ndarray:
+        """``(n, C_in)``: every row's inputs (a strided view)."""
+        return self.rows[:, : self.c_in]
+
+    @property
+    def targets(self) -> np.ndarray:
+        """``(n, C_out)``: every row's targets (a strided view)."""
+        return self.rows[:, self.c_in :]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held."""
+        return int(self.rows.nbytes)
+
+    def windows(self, t: int) -> np.ndarray:
+        """Overlapping views ``(n - T, T + 1, C)`` of every window of ``T`` input rows and
+        its target row (:func:`window_views`); no copy."""
+        return window_views(self.rows, t)
 
 
 def pad_row(c_in: int, c_out: int) -> np.ndarray:

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from services.contract.errors import ErrorType, WindpipeError
-from services.materialize.rows import window_views
+from services.materialize.rows import RowMatrix
 from services.planning.sizes import chunk_row_bytes
 
 __all__ = [
@@ -72,35 +72,12 @@ _GIB = 1 << 30
 Fill = Callable[[np.ndarray], int]  # (rows (R, C)) -> bytes read from storage
 
 
-@dataclass(frozen=True, eq=False)
-class Block:
+class Block(RowMatrix):
     """A loaded block (``services.materialize.blocks``): one float32 row matrix
     ``rows (R, C_in + C_out)`` in the row layout of :mod:`services.materialize.rows`, in
     memory or mapped read-only from a tier file."""
 
-    rows: np.ndarray
-    c_in: int
-
-    @property
-    def inputs(self) -> np.ndarray:
-        """``(R, C_in)``: every row's inputs (a strided view)."""
-        return self.rows[:, : self.c_in]
-
-    @property
-    def targets(self) -> np.ndarray:
-        """``(R, C_out)``: every row's targets (a strided view)."""
-        return self.rows[:, self.c_in :]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held."""
-        return int(self.rows.nbytes)
-
-    def windows(self, t: int) -> np.ndarray:
-        """Overlapping views ``(R - T, T + 1, C)`` of every window of ``T`` input rows and
-        its target row that ends inside the block (:func:`~services.materialize.rows.
-        window_views`); no copy."""
-        return window_views(self.rows, t)
+    __slots__ = ()
 
 
 @dataclass(frozen=True, kw_only=True)
