@@ -87,8 +87,9 @@ def _sqlite_database(work_dir: Path) -> Iterator[str]:
 def _time_plan(url: str, root: Path, windows: int) -> float:
     from sqlalchemy.orm import sessionmaker  # noqa: PLC0415
 
+    from catalog.context import CatalogContext  # noqa: PLC0415
     from catalog.plans import create_plan  # noqa: PLC0415
-    from catalog.service import CatalogContext, create_split, register_version  # noqa: PLC0415
+    from catalog.service import create_split, register_version  # noqa: PLC0415
     from migrations import upgrade_database  # noqa: PLC0415
     from services.contract.configs import LoaderConfig, ValidationConfig, WindowConfig  # noqa: PLC0415
     from services.database import create_engine  # noqa: PLC0415

@@ -31,8 +31,9 @@ from sqlalchemy.orm import sessionmaker
 
 from bench.workload import INPUTS, TARGETS, Workload
 from catalog.api.server import start_catalog_server
+from catalog.context import CatalogContext
 from catalog.plans import create_plan
-from catalog.service import CatalogContext, create_split, register_version
+from catalog.service import create_split, register_version
 from flight_server.runner import start_flight_server
 from migrations import upgrade_database
 from services.contract.configs import LoaderConfig, ValidationConfig

@@ -34,7 +34,8 @@ import polars as pl
 import sqlalchemy as sa
 
 from bench.data import ensure_dataset
-from catalog.service import CatalogContext, create_split, register_version, split_index
+from catalog.context import CatalogContext
+from catalog.service import create_split, register_version, split_index
 from catalog.stats import split_stats
 from migrations import upgrade_engine
 from services.contract.configs import ValidationConfig

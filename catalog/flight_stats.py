@@ -25,8 +25,8 @@ from typing import Any
 import pyarrow.flight as fl
 from pydantic import ValidationError
 
+from catalog.context import CatalogContext
 from catalog.repository import Repository
-from catalog.service import CatalogContext
 from services.contract.auth import flight_headers
 from services.contract.errors import ErrorType
 from services.contract.reports import CacheCounters

@@ -23,12 +23,12 @@ from typing import Any
 import polars as pl
 from sqlalchemy.exc import IntegrityError
 
+from catalog.context import CatalogContext
 from catalog.limits import check_cache_fit, check_plan_spec, check_plan_windows, check_world_size
 from catalog.models import Plan
 from catalog.repository import Repository
 from catalog.retire import check_plan_live, check_split_live
 from catalog.service import (
-    CatalogContext,
     Created,
     content_id,
     fetch,

@@ -31,9 +31,9 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from catalog.access_repository import AccessRepository
+from catalog.context import CatalogContext
 from catalog.models import ApiToken, AuditEvent, as_utc, utcnow
 from catalog.scopes import SCOPE_RULE, audit_target, scope_within
-from catalog.service import CatalogContext
 from services.contract.errors import ErrorType, WindpipeError
 from services.database import session_scope
 

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, TypeVar
 
 import polars as pl
-from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
 
+from catalog.context import CatalogContext
 from catalog.index import build_index
 from catalog.limits import (
     check_description,
@@ -39,15 +38,11 @@ from catalog.splits import assign_splits, split_counts
 from services.contract.configs import ValidationConfig
 from services.contract.errors import ErrorType, WindpipeError
 from services.contract.identity import canonical_json
-from services.contract.limits import Limits
 from services.contract.stats import VersionProfile
 from services.database import session_scope
-from services.memo import Memo, deep_nbytes
-from services.storage.roots import RootScopes
-from services.storage.store import StorageOptions, open_root
+from services.storage.store import open_root
 
 __all__ = [
-    "CatalogContext",
     "Created",
     "content_id",
     "create_split",
@@ -64,39 +59,6 @@ __all__ = [
 
 T = TypeVar("T")
 _RETRIES = 3
-
-
-@dataclass
-class CatalogContext:
-    """What the rules need: sessions, storage options, the operator's root scopes and a
-    cache of immutable values (index frames, segment tables, decoded plans, epoch
-    schedules)."""
-
-    sessions: sessionmaker[Session]
-    storage: StorageOptions = field(default_factory=StorageOptions)
-    cache: Memo[tuple[Any, ...], Any] = field(default_factory=lambda: _cache(32, 512 << 20))
-    limits: Limits = field(default_factory=Limits)
-    root_scopes: RootScopes = field(default_factory=RootScopes)
-
-    @classmethod
-    def from_engine(
-        cls, engine: Engine, *, storage: StorageOptions | None = None, cache_size: int = 32,
-        cache_bytes: int = 512 << 20, limits: Limits | None = None,
-        root_scopes: RootScopes | None = None,
-    ) -> CatalogContext:
-        """A context over ``engine`` (sessions keep loaded rows usable after commit)."""
-        return cls(
-            sessions=sessionmaker(engine, expire_on_commit=False),
-            storage=storage or StorageOptions(),
-            cache=_cache(cache_size, cache_bytes),
-            limits=limits or Limits(),
-            root_scopes=root_scopes or RootScopes(),
-        )
-
-
-def _cache(entries: int, nbytes: int) -> Memo[tuple[Any, ...], Any]:
-    """At most ``entries`` immutable values and ``nbytes`` bytes of their arrays."""
-    return Memo(entries, max_bytes=nbytes, weigh=deep_nbytes)
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,12 @@ import numpy as np
 import polars as pl
 from sqlalchemy.exc import IntegrityError
 
+from catalog.context import CatalogContext
 from catalog.limits import check_stats_bytes
 from catalog.profile import bounded_map
 from catalog.repository import Repository
 from catalog.retire import check_split_live
 from catalog.service import (
-    CatalogContext,
     Created,
     get_split,
     get_version,

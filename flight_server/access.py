@@ -27,8 +27,8 @@ import httpx
 from sqlalchemy.engine import Engine
 
 from catalog import principals
+from catalog.context import CatalogContext
 from catalog.principals import Principal, Role
-from catalog.service import CatalogContext
 from services.contract.auth import http_headers
 from services.contract.errors import ErrorType, WindpipeError
 from services.contract.shapes import check_plan_id

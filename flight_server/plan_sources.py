@@ -22,9 +22,9 @@ from typing import Protocol
 import httpx
 from sqlalchemy.engine import Engine
 
+from catalog.context import CatalogContext
 from catalog.plans import plan_artifact_bytes
 from catalog.retire import check_plan_live
-from catalog.service import CatalogContext
 from services.contract.auth import http_headers
 from services.contract.errors import ErrorType, WindpipeError, retired_error
 from services.contract.shapes import check_plan_id

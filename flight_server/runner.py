@@ -18,8 +18,8 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from catalog.context import CatalogContext
 from catalog.principals import stored_tokens_exist
-from catalog.service import CatalogContext
 from flight_server.access import (
     CachedAccess,
     DatabaseAccess,

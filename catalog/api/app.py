@@ -35,9 +35,9 @@ from catalog.api.routes import (
     versions,
 )
 from catalog.api.storage_pool import StoragePool
+from catalog.context import CatalogContext
 from catalog.flight_stats import RequestCounter
 from catalog.jobs import Jobs
-from catalog.service import CatalogContext
 from migrations import upgrade_engine
 from services.database import create_engine
 from services.settings import Settings

@@ -24,8 +24,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from catalog import principals
+from catalog.context import CatalogContext
 from catalog.principals import Principal, Role
-from catalog.service import CatalogContext
 from services.contract.auth import AUTH_HEADER, bearer_token
 from services.exposure import is_local_peer
 from services.settings import Settings, is_loopback

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import uvicorn
 
 from catalog.api.app import create_app
+from catalog.context import CatalogContext
 from catalog.principals import stored_tokens_exist
-from catalog.service import CatalogContext
 from services.database import create_engine
 from services.exposure import check_exposure
 from services.settings import Settings

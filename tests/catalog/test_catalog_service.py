@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from catalog import service
+from catalog.context import CatalogContext
 from catalog.models import Version
 from catalog.repository import Repository
 from migrations import upgrade_database
@@ -39,7 +40,7 @@ def test_concurrent_identical_registrations_agree(database_url: str, tmp_path: P
     write_small_dataset(tmp_path)
     upgrade_database(database_url)
     engine = create_engine(database_url)
-    ctx = service.CatalogContext.from_engine(engine)
+    ctx = CatalogContext.from_engine(engine)
     results: list[service.Created[Version]] = []
     errors: list[BaseException] = []
     barrier = threading.Barrier(3)

@@ -62,7 +62,7 @@ def _open_catalog_database(settings: Settings, *, create: bool) -> Any:
 def token(args: argparse.Namespace) -> int:
     """Create, list or revoke API tokens (``args.token_command``)."""
     from catalog import principals  # noqa: PLC0415
-    from catalog.service import CatalogContext  # noqa: PLC0415
+    from catalog.context import CatalogContext  # noqa: PLC0415
     from services.contract.errors import WindpipeError  # noqa: PLC0415
 
     settings = settings_from(args)

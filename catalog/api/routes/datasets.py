@@ -25,10 +25,10 @@ from catalog.api.schemas import (
     RegisterVersionIn,
     VersionOut,
 )
+from catalog.context import CatalogContext
 from catalog.jobs import Jobs, request_key
 from catalog.pattern import PatternSource
 from catalog.principals import Role
-from catalog.service import CatalogContext
 
 __all__ = ["v1"]
 

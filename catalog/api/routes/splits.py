@@ -13,8 +13,8 @@ from catalog.api.deps import Context, PageSize, PageToken
 from catalog.api.routes._index import ARROW_STREAM, IndexFormat, index_response
 from catalog.api.schemas import DEFAULT_PAGE_SIZE, SplitOut
 from catalog.api.storage_pool import StoragePool
+from catalog.context import CatalogContext
 from catalog.principals import Role
-from catalog.service import CatalogContext
 from services.contract.configs import ValidationConfig
 from services.contract.errors import ErrorType, WindpipeError
 from services.contract.stats import Side, SplitStats, StatsRequest
