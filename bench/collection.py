@@ -28,8 +28,6 @@ import argparse
 import gc
 import os
 import resource
-import subprocess
-import sys
 import tempfile
 import time
 import warnings
@@ -38,6 +36,7 @@ from pathlib import Path
 import polars as pl
 
 from bench.registration import footer_floor, register_once
+from bench.serve_process import windpipe_serve
 from catalog.api.server import start_catalog_server
 from flight_server.runner import start_flight_server
 from sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
@@ -145,19 +144,8 @@ def served_registration(root: Path, *, work: Path, progress: bool = True,
     RSS (bytes) once started (``peak_rss_idle``), after registering and after the plan
     (``peak_rss``)."""
     env = {**os.environ, "WINDPIPE_LOG_LEVEL": "WARNING"}
-    server = subprocess.Popen(
-        [str(Path(sys.executable).with_name("windpipe")), "serve", "catalog", "--data-dir",
-         str(work), "--port", "0", "--allow-root", str(root)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-    try:
-        assert server.stdout is not None
-        url = ""
-        while not url:
-            line = server.stdout.readline()
-            if not line:
-                raise RuntimeError("windpipe serve ended before it was ready")
-            if "catalog ready at" in line:
-                url = line.split()[-1]
+    with windpipe_serve(["catalog", "--data-dir", str(work), "--port", "0",
+                         "--allow-root", str(root)], env=env) as (server, url):
         catalog = Catalog(url, timeout=600.0, read_timeout=600.0)
         idle = _peak_of(server.pid)
         cpu0 = _cpu_of(server.pid)
@@ -182,9 +170,6 @@ def served_registration(root: Path, *, work: Path, progress: bool = True,
                "peak_rss": float(_peak_of(server.pid))}
         catalog.close()
         return out
-    finally:
-        server.terminate()
-        server.wait(30)
 
 
 def _served(small: Path, work: Path) -> None:

@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.data import ensure_dataset
+from bench.serve_process import windpipe_serve
 from bench.workload import INPUTS, TARGETS, plan_config
 
 __all__ = ["main", "needed_ranges"]
@@ -130,20 +131,9 @@ def _row_windpipe(endpoint: str, prefix: str, work: Path, *,
            "WINDPIPE_S3_ALLOW_HTTP": "true", "WINDPIPE_TIER_BYTES": "0",
            "WINDPIPE_LOG_LEVEL": "WARNING",
            **({} if readahead else {"WINDPIPE_S3_READAHEAD_BYTES": "0"})}
-    server = subprocess.Popen(
-        [str(Path(sys.executable).with_name("windpipe")), "serve", "--data-dir", str(work),
-         "--port", "0", "--flight-port", "0", "--cache-bytes", str(2 << 30),
-         "--allow-root", f"s3://{_BUCKET}/{prefix}"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-    try:
-        assert server.stdout is not None
-        url = ""
-        while not url:
-            line = server.stdout.readline()
-            if not line:
-                raise RuntimeError("windpipe serve ended before it was ready")
-            if "catalog ready at" in line:
-                url = line.split()[-1]
+    with windpipe_serve(["--data-dir", str(work), "--port", "0", "--flight-port", "0",
+                         "--cache-bytes", str(2 << 30), "--allow-root",
+                         f"s3://{_BUCKET}/{prefix}"], env=env) as (server, url):
         t0 = time.perf_counter()
         cat = Catalog(url)
         ver = cat.register("s3bench", root=f"s3://{_BUCKET}/{prefix}",
@@ -159,9 +149,6 @@ def _row_windpipe(endpoint: str, prefix: str, work: Path, *,
             _ = float(inputs[0, 0, 0])
         seconds = time.perf_counter() - t0
         server_rss = psutil.Process(server.pid).memory_info().rss
-    finally:
-        server.terminate()
-        server.wait(30)
     return {"seconds": seconds, "batches": n, "setup_s": setup,
             "server_rss_bytes": int(server_rss)}
 
