@@ -82,14 +82,17 @@ def merge_segments(small: Path, large: Path) -> int:
     return len(rows)
 
 
-def cold_epoch(root: Path, *, work: Path, name: str) -> dict[str, float]:
+def cold_epoch(root: Path, *, work: Path, name: str, packs: bool = True) -> dict[str, float]:
     """The first epoch of a shuffled plan over ``root`` streamed over Flight from fresh
     servers (chunk cache empty, no tier) in this process: ``rows`` (real rows, not
     batches: short streams pad more windows), ``epoch_s``, ``cpu_s`` (this process's CPU
     time over the epoch: server and client both run in it; steadier than wall time on a
-    shared machine), and the seconds of ``index``, ``split`` and ``plan``."""
+    shared machine), and the seconds of ``index``, ``split`` and ``plan``. ``packs``:
+    registration writes the version's pack (the default, ``services.storage.packs``), or
+    none (``WINDPIPE_PACK_ROWS=0``: every segment read from its file)."""
     settings = Settings(data_dir=work, log_level="WARNING", host="127.0.0.1",
-                        allowed_roots=(str(root),), tier_bytes=0)
+                        allowed_roots=(str(root),), tier_bytes=0,
+                        pack_rows=Settings().pack_rows if packs else 0)
     flight = start_flight_server(settings.model_copy(update={"flight_port": 0}))
     catalog_server = start_catalog_server(
         settings.model_copy(update={"flight_locations": (flight.location,)}), port=0)
@@ -226,20 +229,28 @@ def main(argv: list[str] | None = None) -> None:
         print(f"footer floor   {floor_s:8.2f} s {floor_s / n_parquet * 1e6:8.0f} us/segment")
         print(f"registration   {reg_s:8.2f} s {reg_s / n_small * 1e6:8.0f} us/segment "
               f"= {reg_s / floor_s:.1f}x the floor (peak RSS {_peak_mib():.0f} MiB)")
+        # what the first epoch of a process pays once whatever the data (pyarrow's compute
+        # kernels, torch's first tensors: 17 ms of a string take, measured) is not a layout's
+        cold_epoch(large, work=Path(tmp) / "cold-warmup", name="warmup")
         small_run = cold_epoch(small, work=Path(tmp) / "cold-small", name="small")
         large_run = cold_epoch(large, work=Path(tmp) / "cold-large", name="large")
+        unpacked = cold_epoch(small, work=Path(tmp) / "cold-unpacked", name="unpacked",
+                              packs=False)
         print(f"index {small_run['index']:.2f} s, split {small_run['split']:.2f} s, "
               f"plan {small_run['plan']:.2f} s (small segments)")
         rates, per_cpu = {}, {}
-        for label, run in (("small", small_run), ("large", large_run)):
+        for label, run in (("small", small_run), ("large", large_run),
+                           ("small, no pack", unpacked)):
             rates[label] = run["rows"] / run["epoch_s"]
             per_cpu[label] = run["rows"] / run["cpu_s"]
-            print(f"cold epoch {label} segments {rates[label] / 1e6:8.2f} M rows/s "
+            print(f"cold epoch {label + ' segments':22} {rates[label] / 1e6:8.2f} M rows/s "
                   f"{per_cpu[label] / 1e6:8.2f} M rows/CPU-s "
                   f"({int(run['rows']):,} rows in {run['epoch_s']:.2f} s, "
                   f"{run['cpu_s']:.2f} CPU-s)")
         print(f"small / large {rates['small'] / rates['large']:.2f}x, per CPU-s "
-              f"{per_cpu['small'] / per_cpu['large']:.2f}x "
+              f"{per_cpu['small'] / per_cpu['large']:.2f}x; without its pack "
+              f"{rates['small, no pack'] / rates['large']:.2f}x, "
+              f"{per_cpu['small, no pack'] / per_cpu['large']:.2f}x "
               f"(peak RSS {_peak_mib():.0f} MiB; version {version_id})")
 
 

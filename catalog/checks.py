@@ -35,6 +35,7 @@ from catalog.tally import FigureTally
 from services.contract.stats import TIME_COLUMN
 from services.storage.beneath import Beneath
 from services.storage.formats.parquet import PARQUET
+from services.storage.packs import Packed, PackWriter
 from services.storage.segments import (
     SMALL_FILE_BYTES,
     SegmentInfo,
@@ -81,12 +82,14 @@ def _checked(job: Job, found: list[Found]) -> tuple[list[tuple[int, SegmentInfo 
                                                                    strict=True)], tally
 
 
-def _local_batch(storage: Storage, job: Job) -> tuple[list[tuple[int, SegmentInfo | str]],
-                                                      FigureTally]:
-    """Check one batch of a local root (see the module docstring)."""
+def _local_batch(storage: Storage, job: Job, pack: PackWriter | None,
+                 ) -> tuple[list[tuple[int, SegmentInfo | str]], FigureTally]:
+    """Check one batch of a local root (see the module docstring); the rows of the small
+    files read whole go to ``pack``."""
     root = storage.local_root
     assert root is not None
     found: list[Found] = []
+    packed: list[Packed] = []
     with Beneath(root) as below:
         for path in job[1]:
             item: Found | None = None
@@ -96,9 +99,13 @@ def _local_batch(storage: Storage, job: Job) -> tuple[list[tuple[int, SegmentInf
                     if read is not None:
                         item = PARQUET.inspect_values(storage, path, max_bytes=SMALL_FILE_BYTES,
                                                       also=_ALSO, read=read)
+                        if pack is not None and item[1] is not None:
+                            packed.append((item[0], read[0], read[1], item[1].table))
                 except Exception:  # the usual path below says what is wrong
                     item = None
             found.append(_inspect(storage, path) if item is None else item)
+    if packed and pack is not None:
+        pack.add(packed)
     return _checked(job, found)
 
 
@@ -138,7 +145,7 @@ def _grouped(pairs: Iterator[tuple[str, Found]], job_of: Iterator[Job],
 def check_segments(
     storage: Storage, paths: pl.Series, protocols: pl.Series, *,
     progress: Callable[[int, int], None] | None, stop_after: int, workers: int,
-    requests: int,
+    requests: int, pack: PackWriter | None = None,
 ) -> tuple[Described, FigureTally]:
     """Check ``paths`` (normalized, distinct; ``protocols[k]`` the protocol of segment
     ``k``): their descriptions and problems, and the figures of their values. No new
@@ -146,7 +153,8 @@ def check_segments(
     missing from the answer). ``progress(done, total)`` after each batch;
     ``workers``: the threads (local: batches of :data:`LOCAL_BATCH`; object store:
     segments other than parquet); ``requests``: on an object store, the parquet
-    segments' requests in flight at once (0: none fetched ahead)."""
+    segments' requests in flight at once (0: none fetched ahead); ``pack``: where a
+    local root's small files' rows go (:mod:`services.storage.packs`)."""
     count = paths.len()
     described = Described(count)
     tally = FigureTally()
@@ -155,7 +163,7 @@ def check_segments(
         return len(described.problems) >= stop_after
 
     def local(job: Job) -> tuple[list[tuple[int, SegmentInfo | str]], FigureTally]:
-        return _local_batch(storage, job)
+        return _local_batch(storage, job, pack)
 
     def one(path: str) -> Found:
         return _inspect(storage, path)

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services.contract.limits import Limits
 from services.memo import Memo, deep_nbytes
+from services.storage.packs import PackStore
 from services.storage.roots import RootScopes
 from services.storage.store import StorageOptions
 
@@ -23,21 +24,22 @@ __all__ = ["CatalogContext"]
 
 @dataclass
 class CatalogContext:
-    """What the rules need: sessions, storage options, the operator's root scopes and a
+    """What the rules need: sessions, storage options, the operator's root scopes, a
     cache of immutable values (index frames, segment tables, decoded plans, epoch
-    schedules)."""
+    schedules) and where registration writes packs."""
 
     sessions: sessionmaker[Session]
     storage: StorageOptions = field(default_factory=StorageOptions)
     cache: Memo[tuple[Any, ...], Any] = field(default_factory=lambda: _cache(32, 512 << 20))
     limits: Limits = field(default_factory=Limits)
     root_scopes: RootScopes = field(default_factory=RootScopes)
+    packs: PackStore | None = None  # where registration writes packs (None: it does not)
 
     @classmethod
     def from_engine(
         cls, engine: Engine, *, storage: StorageOptions | None = None, cache_size: int = 32,
         cache_bytes: int = 512 << 20, limits: Limits | None = None,
-        root_scopes: RootScopes | None = None,
+        root_scopes: RootScopes | None = None, packs: PackStore | None = None,
     ) -> CatalogContext:
         """A context over ``engine`` (sessions keep loaded rows usable after commit)."""
         return cls(
@@ -46,6 +48,7 @@ class CatalogContext:
             cache=_cache(cache_size, cache_bytes),
             limits=limits or Limits(),
             root_scopes=root_scopes or RootScopes(),
+            packs=packs,
         )
 
 

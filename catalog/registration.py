@@ -39,6 +39,7 @@ from catalog.problems import ProblemLog
 from catalog.tally import FigureTally
 from catalog.version_schema import column_problems, protocol_schema
 from services.contract.identity import canonical_json
+from services.storage.packs import PackWriter
 from services.storage.segments import ColumnInfo, SegmentInfo
 from services.storage.store import Storage
 
@@ -132,13 +133,16 @@ def prepare_version(
     progress: Callable[[int, int], None] | None = None,
     workers: int | None = None,
     requests: int = REMOTE_REQUESTS,
+    pack: PackWriter | None = None,
 ) -> PreparedVersion:
     """Validate ``manifest`` against ``storage`` and describe the version it makes.
 
     ``progress(done, total)`` is called after each segment is inspected; ``workers``:
     the threads reading segments (None: :func:`catalog.batched.workers_for` the root);
     ``requests``: on an object store, the parquet segments' requests in flight at once
-    (0: none fetched ahead, each segment read by its check on the threads).
+    (0: none fetched ahead, each segment read by its check on the threads); ``pack``:
+    where the checks of a local root put the rows of the small files they read
+    (:mod:`services.storage.packs`; the caller commits or aborts it).
     Raises
     ``WindpipeError(invalid_manifest)`` with ``details["problems"]`` (``row``,
     ``segment_path``, ``problem``: the first :data:`catalog.problems.MAX_LISTED`) and
@@ -156,7 +160,7 @@ def prepare_version(
         workers = LOCAL_WORKERS if storage.is_local else workers_for(storage)
     described, figures = check_segments(
         storage, paths, frame.get_column("protocol").gather(at), progress=progress,
-        stop_after=problems.listed, workers=workers, requests=requests)
+        stop_after=problems.listed, workers=workers, requests=requests, pack=pack)
     if described.done < paths.len():
         problems.stop(f"segment checks stopped after {problems.listed} failed "
                       f"({described.done} of {paths.len()} segments checked)")

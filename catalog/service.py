@@ -158,10 +158,29 @@ def register_version(
              if pattern is not None else manifest_from_rows(rows or []))
     check_manifest_rows(frame.height, ctx.limits)
     report = progress or (lambda _phase, _done, _total: None)  # (phase, segments done, of)
-    prepared = prepare_version(storage, frame, progress=partial(report, "checking"))
-    profile = profile_for(ctx.sessions, storage, prepared,  # nulls, infinities, sampling
-                          progress=partial(report, "profiling"))
-    report("storing", prepared.segments.height, prepared.segments.height)
+    pack = (ctx.packs.writer(storage.uri) if ctx.packs is not None and storage.is_local
+            else None)
+    try:
+        prepared = prepare_version(storage, frame, progress=partial(report, "checking"),
+                                   pack=pack)
+        profile = profile_for(ctx.sessions, storage, prepared,  # nulls, infinities, sampling
+                              progress=partial(report, "profiling"))
+        report("storing", prepared.segments.height, prepared.segments.height)
+        created = _store_with_retries(ctx, name, prepared, description, visible,
+                                      profile=profile)
+    except BaseException:
+        if pack is not None:
+            pack.abort()
+        raise
+    if pack is not None:  # after the version: a pack is never there without its version
+        pack.commit(prepared.version_id)
+    return created
+
+
+def _store_with_retries(
+    ctx: CatalogContext, name: str, prepared: PreparedVersion, description: str | None,
+    visible: Callable[[str], bool] | None, *, profile: VersionProfile,
+) -> Created[Version]:
     for attempt in range(_RETRIES):
         try:
             return _store_version(ctx, name, prepared, description, visible, profile=profile)

@@ -33,6 +33,7 @@ from services.logging import get_logger
 from services.materialize.plan import PlanContext
 from services.memo import Memo, deep_nbytes
 from services.planning.artifact import ARTIFACT_MEDIA_TYPE, PlanArtifact
+from services.storage.packs import PackStore
 
 __all__ = ["DatabasePlanSource", "PlanCache", "PlanSource", "RestPlanSource"]
 
@@ -120,11 +121,14 @@ class RestPlanSource:
 
 
 class PlanCache:
-    """Loaded plans by id (a few kept; each plan is loaded once at a time)."""
+    """Loaded plans by id (a few kept; each plan is loaded once at a time), each with its
+    version's pack when ``packs`` holds one (:mod:`services.storage.packs`)."""
 
     def __init__(self, source: PlanSource | Callable[[str], PlanArtifact], *,
-                 max_plans: int = 16, max_bytes: int = 1 << 30) -> None:
+                 max_plans: int = 16, max_bytes: int = 1 << 30,
+                 packs: PackStore | None = None) -> None:
         self._load = source.load if hasattr(source, "load") else source
+        self._packs = packs
         self._check: Callable[[str], None] | None = getattr(source, "check_live", None)
         self._plans: Memo[str, PlanContext] = Memo(
             max_plans, max_bytes=max_bytes, weigh=lambda p: deep_nbytes(p.artifact))
@@ -148,5 +152,5 @@ class PlanCache:
 
     def get(self, plan_id: str) -> PlanContext:
         """The plan ``plan_id`` (loaded on first use)."""
-        return self._plans.get(plan_id,
-                               lambda: PlanContext.from_artifact(self._load(plan_id)))
+        return self._plans.get(plan_id, lambda: PlanContext.from_artifact(
+            self._load(plan_id), packs=self._packs))

@@ -34,6 +34,7 @@ from services.database import create_engine
 from services.exposure import check_exposure
 from services.planning.artifact import PlanArtifact
 from services.settings import Settings, is_loopback
+from services.storage.packs import PackStore
 
 __all__ = ["RunningFlightServer", "start_flight_server"]
 
@@ -114,6 +115,7 @@ def start_flight_server(
         raise
     if access is not None:
         access = CachedAccess(access, ttl_s=config.auth_cache_s)
-    server = WindpipeFlightServer(config, plans=PlanCache(plan_source), access=access)
+    plans = PlanCache(plan_source, packs=PackStore.from_settings(settings))
+    server = WindpipeFlightServer(config, plans=plans, access=access)
     location = config.advertised_location(server.port)
     return RunningFlightServer(server=server, location=location, _owned_engine=owned)

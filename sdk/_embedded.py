@@ -40,6 +40,7 @@ from services.materialize.tier import Tier
 from services.memo import Memo
 from services.planning.artifact import PlanArtifact
 from services.planning.ranks import pass_start, rank_batches
+from services.storage.packs import PackStore
 from services.storage.store import StorageOptions, StorageRoots
 
 if TYPE_CHECKING:
@@ -60,7 +61,9 @@ class InProcess:
     dataset roots are opened (``allowed=None``: any root the user names).
     ``cache_bytes``: the chunk cache budget; ``tier_dir`` and ``tier_bytes``: the tier
     of decoded blocks and its budget (``tier_dir`` None or ``tier_bytes`` 0: no tier);
-    ``readahead_batches``: batches whose chunks are loaded ahead of the one being built.
+    ``readahead_batches``: batches whose chunks are loaded ahead of the one being built;
+    ``pack_dir``: where the catalog writes packs (:mod:`services.storage.packs`; None:
+    every segment read from its file).
     """
 
     data_dir: Path
@@ -70,6 +73,7 @@ class InProcess:
     tier_dir: Path | None = None
     tier_bytes: int = 4 << 30
     readahead_batches: int = 2
+    pack_dir: Path | None = None
 
     @property
     def url(self) -> str:
@@ -129,6 +133,7 @@ class InProcessReaders:
                      if spec.tier_dir is not None and spec.tier_bytes > 0 else None)
         self._cache: ChunkCache | None = None
         self._readers: Memo[str, InProcessReader] = Memo(8)
+        self._packs = None if spec.pack_dir is None else PackStore(spec.pack_dir)
         self._lock = threading.Lock()
 
     @property
@@ -149,7 +154,8 @@ class InProcessReaders:
     def reader(self, plan_id: str) -> InProcessReader:
         """The reader of ``plan_id`` (its stored plan fetched once)."""
         return self._readers.get(plan_id, lambda: InProcessReader(
-            plan=PlanContext.from_artifact(PlanArtifact.from_ipc(self._artifact(plan_id))),
+            plan=PlanContext.from_artifact(PlanArtifact.from_ipc(self._artifact(plan_id)),
+                                           packs=self._packs),
             readers=self))
 
     def warm(self, plan_id: str, *, progress: bool | None = None) -> WarmResult:

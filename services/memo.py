@@ -67,6 +67,11 @@ class Memo(Generic[K, V]):
         self._items.move_to_end(key)
         return value
 
+    def peek(self, key: K) -> V:
+        """The value of ``key`` if held (now most recent), else ``KeyError``; makes nothing."""
+        with self._lock:
+            return self._cached(key)
+
     def get(self, key: K, make: Callable[[], V]) -> V:
         """The value of ``key``, made by ``make`` (outside the lock) on a miss."""
         with self._lock:
@@ -119,7 +124,8 @@ def deep_nbytes(value: Any, *, _depth: int = 0) -> int:
     """Bytes of the arrays a value holds: numpy arrays, polars frames (``estimated_size``),
     and those inside dataclasses, tuples, lists and dicts (a ``weigh`` for :class:`Memo`).
     Strings and numbers weigh nothing and are skipped without a call: a plan's artifact
-    holds one path (and group key) per piece, tens of thousands of them."""
+    holds one path (and group key) per piece, tens of thousands of them, and a sequence
+    whose first and last items are tuples of them is taken for a sequence of such keys."""
     if _depth > 4 or isinstance(value, _WEIGHTLESS):
         return 0
     if isinstance(value, np.ndarray):
@@ -133,8 +139,14 @@ def deep_nbytes(value: Any, *, _depth: int = 0) -> int:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         items = (getattr(value, f.name, None) for f in dataclasses.fields(value))
     elif isinstance(value, tuple | list):
+        if value and _plain_key(value[0]) and _plain_key(value[-1]):
+            return 0  # a sequence of keys (tuples of plain values, one a stream): no arrays
         items = value
     elif isinstance(value, dict):
         items = value.values()
     return sum(deep_nbytes(v, _depth=_depth + 1) for v in items
                if not isinstance(v, _WEIGHTLESS))
+
+
+def _plain_key(value: Any) -> bool:
+    return isinstance(value, tuple) and all(isinstance(v, _WEIGHTLESS) for v in value)

@@ -159,6 +159,19 @@ class Settings(BaseSettings):
                     "space of its disk at server start, at most 1 TiB, no tier under 64 MiB",
         json_schema_extra={"flag": "--tier-bytes", "default_text": "auto"},
     )
+    pack_dir: Path | None = Field(
+        default=None,
+        description="directory of packs: the rows of small local parquet segments, written "
+                    "once by registration and read by block fills instead of each file "
+                    "(catalog and Flight servers of a host share it)",
+        json_schema_extra={"flag": "--pack-dir", "default_text": "packs/ in the data dir"},
+    )
+    pack_rows: int = Field(
+        default=8192, ge=0,
+        description="segments of at most this many rows go in their version's pack "
+                    "(0: no packs written)",
+        json_schema_extra={"flag": "--pack-rows"},
+    )
     auto_blocks: bool = Field(
         default=True,
         description="hold a plan's split whole as blocks (one gather per batch) when it fits "
@@ -360,6 +373,10 @@ class Settings(BaseSettings):
         if self.tier_bytes == 0:
             return None
         return self.tier_dir if self.tier_dir is not None else self.data_dir / "tier"
+
+    def resolved_pack_dir(self) -> Path:
+        """Where packs live (``pack_dir``, else ``packs/`` in the data dir)."""
+        return self.pack_dir if self.pack_dir is not None else self.data_dir / "packs"
 
     def resolved_flight_host(self) -> str:
         """Where the Flight server binds (``host`` unless set)."""

@@ -127,5 +127,6 @@ def embedded(
         cache_bytes=settings.cache_bytes if cache_bytes is None else cache_bytes,
         tier_dir=None if tier_dir is None else tier_dir.resolve(),
         tier_bytes=tier_budget(tier_dir, settings.tier_bytes).bytes,
+        pack_dir=settings.resolved_pack_dir().resolve(),
     )
     return Catalog(in_process=spec, token=token)

@@ -41,6 +41,7 @@ from catalog.jobs import Jobs
 from migrations import upgrade_engine
 from services.database import create_engine
 from services.settings import Settings
+from services.storage.packs import PackStore
 from services.storage.roots import RootScopes
 from services.storage.store import StorageOptions
 
@@ -121,6 +122,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         app.state.ready_pool = ThreadPoolExecutor(2, thread_name_prefix="windpipe-readyz")
         app.state.storage_pool = StoragePool(workers=settings.storage_workers,
                                              queue=settings.storage_queue)
+        packs = PackStore.from_settings(settings)
+        packs.sweep()  # what a registration killed a day ago or more left half-written
         try:
             upgrade_engine(bound)
             app.state.engine = bound
@@ -128,6 +131,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
                 bound, storage=storage_options,
                 cache_bytes=settings.schedule_cache_bytes, limits=settings.limits(),
                 root_scopes=RootScopes.parse(settings.root_scopes),
+                packs=packs,
             )
             app.state.jobs = Jobs(app.state.catalog.sessions, app.state.storage_pool.submit,
                                   stale_after_s=settings.job_stale_s)

@@ -45,7 +45,7 @@ from services.contract.errors import ErrorType, WindpipeError
 from services.materialize.chunks import lay_out, segment_errors
 from services.materialize.plan import PlanContext
 from services.planning.sizes import chunk_row_bytes
-from services.storage.formats.base import SegmentInfo, to_float64
+from services.storage.formats.base import SegmentInfo, float64_columns
 from services.storage.segments import read_ahead, read_chunks
 from services.storage.store import Storage
 
@@ -138,12 +138,17 @@ def _runs(plan: PlanContext, layout: BlockLayout, rows: np.ndarray, *,
 def _fill_run(plan: PlanContext, storage: Storage, layout: BlockLayout, run: _Run, *,
               rows: np.ndarray, step: Callable[[int], None] | None) -> int:
     """Read, lay out and copy one run; the bytes read. ``step(done)`` after each segment's
-    chunks are read (the run's rows are in the block only when the last step is made)."""
+    chunks are read (the run's rows are in the block only when the last step is made).
+    Segments whose rows the version's pack holds (:mod:`services.storage.packs`) are
+    taken from it, consecutive ones with one gather a column; the others are read."""
     spec = plan.variants[run.spec]
     names = list(spec.read_columns)
-    tables: list[pa.Table] = []
+    columns = _RunColumns(plan, storage, names)
     done = run.first
     for info, idxs in _by_segment(plan, layout.chunks[run.first:run.stop]):
+        done += len(idxs)
+        if columns.packed(info, idxs):
+            continue
         with segment_errors(info, idxs[0]):
             table = read_chunks(storage, info, idxs, names)
         expected = sum(info.chunk_rows[k] for k in idxs)
@@ -154,15 +159,90 @@ def _fill_run(plan: PlanContext, storage: Storage, layout: BlockLayout, run: _Ru
                 f"{expected} (changed since registration?)",
                 details={"path": info.path, "chunk": idxs[0]},
             )
-        tables.append(table)
-        done += len(idxs)
+        columns.read(table)
         if step is not None and done < run.stop:
             step(done)
-    data = _float64_columns(tables, names)
+    data = columns.columns()
     lay_out(data, run.rows, spec, out=rows[run.row : run.row + run.rows])
     if step is not None:
         step(run.stop)
     return sum(int(a.nbytes) for a in data.values())
+
+
+class _RunColumns:
+    """A run's float64 columns in block order, from the tables its reads returned and
+    from the version's pack: consecutive read tables converted at once
+    (:func:`float64_columns`), consecutive packed segments of one data file gathered at
+    once. A plan without a pack, or a root that is not local, packs nothing."""
+
+    def __init__(self, plan: PlanContext, storage: Storage, names: list[str]) -> None:
+        root = storage.local_root
+        self._pack = plan.packs if root is not None and names else None
+        self._root = str(root)
+        self._names = names
+        self._wanted = frozenset(names)
+        self._parts: list[dict[str, np.ndarray]] = []
+        self._tables: list[pa.Table] = []
+        self._file = -1
+        self._starts: list[int] = []
+        self._counts: list[int] = []
+
+    def packed(self, info: SegmentInfo, chunks: list[int]) -> bool:
+        """Take chunks ``chunks`` of ``info`` from the pack; False: read them."""
+        if self._pack is None:
+            return False
+        found = self._pack.find(self._root, info, self._wanted)
+        if found is None:
+            return False
+        self._flush_tables()
+        if self._starts and found[0] != self._file:
+            self._flush_pack()
+        self._file, first = found
+        if len(chunks) == len(info.chunk_rows) and chunks == sorted(chunks):
+            self._starts.append(first)
+            self._counts.append(info.row_count)
+        else:
+            starts = info.chunk_starts
+            for k in chunks:
+                self._starts.append(first + int(starts[k]))
+                self._counts.append(int(info.chunk_rows[k]))
+        return True
+
+    def read(self, table: pa.Table) -> None:
+        """The next segment's chunks, as read."""
+        self._flush_pack()
+        self._tables.append(table)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every column of the run, its parts in order."""
+        self._flush_tables()
+        self._flush_pack()
+        parts = self._parts
+        if len(parts) == 1:
+            return parts[0]
+        return {name: np.concatenate([part[name] for part in parts])
+                for name in self._names} if parts else {}
+
+    def _flush_tables(self) -> None:
+        if self._tables:
+            self._parts.append(float64_columns(self._tables, self._names))
+            self._tables = []
+
+    def _flush_pack(self) -> None:
+        if not self._starts or self._pack is None:
+            return
+        source = self._pack.columns(self._file)
+        starts = np.asarray(self._starts, dtype=np.int64)
+        counts = np.asarray(self._counts, dtype=np.int64)
+        self._starts, self._counts = [], []
+        if starts.shape[0] == 1:
+            a, n = int(starts[0]), int(counts[0])
+            self._parts.append({name: source[name][a:a + n] for name in self._names})
+            return
+        offsets = np.cumsum(counts) - counts
+        index = np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()),
+                                                                 dtype=np.int64)
+        self._parts.append({name: source[name][index] for name in self._names})
 
 
 def _by_segment(plan: PlanContext, chunks: np.ndarray,
@@ -178,23 +258,6 @@ def _by_segment(plan: PlanContext, chunks: np.ndarray,
             j += 1
         yield info, [int(i) for i in index[k:j]]
         k = j
-
-
-def _float64_columns(tables: list[pa.Table], names: list[str]) -> dict[str, np.ndarray]:
-    """Each column of ``tables`` (one after another) as one float64 array, null as NaN:
-    tables of one schema concatenated first, so the conversion runs once per schema."""
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in names}
-    k = 0
-    while k < len(tables):
-        j = k + 1
-        while j < len(tables) and tables[j].schema.equals(tables[k].schema):
-            j += 1
-        merged = tables[k] if j == k + 1 else pa.concat_tables(tables[k:j])
-        for name in names:
-            parts[name].append(to_float64(merged.column(name)))
-        k = j
-    return {name: (arrays[0] if len(arrays) == 1 else np.concatenate(arrays))
-            for name, arrays in parts.items() if arrays}
 
 
 def _each(runs: list[_Run], work: Callable[[_Run], int], *,

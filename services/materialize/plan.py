@@ -22,6 +22,7 @@ from services.planning.artifact import PlanArtifact
 from services.planning.schedule import Schedule
 from services.planning.streams import Streams
 from services.planning.working_set import batch_chunk_bytes
+from services.storage.packs import PackStore, VersionPack
 from services.storage.segments import ColumnInfo, SegmentInfo
 
 __all__ = ["PlanContext"]
@@ -64,6 +65,7 @@ class PlanContext:
     group_key_json: tuple[str, ...]
     alignment_key_json: tuple[str, ...]
     key_json: tuple[str, ...] = ()  # aligned plans: each key (``Schedule.lane_key``)
+    packs: VersionPack | None = None  # the version's small segments' rows, when found
     _schedules: Memo[int, Schedule] = field(
         default_factory=lambda: Memo(_EPOCHS_KEPT), repr=False)
     _chunk_bytes: Memo[int, np.ndarray] = field(
@@ -110,8 +112,10 @@ class PlanContext:
         return self.segments[self.streams.piece_path[piece]]
 
     @classmethod
-    def from_artifact(cls, artifact: PlanArtifact) -> PlanContext:
-        """Lay out the chunk table and channel specs of a stored plan."""
+    def from_artifact(cls, artifact: PlanArtifact, *,
+                      packs: PackStore | None = None) -> PlanContext:
+        """Lay out the chunk table and channel specs of a stored plan; ``packs``: where to
+        look for its version's pack (:mod:`services.storage.packs`; None: none)."""
         streams, layout, spec = artifact.streams, artifact.pieces, artifact.spec
         columns = tuple(ColumnInfo(name=n, dtype="double", numeric=True)
                         for n in spec.columns())
@@ -158,9 +162,11 @@ class PlanContext:
                 [v.target_present != specs[c].target_present
                  for v, c in zip(variants, variant_code, strict=True)],
                 dtype=np.bool_)[stream_variant],
-            group_key_json=_key_json(streams.group_keys),
-            alignment_key_json=_key_json(streams.alignment_keys),
+            group_key_json=streams.group_key_json,
+            alignment_key_json=streams.alignment_key_json,
             key_json=_key_json(aligned_keys(streams)[0]) if spec.align_by is not None else (),
+            packs=(packs.open(artifact.version_id, artifact.root_uri) if packs is not None
+                   else None),
         )
 
 

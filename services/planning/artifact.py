@@ -32,7 +32,6 @@ import pyarrow as pa
 
 from services.contract.configs import PlanSpec
 from services.contract.errors import ErrorType, WindpipeError
-from services.contract.identity import canonical_json
 from services.contract.reports import PlanReport
 from services.planning.report import plan_report
 from services.planning.schedule import SCHEDULE_ARRAYS, DropCounts, Schedule
@@ -174,9 +173,8 @@ class PlanArtifact:
         columns = {name: _list_of(np.asarray(arrays[name], dtype=dtype))
                    for name, dtype in _STREAM_ARRAYS.items()}
         strings = {
-            "stream_group_key": [canonical_json(list(k)).decode() for k in st.group_keys],
-            "stream_alignment_key": [canonical_json(list(k)).decode()
-                                     for k in st.alignment_keys],
+            "stream_group_key": list(st.group_key_json),
+            "stream_alignment_key": list(st.alignment_key_json),
             "piece_path": list(st.piece_path),
             "piece_format": list(self.pieces.format),
             "piece_fingerprint": list(self.pieces.fingerprint),
@@ -236,8 +234,8 @@ class PlanArtifact:
             protocols=tuple(header["protocols"]),
             protocol=num["stream_protocol"],
             n_rows=n_rows,
-            group_keys=tuple(tuple(json.loads(k)) for k in text["stream_group_key"]),
-            alignment_keys=tuple(tuple(json.loads(k)) for k in text["stream_alignment_key"]),
+            group_keys=_keys(text["stream_group_key"]),
+            alignment_keys=_keys(text["stream_alignment_key"]),
             piece_ptr=piece_ptr,
             piece_path=tuple(text["piece_path"]),
             piece_manifest_row_id=num["piece_manifest_row_id"],
@@ -245,6 +243,10 @@ class PlanArtifact:
             piece_start=(np.cumsum(piece_rows) - piece_rows - stream_base[piece_stream]
                          ).astype(_I64),
         )
+        # the stored strings are the canonical JSON these properties compute: kept, not
+        # computed again for every stream (a collection's plan has thousands)
+        streams.__dict__["group_key_json"] = tuple(text["stream_group_key"])
+        streams.__dict__["alignment_key_json"] = tuple(text["stream_alignment_key"])
         channels = None
         if _CHANNELS in col:
             flat = col[_CHANNELS].to_numpy(zero_copy_only=False).astype(np.bool_)
@@ -266,6 +268,11 @@ class PlanArtifact:
                                chunk_ptr=num["piece_chunk_ptr"], chunk_rows=num["chunk_rows"]),
             schedule=schedule, channels=channels,
         )
+
+
+def _keys(encoded: list[str]) -> tuple[tuple[Any, ...], ...]:
+    """Keys stored as JSON arrays, parsed in one call (not one a stream)."""
+    return tuple(map(tuple, json.loads("[" + ",".join(encoded) + "]")))
 
 
 def make_artifact(

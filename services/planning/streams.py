@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from services.contract.errors import ErrorType, WindpipeError
-from services.contract.identity import identity_tuple
+from services.contract.identity import canonical_json, identity_tuple
 
 __all__ = ["Streams", "build_streams"]
 
@@ -51,6 +51,17 @@ class Streams:
     def count(self) -> int:
         """Number of streams."""
         return int(self.n_rows.shape[0])
+
+    @functools.cached_property
+    def group_key_json(self) -> tuple[str, ...]:
+        """Each stream's group key as canonical JSON (``canonical_json(list(key))``: what
+        the plan artifact stores, and hashes of a key are taken over)."""
+        return tuple(canonical_json(list(k)).decode() for k in self.group_keys)
+
+    @functools.cached_property
+    def alignment_key_json(self) -> tuple[str, ...]:
+        """Each stream's alignment key as canonical JSON (as :attr:`group_key_json`)."""
+        return tuple(canonical_json(list(k)).decode() for k in self.alignment_keys)
 
     @functools.cached_property
     def piece_stream(self) -> np.ndarray:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.contract.identity import hash64, rng_for
+from services.contract.identity import canonical_json, hash64_encoded, rng_for
 from services.planning.arrays import expand_counts
 from services.planning.groups import Segments, segmented_schedule
 from services.planning.rules import OrderRules, WindowTable
@@ -33,9 +33,13 @@ def epoch_phases(streams: Streams, windows: WindowTable, rules: OrderRules,
     if not rules.phase_shift:
         return phases
     t = windows.seq_len[streams.protocol]
-    for s in np.flatnonzero(streams.n_rows >= 2):
+    # hash64("phase", seed, list(group key), epoch), each key encoded once (the artifact's)
+    head = (canonical_json("phase"), canonical_json(rules.seed))
+    tail = canonical_json(epoch)
+    keys = streams.group_key_json
+    for s in np.flatnonzero(streams.n_rows >= 2).tolist():
         span = min(int(t[s]), int(streams.n_rows[s]) - 1)
-        phases[s] = hash64("phase", rules.seed, list(streams.group_keys[s]), epoch) % span
+        phases[s] = hash64_encoded((*head, keys[s].encode(), tail)) % span
     return phases
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "cache_forget",
     "cache_get",
     "cache_put",
+    "float64_columns",
     "is_numeric",
     "to_float64",
 ]
@@ -173,6 +174,23 @@ def to_float64(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     out = column.to_numpy(zero_copy_only=False)
     return np.asarray(out, dtype=np.float64)
+
+
+def float64_columns(tables: list[pa.Table], names: list[str]) -> dict[str, np.ndarray]:
+    """Each column of ``tables`` (one after another) as one float64 array, null as NaN:
+    tables of one schema concatenated first, so the conversion runs once per schema."""
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in names}
+    k = 0
+    while k < len(tables):
+        j = k + 1
+        while j < len(tables) and tables[j].schema.equals(tables[k].schema):
+            j += 1
+        merged = tables[k] if j == k + 1 else pa.concat_tables(tables[k:j])
+        for name in names:
+            parts[name].append(to_float64(merged.column(name)))
+        k = j
+    return {name: (arrays[0] if len(arrays) == 1 else np.concatenate(arrays))
+            for name, arrays in parts.items() if arrays}
 
 
 _cache: OrderedDict[tuple[str, ...], Any] = OrderedDict()

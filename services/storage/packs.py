@@ -1,0 +1,324 @@
+"""Packs: the rows of a version's small local parquet segments, written once by registration.
+
+A block fill over many small segments pays per file an open, a footer and pyarrow's
+reader setup (~140 us for a 60-row file, measured), whatever the rows. Registration
+already reads each small file whole and decodes its numeric columns for the profile
+(``ParquetFormat.inspect_values``), so it also writes those columns, as float64
+(:func:`~services.storage.formats.base.to_float64`, what a chunk read gives), into
+a few large files of its own. A reader then takes a run of small segments' rows from
+them with one gather a column::
+
+    <pack dir>/<version id>/index.arrow   one row a packed segment: path, fingerprint,
+                                          size and version token at registration,
+                                          data file, first row, rows (Arrow IPC file)
+    <pack dir>/<version id>/rows-<k>.arrow  one record batch of float64 columns (the
+                                          packed columns of one column set)
+    <pack dir>/.tmp-<pid>-<uuid>/          a pack being written
+
+Rules a reader can rely on:
+
+* a pack is written under a temporary name and renamed into place once its version is
+  stored, never modified after: a mapped file cannot turn into a SIGBUS; a
+  registration that fails leaves no pack, and the same content registered twice keeps
+  the first;
+* a segment's rows are taken from the pack only when its registered fingerprint is
+  the plan's and one ``stat`` finds the file's size and version token (inode and
+  modification time) as registration read them, the documented immutability check of
+  a chunk read (docs/operations.md); otherwise, or when a column asked for is not
+  packed (an integer column whose nulls the footer counts is not decoded), or the pack
+  is missing or unreadable, the segment is read from its file as before, with that
+  read's checks and errors;
+* packs are an acceleration only: a Flight server that cannot see the catalog's pack
+  directory reads the segments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from services.logging import get_logger
+from services.memo import Memo
+from services.settings import Settings
+from services.storage.formats.base import SegmentInfo, float64_columns
+
+__all__ = ["FILE_ROWS", "PACK_FORMAT", "PACK_ROWS", "PackStore", "PackWriter", "VersionPack"]
+
+PACK_FORMAT = 1
+PACK_ROWS = 8192  # segments of at most this many rows are packed (a file's overheads dominate)
+FILE_ROWS = 1 << 16  # rows a data file gathers before it is written
+_INDEX = "index.arrow"
+_META = b"windpipe.pack"
+_VERSION_ID = re.compile(r"v-[0-9a-f]{32}")
+_STALE_TMP_S = 86400.0
+_OPEN_PACKS = 8
+
+_log = get_logger("windpipe.packs")
+
+Packed = tuple[SegmentInfo, int, str, pa.Table]
+"""What registration packs of a segment: its description, the size and version token
+of the bytes it read, and the decoded numeric columns of every row."""
+
+
+@dataclass(frozen=True, eq=False)
+class PackStore:
+    """The directory of packs and which segments go in one (``max_rows``; 0: none)."""
+
+    directory: Path
+    max_rows: int = PACK_ROWS
+    _open: Memo[tuple[str, str], VersionPack] = field(
+        default_factory=lambda: Memo(_OPEN_PACKS), repr=False)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> PackStore:
+        """``WINDPIPE_PACK_DIR`` and ``WINDPIPE_PACK_ROWS``."""
+        return cls(settings.resolved_pack_dir(), max_rows=settings.pack_rows)
+
+    def writer(self, root_uri: str) -> PackWriter | None:
+        """A writer for one registration under ``root_uri`` (None: packing is off)."""
+        if self.max_rows <= 0:
+            return None
+        try:
+            return PackWriter(self, root_uri)
+        except OSError as exc:
+            _log.warning("packs.unwritable", error=f"{type(exc).__name__}: {exc}")
+            return None
+
+    def open(self, version_id: str, root_uri: str) -> VersionPack | None:
+        """The pack of ``version_id`` over ``root_uri``; None when there is none (yet: a
+        version is stored before its pack is renamed into place) or it is unreadable
+        (logged). A pack found is kept open for the next plans of the version."""
+        if not _VERSION_ID.fullmatch(version_id):
+            return None
+        key = (version_id, root_uri)
+        with contextlib.suppress(KeyError):
+            return self._open.peek(key)
+        found = VersionPack.load(self.directory / version_id, root_uri)
+        if found is not None:
+            self._open.put(key, found)
+        return found
+
+    def sweep(self, *, older_than_s: float = _STALE_TMP_S) -> int:
+        """Remove packs left half-written (a process killed mid-registration) more than
+        ``older_than_s`` ago; the count removed."""
+        removed = 0
+        with contextlib.suppress(OSError):
+            for entry in self.directory.glob(".tmp-*"):
+                with contextlib.suppress(OSError):
+                    if time.time() - entry.stat().st_mtime > older_than_s:
+                        shutil.rmtree(entry)
+                        removed += 1
+        return removed
+
+
+class PackWriter:
+    """The pack of one registration, filled from its segment checks' threads (:meth:`add`)
+    and renamed into place by :meth:`commit`, or removed by :meth:`abort`. A write that
+    fails (a full disk) turns the writer off and registration goes on without a pack."""
+
+    def __init__(self, store: PackStore, root_uri: str) -> None:
+        self._store = store
+        self._root = root_uri
+        self._tmp = store.directory / f".tmp-{os.getpid()}-{uuid.uuid4().hex}"
+        self._tmp.mkdir(parents=True)
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[str, ...], list[Packed]] = {}
+        self._pending_rows: dict[tuple[str, ...], int] = {}
+        self._files: list[dict[str, object]] = []
+        self._index: dict[str, list[object]] = {k: [] for k in (
+            "path", "fingerprint", "size", "token", "file", "start", "rows")}
+        self._seen: set[str] = set()
+        self._failed = False
+
+    def add(self, items: Iterable[Packed]) -> None:
+        """Pack these segments (those of more than ``max_rows`` rows, of no rows or no
+        decoded column, or already packed, are left out)."""
+        with self._lock:
+            if self._failed:
+                return
+            try:
+                for item in items:
+                    info, _size, _token, table = item
+                    rows = info.row_count
+                    if (not 0 < rows <= self._store.max_rows or table.num_rows != rows
+                            or not table.num_columns or info.path in self._seen):
+                        continue
+                    self._seen.add(info.path)
+                    key = tuple(table.column_names)
+                    self._pending.setdefault(key, []).append(item)
+                    self._pending_rows[key] = self._pending_rows.get(key, 0) + rows
+                    if self._pending_rows[key] >= FILE_ROWS:
+                        self._flush(key)
+            except (OSError, pa.ArrowException) as exc:
+                self._fail(exc)
+
+    def commit(self, version_id: str) -> bool:
+        """Write what is pending and the index, and rename the pack into place as
+        ``version_id``'s; False when nothing was packed, a pack of it exists already, or
+        writing failed (the temporary files are removed)."""
+        with self._lock:
+            try:
+                if self._failed or not _VERSION_ID.fullmatch(version_id):
+                    return False
+                for key in list(self._pending):
+                    self._flush(key)
+                if not self._index["path"]:
+                    return False
+                self._write_index()
+                target = self._store.directory / version_id
+                try:
+                    self._tmp.rename(target)
+                except OSError:  # already there (the same content registered before)
+                    return False
+                return True
+            except (OSError, pa.ArrowException) as exc:
+                self._fail(exc)
+                return False
+            finally:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def abort(self) -> None:
+        """Remove what was written (the registration failed)."""
+        with self._lock:
+            self._failed = True
+            self._pending.clear()
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def _flush(self, key: tuple[str, ...]) -> None:
+        items = self._pending.pop(key)
+        self._pending_rows.pop(key, None)
+        names = list(key)
+        columns = float64_columns([table for *_, table in items], names)
+        number = len(self._files)
+        batch = pa.record_batch([pa.array(columns[n]) for n in names], names=names)
+        _write_ipc(self._tmp / f"rows-{number}.arrow", batch)
+        self._files.append({"columns": names, "rows": batch.num_rows})
+        start = 0
+        index = self._index
+        for info, size, token, _table in items:
+            for name, value in (("path", info.path), ("fingerprint", info.fingerprint),
+                                ("size", size), ("token", token), ("file", number),
+                                ("start", start), ("rows", info.row_count)):
+                index[name].append(value)
+            start += info.row_count
+
+    def _write_index(self) -> None:
+        index = self._index
+        types = {"path": pa.string(), "fingerprint": pa.string(), "size": pa.int64(),
+                 "token": pa.string(), "file": pa.int32(), "start": pa.int64(),
+                 "rows": pa.int64()}
+        meta = json.dumps({"format": PACK_FORMAT, "root": self._root, "files": self._files})
+        schema = pa.schema(list(types.items()), metadata={_META: meta})
+        batch = pa.record_batch([pa.array(index[k], type=t) for k, t in types.items()],
+                                schema=schema)
+        _write_ipc(self._tmp / _INDEX, batch)
+
+    def _fail(self, exc: BaseException) -> None:
+        _log.warning("packs.write_failed", error=f"{type(exc).__name__}: {exc}")
+        self._failed = True
+        self._pending.clear()
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+class VersionPack:
+    """A version's pack, mapped read-only: where each packed segment's rows are."""
+
+    def __init__(self, directory: Path, index: pa.RecordBatch,
+                 files: list[dict[str, object]]) -> None:
+        self._directory = directory
+        self._files = files
+        self._paths = {p: k for k, p in enumerate(index.column("path").to_pylist())}
+        self._fingerprints = index.column("fingerprint").to_pylist()
+        self._sizes = index.column("size").to_numpy()
+        self._tokens = index.column("token").to_pylist()
+        self._file = index.column("file").to_numpy()
+        self._start = index.column("start").to_numpy()
+        self._columns: dict[int, dict[str, np.ndarray]] = {}
+        self._broken: set[int] = set()
+        self._names = [frozenset(str(c) for c in f["columns"]) for f in files]  # type: ignore[attr-defined]
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(cls, directory: Path, root_uri: str) -> VersionPack | None:
+        """The pack in ``directory`` written for ``root_uri``; None when there is none or
+        it is not one this code reads."""
+        path = directory / _INDEX
+        if not path.is_file():
+            return None
+        try:
+            with pa.memory_map(str(path)) as source:
+                reader = pa.ipc.open_file(source)
+                meta = json.loads((reader.schema.metadata or {})[_META])
+                index = reader.get_batch(0) if reader.num_record_batches else None
+            if (meta.get("format") != PACK_FORMAT or meta.get("root") != root_uri
+                    or index is None):
+                return None
+            return cls(directory, index, list(meta["files"]))
+        except (OSError, KeyError, ValueError, pa.ArrowException) as exc:
+            _log.warning("packs.unreadable", pack=directory.name,
+                         error=f"{type(exc).__name__}: {exc}")
+            return None
+
+    def find(self, local_root: str, info: SegmentInfo,
+             names: frozenset[str]) -> tuple[int, int] | None:
+        """``(data file, first row)`` of ``info``'s rows when they can be taken from the
+        pack (module docstring), else None."""
+        k = self._paths.get(info.path)
+        if k is None or self._fingerprints[k] != info.fingerprint:
+            return None
+        file = int(self._file[k])
+        if not names <= self._names[file]:
+            return None
+        try:
+            st = os.stat(f"{local_root}/{info.path}")
+        except OSError:
+            return None
+        if (st.st_size != self._sizes[k]
+                or f"{st.st_ino:x}-{st.st_mtime_ns:x}" != self._tokens[k]):
+            return None
+        if file not in self._columns and not self._map(file):
+            return None
+        return file, int(self._start[k])
+
+    def columns(self, file: int) -> dict[str, np.ndarray]:
+        """The float64 columns of data file ``file`` (views of the mapped file; a file
+        :meth:`find` answered for is mapped)."""
+        return self._columns[file]
+
+    def _map(self, file: int) -> bool:
+        """Map data file ``file`` (False, logged, and never tried again: unreadable)."""
+        with self._lock:
+            if file in self._columns:
+                return True
+            if file in self._broken:
+                return False
+            try:
+                source = pa.memory_map(str(self._directory / f"rows-{file}.arrow"))
+                batch = pa.ipc.open_file(source).get_batch(0)
+                if batch.num_rows != self._files[file]["rows"]:
+                    raise ValueError(f"{batch.num_rows} rows, not {self._files[file]['rows']}")
+                self._columns[file] = {name: batch.column(name).to_numpy(zero_copy_only=True)
+                                       for name in batch.schema.names}
+                return True
+            except (OSError, ValueError, pa.ArrowException) as exc:
+                _log.warning("packs.unreadable", pack=self._directory.name, file=file,
+                             error=f"{type(exc).__name__}: {exc}")
+                self._broken.add(file)
+                return False
+
+
+def _write_ipc(path: Path, batch: pa.RecordBatch) -> None:
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+        writer.write_batch(batch)
