@@ -82,7 +82,7 @@ def _checked(job: Job, found: list[Found]) -> tuple[list[tuple[int, SegmentInfo 
                                                                    strict=True)], tally
 
 
-def _local_batch(storage: Storage, job: Job, pack: PackWriter | None,
+def _local_batch(storage: Storage, job: Job, *, pack: PackWriter | None = None,
                  ) -> tuple[list[tuple[int, SegmentInfo | str]], FigureTally]:
     """Check one batch of a local root (see the module docstring); the rows of the small
     files read whole go to ``pack``."""
@@ -163,7 +163,7 @@ def check_segments(
         return len(described.problems) >= stop_after
 
     def local(job: Job) -> tuple[list[tuple[int, SegmentInfo | str]], FigureTally]:
-        return _local_batch(storage, job, pack)
+        return _local_batch(storage, job, pack=pack)
 
     def one(path: str) -> Found:
         return _inspect(storage, path)

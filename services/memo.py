@@ -72,6 +72,12 @@ class Memo(Generic[K, V]):
         with self._lock:
             return self._cached(key)
 
+    def forget_where(self, test: Callable[[K], bool]) -> None:
+        """Drop every key ``test`` holds for."""
+        with self._lock:
+            for key in [k for k in self._items if test(k)]:
+                self._forget(key)
+
     def get(self, key: K, make: Callable[[], V]) -> V:
         """The value of ``key``, made by ``make`` (outside the lock) on a miss."""
         with self._lock:

@@ -110,6 +110,21 @@ class PackStore:
             self._open.put(key, found)
         return found
 
+    def remove(self, version_id: str) -> bool:
+        """Remove ``version_id``'s pack (its version retired); whether there was one. It
+        is renamed away first, so no reader ever opens half of it; a process that mapped
+        its files keeps their pages until it unmaps them (POSIX)."""
+        if not _VERSION_ID.fullmatch(version_id):
+            return False
+        away = self.directory / f".tmp-removed-{uuid.uuid4().hex}"
+        try:
+            (self.directory / version_id).rename(away)
+        except OSError:
+            return False
+        shutil.rmtree(away, ignore_errors=True)
+        self._open.forget_where(lambda key: key[0] == version_id)
+        return True
+
     def sweep(self, *, older_than_s: float = _STALE_TMP_S) -> int:
         """Remove packs left half-written (a process killed mid-registration) more than
         ``older_than_s`` ago; the count removed."""

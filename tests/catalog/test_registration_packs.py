@@ -1,7 +1,8 @@
-"""Registration writes its version's pack (services/storage/packs.py), and a Flight server
-that reads it streams the batches a server reading every file streams, byte for byte;
-a registration that fails leaves no pack; a segment changed since registration still
-fails its stream with ``segment_changed``. Real catalog and Flight servers on loopback."""
+"""Registration writes its version's pack (services/storage/packs.py) and retiring the
+version removes it; a Flight server that reads it streams the batches a server reading
+every file streams, byte for byte; a registration that fails leaves no pack; a segment
+changed since registration still fails its stream with ``segment_changed``. Real
+catalog and Flight servers on loopback."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from sdk import Catalog, LoaderConfig, SegmentChanged, ValidationConfig, WindowConfig
-from services.materialize import block_fill
 from services.synth import write_synthetic_dataset
 from tests.fixtures.servers import embedded_services
+from tests.services.storage.test_packs import count_reads
 
 CONFIG = LoaderConfig(
     split="train", strategy="shuffled", default_window=WindowConfig(batch_size=16, seq_len=8),
@@ -44,14 +45,7 @@ def collection(tmp_path: Path) -> Path:
 
 def test_batches_from_the_pack_are_the_batches_from_the_files(
         tmp_path: Path, collection: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    read: list[str] = []
-    original = block_fill.read_chunks
-
-    def counting(storage, info, chunks, columns):  # type: ignore[no-untyped-def]
-        read.append(info.path)
-        return original(storage, info, chunks, columns)
-
-    monkeypatch.setattr(block_fill, "read_chunks", counting)
+    read = count_reads(monkeypatch)
     with embedded_services(tmp_path / "packed") as url:
         version_id, packed = _epoch(url, collection)
     assert read
@@ -113,3 +107,16 @@ def test_a_segment_changed_after_registration_still_fails_its_stream(
             for _ in plan.batches(transport="flight"):
                 pass
         assert victim in str(err.value)
+
+
+def test_retiring_a_version_removes_its_pack(
+        tmp_path: Path, collection: Path) -> None:
+    with embedded_services(tmp_path / "data") as url, Catalog(url) as catalog:
+        with pytest.warns():
+            version = catalog.register("retired", root=str(collection),
+                                       manifest="manifest.parquet", progress=False)
+        packs = tmp_path / "data" / "packs"
+        assert (packs / version.id / "index.arrow").is_file()
+        version.retire()
+        assert not (packs / version.id).exists()
+        assert not any(p.name.startswith(".tmp") for p in packs.iterdir())

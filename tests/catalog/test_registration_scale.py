@@ -94,14 +94,14 @@ def test_the_pool_is_bounded(many: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     lock = threading.Lock()
     real = checks._local_batch
 
-    def counting(storage: Storage, job: checks.Job) -> object:
+    def counting(storage: Storage, job: checks.Job, **options: object) -> object:
         nonlocal active, most
         with lock:
             active += 1
             most = max(most, active)
         time.sleep(0.005)
         try:
-            return real(storage, job)
+            return real(storage, job, **options)  # type: ignore[arg-type]
         finally:
             with lock:
                 active -= 1

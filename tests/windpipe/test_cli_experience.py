@@ -80,7 +80,7 @@ SERVER_FLAGS = {
     "--root-scope": "root_scopes", "--sqlite-busy-timeout-s": "sqlite_busy_timeout_s",
     "--storage-workers": "storage_workers", "--storage-queue": "storage_queue",
     "--flight-discovery": "flight_discovery", "--flight-discovery-s": "flight_discovery_s",
-    "--host-id": "host_id",
+    "--host-id": "host_id", "--pack-dir": "pack_dir", "--pack-rows": "pack_rows",
 }
 
 

@@ -37,8 +37,13 @@ def get_version(ctx: Context, version_id: str) -> VersionOut:
            dependencies=[Depends(require(Role.ADMIN, dataset=version_dataset))])
 def retire_version(ctx: Context, version_id: str) -> VersionOut:
     """Retire a version (soft): listings hide it, new splits and plans on it are refused,
-    its plans' new Flight tickets too; streams already running finish."""
-    return VersionOut.from_row(retire.retire_version(ctx.sessions, version_id))
+    its plans' new Flight tickets too; streams already running finish. Its pack's disk
+    is given back (a stream that mapped it keeps its pages; one that had not reads the
+    files)."""
+    row = retire.retire_version(ctx.sessions, version_id)
+    if ctx.packs is not None:
+        ctx.packs.remove(version_id)
+    return VersionOut.from_row(row)
 
 
 @v1.get(

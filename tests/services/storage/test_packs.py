@@ -55,7 +55,8 @@ def _with_pack(plan: PlanContext, store: PackStore) -> PlanContext:
     return dataclasses.replace(plan, packs=pack)
 
 
-def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The segment paths block fills read from their files from now on (in order)."""
     read: list[str] = []
     original = block_fill.read_chunks
 
@@ -77,7 +78,7 @@ def test_a_block_from_the_pack_equals_the_files(tmp_path: Path, monkeypatch: pyt
     plan = _with_pack(_plan(ds), store)
     monkeypatch.setattr(block_fill, "RUN_ROWS", 40)  # several runs a block
     monkeypatch.setattr(block_fill, "THREAD_CHUNK_ROWS", 1)
-    read = _count_reads(monkeypatch)
+    read = count_reads(monkeypatch)
     for layout in block_layouts(plan):
         inputs, targets, nbytes, steps = _fill(plan, layout, threads=threads)
         want_in, want_tg = _expected(ds, plan, layout)
@@ -111,7 +112,7 @@ def test_columns_the_pack_lacks_are_read_from_the_files(tmp_path: Path,
     store = PackStore(tmp_path / "packs", max_rows=1000)
     assert _pack(ds, store, only=("voltage_v",)).commit(VERSION)  # current_a not packed
     plan = _with_pack(_plan(ds), store)
-    read = _count_reads(monkeypatch)
+    read = count_reads(monkeypatch)
     layout = block_layouts(plan)[0]
     inputs, targets, _, _ = _fill(plan, layout, threads=1)
     want_in, want_tg = _expected(ds, plan, layout)
