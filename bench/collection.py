@@ -33,6 +33,7 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from bench.registration import footer_floor, register_once
@@ -123,6 +124,11 @@ def cold_epoch(root: Path, *, work: Path, name: str, packs: bool = True) -> dict
         flight.stop(grace_s=5.0)
 
 
+def _median(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over ``runs`` (one cold epoch each)."""
+    return {key: float(np.median([run[key] for run in runs])) for key in runs[0]}
+
+
 def _peak_of(pid: int) -> int:
     """Peak resident bytes of process ``pid`` (``VmHWM``)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -201,6 +207,8 @@ def main(argv: list[str] | None = None) -> None:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--segments", type=int, default=10_000)
     parser.add_argument("--rows-per-cycle", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="cold epochs of each layout, alternating (medians reported)")
     parser.add_argument("--served", action="store_true",
                         help="registration against windpipe serve only (see above)")
     parser.add_argument("--data", type=Path, default=None,
@@ -229,13 +237,18 @@ def main(argv: list[str] | None = None) -> None:
         print(f"footer floor   {floor_s:8.2f} s {floor_s / n_parquet * 1e6:8.0f} us/segment")
         print(f"registration   {reg_s:8.2f} s {reg_s / n_small * 1e6:8.0f} us/segment "
               f"= {reg_s / floor_s:.1f}x the floor (peak RSS {_peak_mib():.0f} MiB)")
-        # what the first epoch of a process pays once whatever the data (pyarrow's compute
-        # kernels, torch's first tensors: 17 ms of a string take, measured) is not a layout's
+        # what the first epoch of a process pays once whatever the data (pyarrow's first
+        # string arrays: 0.2 s, measured; torch's first tensors) is not a layout's
         cold_epoch(large, work=Path(tmp) / "cold-warmup", name="warmup")
-        small_run = cold_epoch(small, work=Path(tmp) / "cold-small", name="small")
-        large_run = cold_epoch(large, work=Path(tmp) / "cold-large", name="large")
-        unpacked = cold_epoch(small, work=Path(tmp) / "cold-unpacked", name="unpacked",
-                              packs=False)
+        runs: dict[str, list[dict[str, float]]] = {"small": [], "large": [], "unpacked": []}
+        for r in range(args.rounds):  # alternating: the machine's drift falls on all three
+            for label, root, packs in (("small", small, True), ("large", large, True),
+                                       ("unpacked", small, False)):
+                runs[label].append(cold_epoch(root, work=Path(tmp) / f"cold-{label}-{r}",
+                                              name=label, packs=packs))
+        small_run, large_run, unpacked = (_median(runs[k]) for k in ("small", "large",
+                                                                      "unpacked"))
+        print(f"cold epochs: the median of {args.rounds} rounds, fresh servers each")
         print(f"index {small_run['index']:.2f} s, split {small_run['split']:.2f} s, "
               f"plan {small_run['plan']:.2f} s (small segments)")
         rates, per_cpu = {}, {}

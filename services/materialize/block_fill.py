@@ -139,16 +139,81 @@ def _fill_run(plan: PlanContext, storage: Storage, layout: BlockLayout, run: _Ru
               rows: np.ndarray, step: Callable[[int], None] | None) -> int:
     """Read, lay out and copy one run; the bytes read. ``step(done)`` after each segment's
     chunks are read (the run's rows are in the block only when the last step is made).
-    Segments whose rows the version's pack holds (:mod:`services.storage.packs`) are
-    taken from it, consecutive ones with one gather a column; the others are read."""
+    Stretches of chunks the version's pack holds (:func:`_packed`) are gathered from it
+    with one take a column; the other segments are read."""
     spec = plan.variants[run.spec]
     names = list(spec.read_columns)
-    columns = _RunColumns(plan, storage, names)
-    done = run.first
-    for info, idxs in _by_segment(plan, layout.chunks[run.first:run.stop]):
-        done += len(idxs)
-        if columns.packed(info, idxs):
-            continue
+    chunks = layout.chunks[run.first:run.stop]
+    file, start = _packed(plan, storage, chunks, names)
+    parts: list[dict[str, np.ndarray]] = []
+    cuts = np.flatnonzero(file[1:] != file[:-1]) + 1
+    for a, b in itertools.pairwise([0, *cuts.tolist(), chunks.shape[0]]):
+        if file[a] >= 0:
+            parts.append(_gather(plan, int(file[a]), start[a:b], plan.chunk_len[chunks[a:b]],
+                                 names))
+            if step is not None and run.first + b < run.stop:
+                step(run.first + b)
+        else:
+            parts.append(_read(plan, storage, chunks[a:b], names, first=run.first + a,
+                               stop=run.stop, step=step))
+    data = parts[0] if len(parts) == 1 else {
+        name: np.concatenate([part[name] for part in parts]) for name in names}
+    lay_out(data, run.rows, spec, out=rows[run.row : run.row + run.rows])
+    if step is not None:
+        step(run.stop)
+    return sum(int(a.nbytes) for a in data.values())
+
+
+def _packed(plan: PlanContext, storage: Storage, chunks: np.ndarray,
+            names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per chunk of ``chunks``: the pack data file that holds its rows (-1: read it) and
+    its first row there. A chunk's rows are taken from the pack when its segment is
+    packed with the plan's fingerprint in a file holding every column of ``names``, and
+    one ``stat`` finds the file as registration read it (services.storage.packs)."""
+    n = chunks.shape[0]
+    packed = plan.packed_pieces
+    root = storage.local_root
+    if packed is None or plan.packs is None or root is None or not names or not n:
+        return np.full(n, -1, dtype=np.int32), np.zeros(n, dtype=np.int64)
+    piece = plan.chunk_piece[chunks]
+    file = packed.file[piece]
+    usable = np.flatnonzero(file >= 0)
+    if usable.shape[0]:
+        ok = plan.packs.files_with(frozenset(names))
+        file = np.where((file >= 0) & ok[np.maximum(file, 0)], file, -1)
+        first = np.flatnonzero(np.diff(piece, prepend=-1) != 0)  # a segment's first chunk
+        first = first[file[first] >= 0]
+        fresh = packed.unchanged(str(root), plan.streams.piece_path, piece[first])
+        stale = piece[first[~fresh]]
+        if stale.shape[0]:
+            file = np.where(np.isin(piece, stale), -1, file)
+    streams = plan.streams
+    within = plan.chunk_gstart[chunks] - streams.piece_global_start[piece]
+    return file, packed.start[piece] + within
+
+
+def _gather(plan: PlanContext, file: int, starts: np.ndarray, counts: np.ndarray,
+            names: list[str]) -> dict[str, np.ndarray]:
+    """The float64 columns of chunks whose rows start at ``starts`` in data file ``file``
+    of the pack (one take a column; a slice when they follow each other there)."""
+    assert plan.packs is not None
+    source = plan.packs.columns(file)
+    a = int(starts[0])
+    total = int(counts.sum())
+    if bool((starts[1:] == starts[:-1] + counts[:-1]).all()):
+        return {name: source[name][a:a + total] for name in names}
+    offsets = np.cumsum(counts) - counts
+    index = np.repeat(starts - offsets, counts) + np.arange(total, dtype=np.int64)
+    return {name: source[name][index] for name in names}
+
+
+def _read(plan: PlanContext, storage: Storage, chunks: np.ndarray, names: list[str], *,
+          first: int, stop: int, step: Callable[[int], None] | None) -> dict[str, np.ndarray]:
+    """The float64 columns of ``chunks`` read from their segments (positions ``first``
+    on of the run ending at ``stop``), ``step`` after each segment."""
+    tables: list[pa.Table] = []
+    done = first
+    for info, idxs in _by_segment(plan, chunks):
         with segment_errors(info, idxs[0]):
             table = read_chunks(storage, info, idxs, names)
         expected = sum(info.chunk_rows[k] for k in idxs)
@@ -159,90 +224,11 @@ def _fill_run(plan: PlanContext, storage: Storage, layout: BlockLayout, run: _Ru
                 f"{expected} (changed since registration?)",
                 details={"path": info.path, "chunk": idxs[0]},
             )
-        columns.read(table)
-        if step is not None and done < run.stop:
+        tables.append(table)
+        done += len(idxs)
+        if step is not None and done < stop:
             step(done)
-    data = columns.columns()
-    lay_out(data, run.rows, spec, out=rows[run.row : run.row + run.rows])
-    if step is not None:
-        step(run.stop)
-    return sum(int(a.nbytes) for a in data.values())
-
-
-class _RunColumns:
-    """A run's float64 columns in block order, from the tables its reads returned and
-    from the version's pack: consecutive read tables converted at once
-    (:func:`float64_columns`), consecutive packed segments of one data file gathered at
-    once. A plan without a pack, or a root that is not local, packs nothing."""
-
-    def __init__(self, plan: PlanContext, storage: Storage, names: list[str]) -> None:
-        root = storage.local_root
-        self._pack = plan.packs if root is not None and names else None
-        self._root = str(root)
-        self._names = names
-        self._wanted = frozenset(names)
-        self._parts: list[dict[str, np.ndarray]] = []
-        self._tables: list[pa.Table] = []
-        self._file = -1
-        self._starts: list[int] = []
-        self._counts: list[int] = []
-
-    def packed(self, info: SegmentInfo, chunks: list[int]) -> bool:
-        """Take chunks ``chunks`` of ``info`` from the pack; False: read them."""
-        if self._pack is None:
-            return False
-        found = self._pack.find(self._root, info, self._wanted)
-        if found is None:
-            return False
-        self._flush_tables()
-        if self._starts and found[0] != self._file:
-            self._flush_pack()
-        self._file, first = found
-        if len(chunks) == len(info.chunk_rows) and chunks == sorted(chunks):
-            self._starts.append(first)
-            self._counts.append(info.row_count)
-        else:
-            starts = info.chunk_starts
-            for k in chunks:
-                self._starts.append(first + int(starts[k]))
-                self._counts.append(int(info.chunk_rows[k]))
-        return True
-
-    def read(self, table: pa.Table) -> None:
-        """The next segment's chunks, as read."""
-        self._flush_pack()
-        self._tables.append(table)
-
-    def columns(self) -> dict[str, np.ndarray]:
-        """Every column of the run, its parts in order."""
-        self._flush_tables()
-        self._flush_pack()
-        parts = self._parts
-        if len(parts) == 1:
-            return parts[0]
-        return {name: np.concatenate([part[name] for part in parts])
-                for name in self._names} if parts else {}
-
-    def _flush_tables(self) -> None:
-        if self._tables:
-            self._parts.append(float64_columns(self._tables, self._names))
-            self._tables = []
-
-    def _flush_pack(self) -> None:
-        if not self._starts or self._pack is None:
-            return
-        source = self._pack.columns(self._file)
-        starts = np.asarray(self._starts, dtype=np.int64)
-        counts = np.asarray(self._counts, dtype=np.int64)
-        self._starts, self._counts = [], []
-        if starts.shape[0] == 1:
-            a, n = int(starts[0]), int(counts[0])
-            self._parts.append({name: source[name][a:a + n] for name in self._names})
-            return
-        offsets = np.cumsum(counts) - counts
-        index = np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()),
-                                                                 dtype=np.int64)
-        self._parts.append({name: source[name][index] for name in self._names})
+    return float64_columns(tables, names)
 
 
 def _by_segment(plan: PlanContext, chunks: np.ndarray,

@@ -116,6 +116,9 @@ def _layouts(plan: PlanContext) -> tuple[BlockLayout, ...]:
     streams = plan.streams
     piece_stream = streams.piece_stream
     chunk_stream = piece_stream[plan.chunk_piece]
+    paths, fingerprints = streams.piece_path, plan.artifact.pieces.fingerprint
+    piece_rows = streams.piece_rows.tolist()
+    piece_variant = plan.stream_variant[piece_stream].tolist()
     out: list[BlockLayout] = []
     for code, spec in enumerate(plan.specs):
         mine = streams.protocol == code
@@ -126,13 +129,13 @@ def _layouts(plan: PlanContext) -> tuple[BlockLayout, ...]:
         chunk_row = plan.chunk_gstart[chunks] - streams.stream_base[s] + row0[s]
         digest = hashlib.blake2b(digest_size=16)
         digest.update(f"wpblock2\0{plan.root_uri}\0{spec.digest}\0".encode())
+        text: list[str] = []  # hashed at once: the same digest as a piece at a time
         for p in np.flatnonzero(mine[piece_stream]).tolist():
-            piece = plan.piece_info(p)
-            digest.update(f"{piece.path}\0{piece.fingerprint}\0{streams.piece_rows[p]}\0"
-                          .encode())
-            variant = int(plan.stream_variant[piece_stream[p]])
+            text.append(f"{paths[p]}\0{fingerprints[p]}\0{piece_rows[p]}\0")
+            variant = piece_variant[p]
             if variant != code:  # a stream lacking columns: its chunks read fewer
-                digest.update(f"{plan.variants[variant].digest}\0".encode())
+                text.append(f"{plan.variants[variant].digest}\0")
+        digest.update("".join(text).encode())
         out.append(BlockLayout(
             protocol=code, key=digest.hexdigest(), row0=row0, rows=int(rows.sum()),
             c_in=len(spec.input_columns), c_out=len(spec.target_columns),

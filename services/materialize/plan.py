@@ -9,6 +9,7 @@ or rebuilds streams: the artifact is the plan.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,7 +23,7 @@ from services.planning.artifact import PlanArtifact
 from services.planning.schedule import Schedule
 from services.planning.streams import Streams
 from services.planning.working_set import batch_chunk_bytes
-from services.storage.packs import PackStore, VersionPack
+from services.storage.packs import PackedPieces, PackStore, VersionPack
 from services.storage.segments import ColumnInfo, SegmentInfo
 
 __all__ = ["PlanContext"]
@@ -50,7 +51,7 @@ class PlanContext:
     """
 
     artifact: PlanArtifact
-    segments: dict[str, SegmentInfo]
+    columns: tuple[ColumnInfo, ...]  # every segment's, as a chunk read sees them
     specs: tuple[ChannelSpec, ...]  # per protocol code
     chunk_gstart: np.ndarray
     chunk_piece: np.ndarray
@@ -66,6 +67,7 @@ class PlanContext:
     alignment_key_json: tuple[str, ...]
     key_json: tuple[str, ...] = ()  # aligned plans: each key (``Schedule.lane_key``)
     packs: VersionPack | None = None  # the version's small segments' rows, when found
+    _segments: dict[str, SegmentInfo] = field(default_factory=dict, repr=False)
     _schedules: Memo[int, Schedule] = field(
         default_factory=lambda: Memo(_EPOCHS_KEPT), repr=False)
     _chunk_bytes: Memo[int, np.ndarray] = field(
@@ -107,9 +109,27 @@ class PlanContext:
         return self._chunk_bytes.get(epoch, lambda: batch_chunk_bytes(
             self.streams, self.artifact.chunk_table, self.schedule(epoch)))
 
+    @functools.cached_property
+    def packed_pieces(self) -> PackedPieces | None:
+        """Where each piece is in the version's pack (None: the plan has no pack)."""
+        if self.packs is None:
+            return None
+        return self.packs.pieces(self.streams.piece_path, self.artifact.pieces.fingerprint)
+
     def piece_info(self, piece: int) -> SegmentInfo:
-        """The segment of piece ``piece``."""
-        return self.segments[self.streams.piece_path[piece]]
+        """The segment of piece ``piece`` (described on first use: a block taken from the
+        version's pack never asks for most of a collection's thousands)."""
+        path = self.streams.piece_path[piece]
+        info = self._segments.get(path)
+        if info is None:
+            layout = self.artifact.pieces
+            info = self._segments.setdefault(path, SegmentInfo(
+                path=path, format=layout.format[piece],  # type: ignore[arg-type]
+                row_count=int(self.streams.piece_rows[piece]), columns=self.columns,
+                chunk_rows=tuple(int(r) for r in layout.chunks_of(piece)),
+                fingerprint=layout.fingerprint[piece],
+            ))
+        return info
 
     @classmethod
     def from_artifact(cls, artifact: PlanArtifact, *,
@@ -119,14 +139,6 @@ class PlanContext:
         streams, layout, spec = artifact.streams, artifact.pieces, artifact.spec
         columns = tuple(ColumnInfo(name=n, dtype="double", numeric=True)
                         for n in spec.columns())
-        segments: dict[str, SegmentInfo] = {}
-        for p, path in enumerate(streams.piece_path):
-            segments.setdefault(path, SegmentInfo(
-                path=path, format=layout.format[p],  # type: ignore[arg-type]
-                row_count=int(streams.piece_rows[p]), columns=columns,
-                chunk_rows=tuple(int(r) for r in layout.chunks_of(p)),
-                fingerprint=layout.fingerprint[p],
-            ))
         n_chunks = np.diff(layout.chunk_ptr)
         owner = np.repeat(np.arange(n_chunks.shape[0], dtype=np.int64), n_chunks)
         index = np.arange(owner.shape[0], dtype=np.int64) - layout.chunk_ptr[owner]
@@ -150,7 +162,7 @@ class PlanContext:
                                strict=True)
         )
         return cls(
-            artifact=artifact, segments=segments, specs=specs, chunk_gstart=gstart,
+            artifact=artifact, columns=columns, specs=specs, chunk_gstart=gstart,
             chunk_piece=chunk_piece, chunk_index=chunk_index,
             chunk_len=layout.chunk_rows[keep].astype(np.int64), chunk_keys=chunk_keys,
             chunk_spec=chunk_spec, variants=variants, stream_variant=stream_variant,

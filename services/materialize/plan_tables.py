@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from services.materialize.plan import PlanContext
 
-__all__ = ["PlanTables", "plan_tables"]
+__all__ = ["PlanTables", "plan_tables", "take_strings"]
 
 _I64 = np.int64
 _REPEATS = 4096
@@ -38,7 +38,7 @@ class PlanTables:
         values: pa.Array = getattr(self, name)
         n = int(idx.shape[0])
         if n == 0 or idx[0] != idx[-1] or not (idx == idx[0]).all():
-            return values.take(idx)
+            return take_strings(values, idx)
         key = (name, int(idx[0]), n)
         arr = self.repeats.get(key)
         if arr is None:
@@ -80,3 +80,34 @@ def plan_tables(plan: PlanContext) -> PlanTables:
         )
         _TABLES[plan] = tables
     return tables
+
+
+def take_strings(values: pa.Array, idx: np.ndarray) -> pa.Array:
+    """``values.take(idx)`` for a string array without nulls, in numpy.
+
+    Arrow's ``take`` releases the interpreter lock, and getting it back costs a switch
+    interval (5 ms) whenever another thread holds it: a Flight server's other streams,
+    or the training loop beside an in-process reader (measured: 26 us alone, 5.5 ms
+    beside one busy thread, for 2,633 strings). These tables are small, so the copy is
+    done holding the lock: the strings' offsets gathered, their bytes gathered by one
+    index. Other arrays (nulls, other types) go to ``take``.
+    """
+    if values.null_count or not pa.types.is_string(values.type):
+        return values.take(idx)
+    n = int(idx.shape[0])
+    buffers = values.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=np.int32, count=len(values) + 1,
+                            offset=values.offset * 4)
+    starts = offsets[idx]
+    lengths = offsets[idx + 1] - starts
+    out_offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lengths, out=out_offsets[1:])
+    total = int(out_offsets[-1])
+    if total:
+        data = np.frombuffer(buffers[2], dtype=np.uint8)
+        gather = np.repeat(starts.astype(_I64) - out_offsets[:-1], lengths) + np.arange(
+            total, dtype=_I64)
+        body = pa.py_buffer(data[gather])
+    else:
+        body = pa.py_buffer(b"")
+    return pa.StringArray.from_buffers(n, pa.py_buffer(out_offsets), body)

@@ -42,7 +42,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,7 +54,10 @@ from services.memo import Memo
 from services.settings import Settings
 from services.storage.formats.base import SegmentInfo, float64_columns
 
-__all__ = ["FILE_ROWS", "PACK_FORMAT", "PACK_ROWS", "PackStore", "PackWriter", "VersionPack"]
+__all__ = [
+    "FILE_ROWS", "PACK_FORMAT", "PACK_ROWS", "PackStore", "PackWriter", "PackedPieces",
+    "VersionPack",
+]
 
 PACK_FORMAT = 1
 PACK_ROWS = 8192  # segments of at most this many rows are packed (a file's overheads dominate)
@@ -153,7 +156,7 @@ class PackWriter:
         self._pending_rows: dict[tuple[str, ...], int] = {}
         self._files: list[dict[str, object]] = []
         self._index: dict[str, list[object]] = {k: [] for k in (
-            "path", "fingerprint", "size", "token", "file", "start", "rows")}
+            "path", "fingerprint", "size", "inode", "mtime_ns", "file", "start", "rows")}
         self._seen: set[str] = set()
         self._failed = False
 
@@ -223,17 +226,18 @@ class PackWriter:
         start = 0
         index = self._index
         for info, size, token, _table in items:
+            inode, mtime = (int(part, 16) for part in token.split("-"))  # Storage.version_token
             for name, value in (("path", info.path), ("fingerprint", info.fingerprint),
-                                ("size", size), ("token", token), ("file", number),
-                                ("start", start), ("rows", info.row_count)):
+                                ("size", size), ("inode", inode), ("mtime_ns", mtime),
+                                ("file", number), ("start", start), ("rows", info.row_count)):
                 index[name].append(value)
             start += info.row_count
 
     def _write_index(self) -> None:
         index = self._index
         types = {"path": pa.string(), "fingerprint": pa.string(), "size": pa.int64(),
-                 "token": pa.string(), "file": pa.int32(), "start": pa.int64(),
-                 "rows": pa.int64()}
+                 "inode": pa.uint64(), "mtime_ns": pa.int64(), "file": pa.int32(),
+                 "start": pa.int64(), "rows": pa.int64()}
         meta = json.dumps({"format": PACK_FORMAT, "root": self._root, "files": self._files})
         schema = pa.schema(list(types.items()), metadata={_META: meta})
         batch = pa.record_batch([pa.array(index[k], type=t) for k, t in types.items()],
@@ -247,6 +251,33 @@ class PackWriter:
         shutil.rmtree(self._tmp, ignore_errors=True)
 
 
+@dataclass(frozen=True, eq=False)
+class PackedPieces:
+    """Where a plan's pieces are in a version's pack, per piece (length P): ``file`` (its
+    data file; -1: not packed, or packed with another fingerprint), ``start`` (its first
+    row there) and the ``size``, ``inode`` and ``mtime_ns`` registration read."""
+
+    file: np.ndarray  # int32 [P]
+    start: np.ndarray  # int64 [P]
+    size: np.ndarray  # int64 [P]
+    inode: np.ndarray  # uint64 [P]
+    mtime_ns: np.ndarray  # int64 [P]
+
+    def unchanged(self, local_root: str, paths: Sequence[str], pieces: np.ndarray) -> np.ndarray:
+        """bool per piece of ``pieces``: one ``stat`` finds its file as registration read
+        it (size, inode, modification time)."""
+        out = np.zeros(pieces.shape[0], dtype=bool)
+        size, inode, mtime = self.size, self.inode, self.mtime_ns
+        for i, p in enumerate(pieces.tolist()):
+            try:
+                st = os.stat(f"{local_root}/{paths[p]}")
+            except OSError:
+                continue
+            out[i] = (st.st_size == size[p] and st.st_ino == inode[p]
+                      and st.st_mtime_ns == mtime[p])
+        return out
+
+
 class VersionPack:
     """A version's pack, mapped read-only: where each packed segment's rows are."""
 
@@ -254,12 +285,8 @@ class VersionPack:
                  files: list[dict[str, object]]) -> None:
         self._directory = directory
         self._files = files
+        self._index = index
         self._paths = {p: k for k, p in enumerate(index.column("path").to_pylist())}
-        self._fingerprints = index.column("fingerprint").to_pylist()
-        self._sizes = index.column("size").to_numpy()
-        self._tokens = index.column("token").to_pylist()
-        self._file = index.column("file").to_numpy()
-        self._start = index.column("start").to_numpy()
         self._columns: dict[int, dict[str, np.ndarray]] = {}
         self._broken: set[int] = set()
         self._names = [frozenset(str(c) for c in f["columns"]) for f in files]  # type: ignore[attr-defined]
@@ -286,30 +313,32 @@ class VersionPack:
                          error=f"{type(exc).__name__}: {exc}")
             return None
 
-    def find(self, local_root: str, info: SegmentInfo,
-             names: frozenset[str]) -> tuple[int, int] | None:
-        """``(data file, first row)`` of ``info``'s rows when they can be taken from the
-        pack (module docstring), else None."""
-        k = self._paths.get(info.path)
-        if k is None or self._fingerprints[k] != info.fingerprint:
-            return None
-        file = int(self._file[k])
-        if not names <= self._names[file]:
-            return None
-        try:
-            st = os.stat(f"{local_root}/{info.path}")
-        except OSError:
-            return None
-        if (st.st_size != self._sizes[k]
-                or f"{st.st_ino:x}-{st.st_mtime_ns:x}" != self._tokens[k]):
-            return None
-        if file not in self._columns and not self._map(file):
-            return None
-        return file, int(self._start[k])
+    def pieces(self, paths: Sequence[str], fingerprints: Sequence[str]) -> PackedPieces:
+        """Where the segments ``paths`` (with the registered ``fingerprints``) are in this
+        pack: one lookup a piece, once a plan."""
+        n = len(paths)
+        k = np.fromiter((self._paths.get(p, -1) for p in paths), dtype=np.int64, count=n)
+        found = k >= 0
+        at = np.where(found, k, 0)
+        index = self._index
+        stored = np.asarray(index.column("fingerprint").to_pylist(), dtype=object)
+        same = found & (stored[at] == np.asarray(fingerprints, dtype=object)) if n else found
+        return PackedPieces(
+            file=np.where(same, index.column("file").to_numpy()[at], -1).astype(np.int32),
+            start=index.column("start").to_numpy()[at],
+            size=index.column("size").to_numpy()[at],
+            inode=index.column("inode").to_numpy()[at],
+            mtime_ns=index.column("mtime_ns").to_numpy()[at],
+        )
+
+    def files_with(self, names: frozenset[str]) -> np.ndarray:
+        """bool per data file: it holds every column of ``names`` and can be mapped."""
+        return np.asarray([names <= cols and self._map(f) for f, cols in enumerate(self._names)],
+                          dtype=bool)
 
     def columns(self, file: int) -> dict[str, np.ndarray]:
         """The float64 columns of data file ``file`` (views of the mapped file; a file
-        :meth:`find` answered for is mapped)."""
+        :meth:`files_with` answered for is mapped)."""
         return self._columns[file]
 
     def _map(self, file: int) -> bool:

@@ -157,11 +157,13 @@ def test_a_pack_appears_whole_once_and_only_when_committed(tmp_path: Path) -> No
     assert _pack(ds, small).commit(VERSION)
     limited = small.open(VERSION, root_uri)
     assert limited is not None
-    storage_root = str(ds.root.resolve())
-    names = frozenset({"voltage_v"})
-    for info in ds.segments.values():
-        assert (limited.find(storage_root, info, names) is not None) == (
-            0 < info.row_count <= 40)
+    paths = list(ds.segments)
+    where = limited.pieces(paths, [ds.segments[p].fingerprint for p in paths])
+    assert [bool(f >= 0) for f in where.file] == [
+        ds.segments[p].format == "parquet" and 0 < ds.segments[p].row_count <= 40
+        for p in paths]
+    other = limited.pieces(paths, ["another fingerprint"] * len(paths))
+    assert (other.file == -1).all()  # registered under another fingerprint: not these rows
     assert PackStore(tmp_path / "off", max_rows=0).writer(root_uri) is None
 
 
