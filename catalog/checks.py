@@ -21,7 +21,7 @@ On an object store, parquet segments are fetched ahead one request each
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain, islice
 from typing import TypeVar
 
@@ -30,12 +30,12 @@ import polars as pl
 
 from catalog.batched import BATCH, REMOTE_BATCH, batched_map, prefetched_map
 from catalog.described import Described
-from catalog.figures import values_of_file
-from catalog.tally import FigureTally
+from catalog.figures import Counted, values_of_file
+from catalog.tally import FigureTally, Keep
 from services.contract.stats import TIME_COLUMN
 from services.storage.beneath import Beneath
 from services.storage.formats.parquet import PARQUET
-from services.storage.packs import Packed, PackWriter
+from services.storage.packs import PackWriter
 from services.storage.segments import (
     SMALL_FILE_BYTES,
     SegmentInfo,
@@ -72,12 +72,14 @@ def _inspect(storage: Storage, path: str) -> Found:
     return info, values
 
 
-def _checked(job: Job, found: list[Found]) -> tuple[list[tuple[int, SegmentInfo | str]],
-                                                    FigureTally]:
-    """The descriptions of a batch and its figures, counted (the values dropped)."""
+def _checked(job: Job, found: list[Found], *, keep: Keep | None = None,
+             ) -> tuple[list[tuple[int, SegmentInfo | str]], FigureTally]:
+    """The descriptions of a batch and its figures, counted (the values dropped once
+    ``keep`` was given each group's columns)."""
     indices, _paths, protocols = job
     tally = FigureTally()
-    tally.add_batch(indices, protocols, [None if isinstance(f, str) else f for f in found])
+    tally.add_batch(indices, protocols, [None if isinstance(f, str) else f for f in found],
+                    keep=keep)
     return [(k, f if isinstance(f, str) else f[0]) for k, f in zip(indices, found,
                                                                    strict=True)], tally
 
@@ -89,7 +91,7 @@ def _local_batch(storage: Storage, job: Job, *, pack: PackWriter | None = None,
     root = storage.local_root
     assert root is not None
     found: list[Found] = []
-    packed: list[Packed] = []
+    whole: dict[str, tuple[int, str]] = {}  # path -> size and token of a file read whole
     with Beneath(root) as below:
         for path in job[1]:
             item: Found | None = None
@@ -99,14 +101,18 @@ def _local_batch(storage: Storage, job: Job, *, pack: PackWriter | None = None,
                     if read is not None:
                         item = PARQUET.inspect_values(storage, path, max_bytes=SMALL_FILE_BYTES,
                                                       also=_ALSO, read=read)
-                        if pack is not None and item[1] is not None:
-                            packed.append((item[0], read[0], read[1], item[1].table))
+                        if item[1] is not None:
+                            whole[path] = (read[0], read[1])
                 except Exception:  # the usual path below says what is wrong
                     item = None
             found.append(_inspect(storage, path) if item is None else item)
-    if packed and pack is not None:
-        pack.add(packed)
-    return _checked(job, found)
+    keep: Keep | None = None
+    if pack is not None and whole:
+        def keep(infos: Sequence[SegmentInfo], counted: Counted) -> None:
+            reads = [(info, *whole[info.path]) if info.path in whole else None
+                     for info in infos]
+            pack.add_columns(reads, counted.names, counted.columns, counted.offsets)
+    return _checked(job, found, keep=keep)
 
 
 def _jobs(paths: pl.Series, protocols: pl.Series, indices: np.ndarray,

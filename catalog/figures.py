@@ -92,14 +92,19 @@ def sampling_steps(times: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, 
 class Counted:
     """What :func:`count_group` found in a group of segments reading the same columns:
     ``nan`` and ``inf`` (per column of ``names``, per segment: int64 arrays shaped
-    ``(columns, segments)``) and, when the time column is read, the ``irregular``
-    segments (their positions in the group) with their :data:`Sampling`."""
+    ``(columns, segments)``), when the time column is read, the ``irregular``
+    segments (their positions in the group) with their :data:`Sampling`, and the
+    stacked ``columns`` themselves (one array per name, every segment's rows, segment
+    ``k`` at ``offsets[k]:offsets[k + 1]``; a floating column in its own type, any
+    other as float64, null as NaN: what registration's pack takes)."""
 
-    __slots__ = ("inf", "irregular", "names", "nan")
+    __slots__ = ("columns", "inf", "irregular", "names", "nan", "offsets")
 
     def __init__(self, names: tuple[str, ...], nan: np.ndarray, inf: np.ndarray,
-                 irregular: dict[int, Sampling]) -> None:
+                 irregular: dict[int, Sampling], *, columns: list[np.ndarray],
+                 offsets: np.ndarray) -> None:
         self.names, self.nan, self.inf, self.irregular = names, nan, inf, irregular
+        self.columns, self.offsets = columns, offsets
 
 
 _NUMPY = {pa.float16(): np.float16, pa.float32(): np.float32, pa.float64(): np.float64}
@@ -157,7 +162,8 @@ def count_group(tables: Sequence[pa.Table], names: tuple[str, ...]) -> Counted:
         for k in np.flatnonzero(gaps + back).tolist():
             irregular[k] = sampling_problem(times[offsets[k]:offsets[k + 1]])
     return Counted(names, _per_segment(np.isnan(matrix), offsets),
-                   _per_segment(np.isinf(matrix), offsets), irregular)
+                   _per_segment(np.isinf(matrix), offsets), irregular, columns=columns,
+                   offsets=offsets)
 
 
 def values_of_file(storage: Storage, info: SegmentInfo, data: bytes, *,

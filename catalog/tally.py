@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from array import array
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,10 @@ from catalog.figures import FLOATING, Counted, Sampling, count_group
 from services.contract.stats import TIME_COLUMN
 from services.storage.segments import SegmentInfo, SegmentValues
 
-__all__ = ["MAX_LISTED", "Cell", "FigureTally", "Irregular", "plain"]
+__all__ = ["MAX_LISTED", "Cell", "FigureTally", "Irregular", "Keep", "plain"]
+
+Keep = Callable[[Sequence[SegmentInfo], Counted], None]
+"""Given a counted group: its segments (in the group's order) and what was counted."""
 
 MAX_LISTED = 100
 
@@ -96,11 +99,13 @@ class FigureTally:
         return cell
 
     def add_batch(self, indices: Sequence[int], protocols: Sequence[str],
-                  found: Sequence[tuple[SegmentInfo, SegmentValues | None] | None]) -> None:
+                  found: Sequence[tuple[SegmentInfo, SegmentValues | None] | None], *,
+                  keep: Keep | None = None) -> None:
         """Count segments ``indices`` (manifest order): ``found[i]`` is segment
         ``indices[i]``'s description and values (values None: it has no figures;
         ``found[i]`` None: it failed its checks, nothing to count), ``protocols[i]`` its
-        protocol."""
+        protocol. ``keep(infos, counted)``: given each group's stacked columns once
+        counted (registration's pack)."""
         groups: dict[_GroupKey, list[int]] = {}
         for i, item in enumerate(found):
             if item is None:
@@ -121,10 +126,11 @@ class FigureTally:
             names = tuple(found[members[0]][1].table.column_names)  # type: ignore[index,union-attr]
             self._add_group(protocol, names, footer_names,
                             items=[found[i] for i in members],  # type: ignore[misc]
-                            at=[indices[i] for i in members])
+                            at=[indices[i] for i in members], keep=keep)
 
     def _add_group(self, protocol: str, names: tuple[str, ...], footer_names: tuple[str, ...],
-                   *, items: list[tuple[SegmentInfo, SegmentValues]], at: list[int]) -> None:
+                   *, items: list[tuple[SegmentInfo, SegmentValues]], at: list[int],
+                   keep: Keep | None = None) -> None:
         """Sum one group: segments of one protocol and columns, reading the same ones."""
         infos = [info for info, _values in items]
         rows = [info.row_count for info in infos]
@@ -141,6 +147,8 @@ class FigureTally:
             if column.numeric:
                 self._cell(protocol, column.name).rows += total_rows
         for positions, found in counted:
+            if keep is not None:
+                keep([infos[k] for k in positions], found)
             for j, name in enumerate(found.names):
                 cell = self._cell(protocol, name)
                 cell.nan += int(found.nan[j].sum())

@@ -55,8 +55,8 @@ from services.settings import Settings
 from services.storage.formats.base import SegmentInfo, float64_columns
 
 __all__ = [
-    "FILE_ROWS", "PACK_FORMAT", "PACK_ROWS", "PackStore", "PackWriter", "PackedPieces",
-    "VersionPack",
+    "FILE_ROWS", "PACK_FORMAT", "PACK_ROWS", "PackStore", "PackWriter", "Packed",
+    "PackedPieces", "Read", "VersionPack",
 ]
 
 PACK_FORMAT = 1
@@ -141,10 +141,16 @@ class PackStore:
         return removed
 
 
+Read = tuple[SegmentInfo, int, str]
+"""A segment registration read whole: its description, and the size and version token
+(``Storage.version_token``'s form) of the bytes read."""
+
+
 class PackWriter:
-    """The pack of one registration, filled from its segment checks' threads (:meth:`add`)
-    and renamed into place by :meth:`commit`, or removed by :meth:`abort`. A write that
-    fails (a full disk) turns the writer off and registration goes on without a pack."""
+    """The pack of one registration, filled from its segment checks' threads
+    (:meth:`add_columns`, or :meth:`add` with tables) and renamed into place by
+    :meth:`commit`, or removed by :meth:`abort`. A write that fails (a full disk) turns
+    the writer off and registration goes on without a pack."""
 
     def __init__(self, store: PackStore, root_uri: str) -> None:
         self._store = store
@@ -152,7 +158,8 @@ class PackWriter:
         self._tmp = store.directory / f".tmp-{os.getpid()}-{uuid.uuid4().hex}"
         self._tmp.mkdir(parents=True)
         self._lock = threading.Lock()
-        self._pending: dict[tuple[str, ...], list[Packed]] = {}
+        # per column set: the segments pending and their float64 columns, part by part
+        self._pending: dict[tuple[str, ...], list[tuple[list[Read], list[np.ndarray]]]] = {}
         self._pending_rows: dict[tuple[str, ...], int] = {}
         self._files: list[dict[str, object]] = []
         self._index: dict[str, list[object]] = {k: [] for k in (
@@ -161,24 +168,50 @@ class PackWriter:
         self._failed = False
 
     def add(self, items: Iterable[Packed]) -> None:
-        """Pack these segments (those of more than ``max_rows`` rows, of no rows or no
-        decoded column, or already packed, are left out)."""
+        """Pack these segments from their decoded tables (one segment a table)."""
+        for info, size, token, table in items:
+            if table.num_columns and table.num_rows == info.row_count:
+                names = tuple(table.column_names)
+                columns = float64_columns([table], list(names))
+                self.add_columns([(info, size, token)], names, [columns[n] for n in names],
+                                 np.asarray([0, table.num_rows], dtype=np.int64))
+
+    def add_columns(self, reads: Sequence[Read | None], names: tuple[str, ...],
+                    columns: Sequence[np.ndarray], offsets: np.ndarray) -> None:
+        """Pack segments from their stacked columns (registration's counted group:
+        segment ``k``'s rows at ``offsets[k]:offsets[k + 1]`` of each of ``columns``,
+        named ``names``, any float type, null as NaN); ``reads[k]`` None (not read whole
+        here), a segment of more than ``max_rows`` rows or none, or one already packed is
+        left out. The conversion to float64 runs on the caller's thread."""
+        if not names or self._failed:
+            return
+        limit = self._store.max_rows
+        kept: list[Read] = []
+        keep: list[int] = []
+        for k, read in enumerate(reads):
+            if read is not None and 0 < read[0].row_count <= limit \
+                    and read[0].row_count == int(offsets[k + 1] - offsets[k]):
+                kept.append(read)
+                keep.append(k)
+        if not keep:
+            return
+        if len(keep) == len(reads):
+            parts = [np.asarray(c, dtype=np.float64) for c in columns]
+        else:
+            take = np.concatenate([np.arange(offsets[k], offsets[k + 1]) for k in keep])
+            parts = [np.asarray(c[take], dtype=np.float64) for c in columns]
         with self._lock:
             if self._failed:
                 return
+            if any(read[0].path in self._seen for read in kept):
+                return  # a path twice: registration refuses it; nothing packed for it
             try:
-                for item in items:
-                    info, _size, _token, table = item
-                    rows = info.row_count
-                    if (not 0 < rows <= self._store.max_rows or table.num_rows != rows
-                            or not table.num_columns or info.path in self._seen):
-                        continue
-                    self._seen.add(info.path)
-                    key = tuple(table.column_names)
-                    self._pending.setdefault(key, []).append(item)
-                    self._pending_rows[key] = self._pending_rows.get(key, 0) + rows
-                    if self._pending_rows[key] >= FILE_ROWS:
-                        self._flush(key)
+                self._seen.update(read[0].path for read in kept)
+                self._pending.setdefault(names, []).append((kept, parts))
+                rows = self._pending_rows.get(names, 0) + parts[0].shape[0]
+                self._pending_rows[names] = rows
+                if rows >= FILE_ROWS:
+                    self._flush(names)
             except (OSError, pa.ArrowException) as exc:
                 self._fail(exc)
 
@@ -215,23 +248,26 @@ class PackWriter:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
     def _flush(self, key: tuple[str, ...]) -> None:
-        items = self._pending.pop(key)
+        pending = self._pending.pop(key)
         self._pending_rows.pop(key, None)
         names = list(key)
-        columns = float64_columns([table for *_, table in items], names)
+        columns = [np.concatenate([part[1][j] for part in pending]) if len(pending) > 1
+                   else pending[0][1][j] for j in range(len(names))]
         number = len(self._files)
-        batch = pa.record_batch([pa.array(columns[n]) for n in names], names=names)
+        batch = pa.record_batch([pa.array(c) for c in columns], names=names)
         _write_ipc(self._tmp / f"rows-{number}.arrow", batch)
         self._files.append({"columns": names, "rows": batch.num_rows})
         start = 0
         index = self._index
-        for info, size, token, _table in items:
-            inode, mtime = (int(part, 16) for part in token.split("-"))  # Storage.version_token
-            for name, value in (("path", info.path), ("fingerprint", info.fingerprint),
-                                ("size", size), ("inode", inode), ("mtime_ns", mtime),
-                                ("file", number), ("start", start), ("rows", info.row_count)):
-                index[name].append(value)
-            start += info.row_count
+        for reads, _parts in pending:
+            for info, size, token in reads:
+                inode, mtime = (int(x, 16) for x in token.split("-"))  # version_token's form
+                for name, value in (("path", info.path), ("fingerprint", info.fingerprint),
+                                    ("size", size), ("inode", inode), ("mtime_ns", mtime),
+                                    ("file", number), ("start", start),
+                                    ("rows", info.row_count)):
+                    index[name].append(value)
+                start += info.row_count
 
     def _write_index(self) -> None:
         index = self._index
