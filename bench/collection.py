@@ -113,12 +113,16 @@ def cold_epoch(root: Path, *, work: Path, name: str, packs: bool = True) -> dict
         require_torch()  # the batches are torch tensors: import torch before the clock
         gc.collect()  # what registering left behind is not the epoch's to collect
         start, cpu0 = time.perf_counter(), time.process_time()
-        rows = sum(int(batch.mask.sum()) for batch in plan.batches(transport="flight"))
+        rows = windows = batches = 0
+        for batch in plan.batches(transport="flight"):
+            rows += int(batch.mask.sum())
+            windows += int(batch.mask.any(dim=1).sum())
+            batches += 1
         epoch_s = time.perf_counter() - start
         cpu_s = time.process_time() - cpu0
         catalog.close()
-        return {"rows": rows, "epoch_s": epoch_s, "cpu_s": cpu_s, "index": t1 - t0,
-                "split": t2 - t1, "plan": t3 - t2}
+        return {"rows": rows, "windows": windows, "batches": batches, "epoch_s": epoch_s,
+                "cpu_s": cpu_s, "index": t1 - t0, "split": t2 - t1, "plan": t3 - t2}
     finally:
         catalog_server.stop(grace_s=5.0)
         flight.stop(grace_s=5.0)
@@ -258,8 +262,13 @@ def main(argv: list[str] | None = None) -> None:
             per_cpu[label] = run["rows"] / run["cpu_s"]
             print(f"cold epoch {label + ' segments':22} {rates[label] / 1e6:8.2f} M rows/s "
                   f"{per_cpu[label] / 1e6:8.2f} M rows/CPU-s "
-                  f"({int(run['rows']):,} rows in {run['epoch_s']:.2f} s, "
+                  f"({int(run['rows']):,} rows, {int(run['windows']):,} windows in "
+                  f"{int(run['batches']):,} batches, {run['epoch_s']:.2f} s, "
                   f"{run['cpu_s']:.2f} CPU-s)")
+        per_window = ((small_run["windows"] / small_run["epoch_s"])
+                      / (large_run["windows"] / large_run["epoch_s"]))
+        print(f"windows/s small / large {per_window:.2f}x (a 60-row segment holds fewer "
+              "real rows a window than a long stream)")
         print(f"small / large {rates['small'] / rates['large']:.2f}x, per CPU-s "
               f"{per_cpu['small'] / per_cpu['large']:.2f}x; without its pack "
               f"{rates['small, no pack'] / rates['large']:.2f}x, "

@@ -36,7 +36,7 @@ from services.planning.sizes import chunk_row_bytes
 from services.storage.store import Storage
 
 __all__ = [
-    "BlockLayout", "block_key", "block_layouts", "block_request", "gather_lanes",
+    "BlockLayout", "block_key", "block_layouts", "block_request", "gather_lanes", "short_lanes",
 ]
 
 _I64 = np.int64
@@ -184,12 +184,12 @@ def gather_lanes(
     for code, (block, _) in blocks.items():
         lanes = short[(avail[short] > 0) & (lane_protocol[short] == code)]
         if lanes.shape[0]:
-            _short_lanes(block, lanes, rows[lanes], avail[lanes], t=t, windows=windows,
+            short_lanes(block, lanes, rows[lanes], avail[lanes], t=t, windows=windows,
                          mask=mask)
     return windows, mask
 
 
-def _short_lanes(block: Block, lanes: np.ndarray, start: np.ndarray, avail: np.ndarray, *,
+def short_lanes(block: Block, lanes: np.ndarray, start: np.ndarray, avail: np.ndarray, *,
                  t: int, windows: np.ndarray, mask: np.ndarray) -> None:
     """Lanes ``lanes`` that end early (``avail < T + 1`` rows of their stream from block
     row ``start`` on), all at once: their ``avail`` rows, then pad rows (inputs ``-2.0``,

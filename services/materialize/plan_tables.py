@@ -68,18 +68,31 @@ def plan_tables(plan: PlanContext) -> PlanTables:
         streams = plan.streams
         base = streams.stream_base
         protocols = streams.protocols
+        stored = plan.artifact.strings
         tables = PlanTables(
             stream_base=base, n_rows=streams.n_rows.astype(_I64),
             piece_ptr=streams.piece_ptr,
             piece_mrid=np.asarray(streams.piece_manifest_row_id, dtype=_I64),
-            piece_path=pa.array([*streams.piece_path, ""], type=pa.string()),
+            piece_path=_strings(stored.get("piece_path"), streams.piece_path, empty=True),
             protocol=pa.array(list(protocols), type=pa.string()),
-            group_key=pa.array([*plan.group_key_json, ""], type=pa.string()),
-            alignment_key=pa.array(list(plan.alignment_key_json), type=pa.string()),
+            group_key=_strings(stored.get("stream_group_key"), plan.group_key_json,
+                               empty=True),
+            alignment_key=_strings(stored.get("stream_alignment_key"),
+                                   plan.alignment_key_json, empty=False),
             key=pa.array(list(plan.key_json), type=pa.string()) if plan.key_json else None,
         )
         _TABLES[plan] = tables
     return tables
+
+
+def _strings(stored: pa.Array | None, values: tuple[str, ...], *, empty: bool) -> pa.Array:
+    """``values`` as an Arrow string array (then ``""`` when ``empty``): the artifact's own
+    array when it holds them (no Python string converted), else made from them."""
+    if stored is None or len(stored) != len(values) or not pa.types.is_string(stored.type):
+        return pa.array([*values, ""] if empty else list(values), type=pa.string())
+    if not empty:
+        return stored
+    return pa.concat_arrays([stored, pa.array([""], type=pa.string())])
 
 
 def take_strings(values: pa.Array, idx: np.ndarray) -> pa.Array:

@@ -1,4 +1,4 @@
-"""Full windows straight from a block: one copy per batch and O(1) Python work per batch.
+"""Windows straight from a block: one copy per batch and O(1) Python work per batch.
 
 The general builder (:mod:`.builder`) plans every ``(lane, chunk)`` range of a batch,
 pins its blocks in the cache, gathers, works out padding and puts the batch together;
@@ -14,11 +14,16 @@ inputs and targets views of that one copy (:mod:`services.materialize.rows`).
 which batches are like that, where each lane's window starts in its block and each
 lane's ``has_channel`` row; :meth:`WindowPass.build` then makes such a batch with one
 fancy index, one fresh mask and a few constant-size objects whatever its lane count
-(about 7 us of Python around the copy, issue 24), and answers None for any other batch (padding,
-lanes that end early, a stream lacking a target column, aligned parts, lanes of
-several protocols), which the general builder makes. The values are the general
-builder's, byte for byte: the same block, the same rows, the same ``has_channel`` rows,
-the same (lazily computed) provenance.
+(about 7 us of Python around the copy, issue 24). A batch some of whose lanes end early
+(a stream's last window, every window of a stream shorter than ``T + 1`` rows: most
+of a collection of short segments) takes this path too: its full lanes one copy, the
+others their rows, padding and a shorter mask at once
+(:func:`~services.materialize.blocks.short_lanes`), into new arrays (a GPU feed's
+buffer takes only full-window batches). It answers None for any other batch (padding
+lanes, a stream lacking a target column, aligned parts, lanes of several protocols),
+which the general builder makes. The values are the general builder's, byte for byte:
+the same block, the same rows, the same ``has_channel`` rows, the same (lazily
+computed) provenance.
 
 What a batch owns (docs/types.md): its window block, ``mask`` and ``has_channel``
 are fresh arrays of its own, every time a batch is built (a pass is
@@ -39,7 +44,7 @@ import pyarrow as pa
 from services.contract.wire import BatchMetadata
 from services.materialize.assembler import BuiltBatch
 from services.materialize.batch_memory import BatchMemory
-from services.materialize.blocks import BlockLayout
+from services.materialize.blocks import BlockLayout, short_lanes
 from services.materialize.lanes import block_lanes
 from services.materialize.plan import PlanContext
 from services.materialize.plan_tables import PlanTables
@@ -72,12 +77,14 @@ class _Shape:
 
     code: int
     seq_len: int
+    block: Block
     windows: np.ndarray  # (R - T, T + 1, C): every window of the block
     fields: _Fields
 
 
 class WindowPass:
-    """The batches ``start..end`` of a pass that are full windows of one protocol.
+    """The batches ``start..end`` of a pass whose lanes are windows of one protocol, full or
+    ending early (the module docstring).
 
     ``batches`` maps pass positions to global batches of ``schedule``; ``block`` gives
     the loaded block of a protocol code (None: not available here, the general
@@ -132,7 +139,13 @@ class WindowPass:
         rows = seg.rows[lo:hi]
         t = shape.seq_len
         channels = seg.channels[shape.code][lo:hi]
-        if memory is None:
+        short = seg.short[k]
+        if short and memory is not None:
+            return None  # a GPU feed's buffer takes full windows (the general builder pads)
+        if short:
+            windows, mask = self._with_short_lanes(shape, seg, lo, hi)
+            has_channel = channels.copy()
+        elif memory is None:
             windows = shape.windows[rows]
             mask = np.empty((hi - lo, t), dtype=np.uint8)
             has_channel = channels.copy()
@@ -141,7 +154,8 @@ class WindowPass:
             mask = memory.empty((hi - lo, t), np.uint8)
             has_channel = memory.empty(channels.shape, np.uint8)
             np.copyto(has_channel, channels)
-        mask.fill(1)  # fresh per batch: a shared one would carry one batch's edits to the next
+        if not short:
+            mask.fill(1)  # fresh per batch: a shared one would carry one batch's edits on
         if self._prepared is None:
             provenance: Callable[[], pa.RecordBatch] = functools.partial(
                 self._lane_provenance, seg, lo, hi, t)
@@ -153,6 +167,25 @@ class WindowPass:
             windows, mask, has_channel, provenance, nbytes,
             BatchMetadata(i, seg.g[k], *shape.fields, *seg.stateful[k]),
         )
+
+    @staticmethod
+    def _with_short_lanes(shape: _Shape, seg: _Segment, lo: int,
+                          hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """A batch some of whose lanes end early: full lanes one copy, the others their rows
+        then padding and a shorter mask (SEMANTICS 5), as the general builder writes them
+        (:func:`~services.materialize.blocks.gather_lanes`)."""
+        t = shape.seq_len
+        rows, avail = seg.rows[lo:hi], seg.avail[lo:hi]
+        windows = np.empty((hi - lo, t + 1, shape.windows.shape[2]), dtype=np.float32)
+        mask = np.ones((hi - lo, t), dtype=np.uint8)
+        ends = avail < t + 1
+        full = np.flatnonzero(~ends)
+        if full.shape[0]:
+            windows[full] = shape.windows[rows[full]]
+        lanes = np.flatnonzero(ends)
+        short_lanes(shape.block, lanes, rows[lanes], avail[lanes], t=t, windows=windows,
+                    mask=mask)
+        return windows, mask
 
     def _lane_provenance(self, seg: _Segment, lo: int, hi: int, t: int) -> pa.RecordBatch:
         """The provenance columns of lanes ``lo..hi`` of ``seg`` (when ``Batch.state`` is
@@ -170,7 +203,7 @@ class WindowPass:
             block = self._block(code)
             spec, plan = self._plan.specs[code], self._plan
             self._shapes[key] = None if block is None else _Shape(
-                code, t, block.windows(t),
+                code, t, block, block.windows(t),
                 fields=(plan.spec.split, t, len(spec.input_columns), len(spec.target_columns),
                         spec.input_columns, spec.target_columns, spec.channels))
         return self._shapes[key]
@@ -186,13 +219,18 @@ class WindowPass:
         offset = schedule.lane_offset[idx].astype(_I64, copy=False)
         protocol = schedule.lane_protocol[idx]
         real = np.maximum(stream, 0)
-        full = ((offset >= 0) & (stream >= 0) & (protocol == np.repeat(code, counts))
-                & (self._n_rows[real] - offset >= np.repeat(seq, counts) + 1)
-                & ~plan.target_missing[real])
-        lane_code = np.where(full, protocol, 0).astype(_I64)
-        rows = np.where(full, self._row0[lane_code, real] + offset, -1)
-        bad = np.concatenate([[0], np.cumsum(~full)])
+        avail = self._n_rows[real] - offset
+        # a lane of the batch's protocol with rows from its offset on: a full window, or
+        # one that ends early (padded as the general builder pads it)
+        fits = ((offset >= 0) & (stream >= 0) & (protocol == np.repeat(code, counts))
+                & (avail >= 1) & ~plan.target_missing[real])
+        ends = fits & (avail < np.repeat(seq, counts) + 1)
+        lane_code = np.where(fits, protocol, 0).astype(_I64)
+        rows = np.where(fits, self._row0[lane_code, real] + offset, -1)
+        bad = np.concatenate([[0], np.cumsum(~fits)])
         ok = ((counts > 0) & (bad[ptr[1:]] == bad[ptr[:-1]])).tolist()
+        early = np.concatenate([[0], np.cumsum(ends)])
+        short = (early[ptr[1:]] != early[ptr[:-1]]).tolist()
         shapes = [self._shape(c, t) if good else None
                   for good, c, t in zip(ok, code.tolist(), seq.tolist(), strict=True)]
         channels = {}  # each lane's has_channel row, per protocol code (copied per batch)
@@ -208,6 +246,7 @@ class WindowPass:
                       for x, y, z in zip(group, step, steps, strict=True)],
             rows=rows, channels=channels, stream=stream, offset=offset, protocol=protocol,
             key=None if schedule.lane_key is None else schedule.lane_key[idx],
+            short=short, avail=avail,
         )
 
 
@@ -228,10 +267,13 @@ class _Segment:
     offset: np.ndarray
     protocol: np.ndarray
     key: np.ndarray | None
+    short: list[bool]  # per batch: some lane ends early
+    avail: np.ndarray  # rows of each lane's stream from its offset on
 
     @classmethod
     def empty(cls, start: int) -> _Segment:
         """No positions (the first :meth:`WindowPass.build` computes one)."""
         none = np.empty(0, dtype=_I64)
         return cls(start=start, n=0, shape=[], ptr=[0], g=[], stateful=[], rows=none,
-                   channels={}, stream=none, offset=none, protocol=none, key=None)
+                   channels={}, stream=none, offset=none, protocol=none, key=None,
+                   short=[], avail=none)

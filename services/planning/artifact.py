@@ -126,6 +126,10 @@ class PlanArtifact:
     schedule: Schedule | None
     # bool [S, len(spec.columns())]: stream s has column c; None: every stream has every one
     channels: np.ndarray | None = None
+    # the stored string columns as the bytes held them (from_ipc), so a consumer making
+    # Arrow arrays of them (the Flight server's provenance tables) converts no Python
+    # string back: "piece_path", "stream_group_key", "stream_alignment_key"
+    strings: Mapping[str, pa.Array] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def strategy(self) -> Strategy:
@@ -267,6 +271,8 @@ class PlanArtifact:
                                fingerprint=tuple(text["piece_fingerprint"]),
                                chunk_ptr=num["piece_chunk_ptr"], chunk_rows=num["chunk_rows"]),
             schedule=schedule, channels=channels,
+            strings={name: col[name] for name in ("piece_path", "stream_group_key",
+                                                 "stream_alignment_key")},
         )
 
 

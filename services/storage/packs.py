@@ -302,15 +302,15 @@ class PackedPieces:
     def unchanged(self, local_root: str, paths: Sequence[str], pieces: np.ndarray) -> np.ndarray:
         """bool per piece of ``pieces``: one ``stat`` finds its file as registration read
         it (size, inode, modification time)."""
+        wanted = list(zip(self.size[pieces].tolist(), self.inode[pieces].tolist(),
+                          self.mtime_ns[pieces].tolist(), strict=True))
         out = np.zeros(pieces.shape[0], dtype=bool)
-        size, inode, mtime = self.size, self.inode, self.mtime_ns
         for i, p in enumerate(pieces.tolist()):
             try:
                 st = os.stat(f"{local_root}/{paths[p]}")
             except OSError:
                 continue
-            out[i] = (st.st_size == size[p] and st.st_ino == inode[p]
-                      and st.st_mtime_ns == mtime[p])
+            out[i] = (st.st_size, st.st_ino, st.st_mtime_ns) == wanted[i]
         return out
 
 

@@ -72,6 +72,24 @@ def test_window_batches_equal_the_general_builders(dataset: Dataset, tmp_path: P
     assert fast > 0  # every config has batches of full windows
 
 
+@pytest.mark.parametrize("name", ["sequential", "shuffled", "stateful-all-shuffled"])
+def test_lanes_that_end_early_take_the_window_path_padded_as_the_general_builder_pads(
+        dataset: Dataset, name: str) -> None:
+    plan = dataset.plan(_config(name), plan_id=name)
+    general, windows = _builder(plan, None), _builder(plan, None)
+    schedule = plan.schedule(0)
+    batches = rank_batches(schedule, rank=0, world_size=1, drop_incomplete_distributed=False)
+    path = windows.window_pass(schedule, batches, start=0, end=int(batches.shape[0]))
+    padded = 0
+    for i in range(int(batches.shape[0])):
+        built = path.build(i)
+        if built is None:
+            continue
+        padded += int(built.mask.min() == 0)
+        _same(built, general.build_arrays(schedule, int(batches[i]), batch_idx=i))
+    assert padded > 0  # some batches of the window path hold lanes that end early
+
+
 @pytest.mark.parametrize("name", ["sequential", "shuffled", "chain"])
 def test_a_pass_is_the_same_with_and_without_the_window_path(dataset: Dataset,
                                                              name: str) -> None:
