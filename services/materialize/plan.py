@@ -116,6 +116,12 @@ class PlanContext:
             return None
         return self.packs.pieces(self.streams.piece_path, self.artifact.pieces.fingerprint)
 
+    @property
+    def segments(self) -> dict[str, SegmentInfo]:
+        """Every piece's segment by path (those not described yet are now)."""
+        return {self.streams.piece_path[p]: self.piece_info(p)
+                for p in range(len(self.streams.piece_path))}
+
     def piece_info(self, piece: int) -> SegmentInfo:
         """The segment of piece ``piece`` (described on first use: a block taken from the
         version's pack never asks for most of a collection's thousands)."""
