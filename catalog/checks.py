@@ -9,9 +9,11 @@ decodes a small file's numeric columns from the same bytes
 (``ParquetFormat.inspect_values``); the decoding and parsing are pyarrow's, which
 releases the interpreter lock, so two threads overlap them. The batch's values are
 then counted at once and summed into a :class:`catalog.tally.FigureTally` on the same
-thread, and dropped: what comes back to the registration is a description a segment
-and the sums. A segment the fast path does not decide (a link in its path, a file that
-is not a parquet file, any error) is checked the usual way
+thread; the stacked columns of the files read whole go to the registration's pack
+(:mod:`services.storage.packs`), when it writes one, and are dropped: what comes back
+to the registration is a description a segment and the sums. A segment the fast path
+does not decide (a link in its path, a file that is not a parquet file, any error) is
+checked the usual way
 (:func:`services.storage.segments.inspect_segment_values`), which says what is wrong.
 
 On an object store, parquet segments are fetched ahead one request each

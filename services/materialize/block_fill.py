@@ -7,7 +7,10 @@ a block of large row groups decodes on one core while the others wait. So the ch
 in block order, are cut into **runs**: consecutive chunks read with one channel spec
 whose rows follow each other in the block, up to :data:`RUN_ROWS` rows. A run
 
-* reads each of its segments' chunks at once
+* takes the chunks its version's pack holds (:mod:`services.storage.packs`: small
+  parquet segments, written once by registration) with one gather a column from the
+  mapped pack, after one ``stat`` a segment (:func:`_packed`),
+* reads each of its other segments' chunks at once
   (:func:`services.storage.segments.read_chunks`: a small local parquet file in one
   read, verified from the same bytes),
 * converts each column to float64 once for all of them, and scales and lays them out
