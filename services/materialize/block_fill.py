@@ -180,8 +180,7 @@ def _packed(plan: PlanContext, storage: Storage, chunks: np.ndarray,
         return np.full(n, -1, dtype=np.int32), np.zeros(n, dtype=np.int64)
     piece = plan.chunk_piece[chunks]
     file = packed.file[piece]
-    usable = np.flatnonzero(file >= 0)
-    if usable.shape[0]:
+    if (file >= 0).any():
         ok = plan.packs.files_with(frozenset(names))
         file = np.where((file >= 0) & ok[np.maximum(file, 0)], file, -1)
         first = np.flatnonzero(np.diff(piece, prepend=-1) != 0)  # a segment's first chunk

@@ -147,15 +147,15 @@ class WindowPass:
             has_channel = channels.copy()
         elif memory is None:
             windows = shape.windows[rows]
-            mask = np.empty((hi - lo, t), dtype=np.uint8)
+            # fresh per batch: a shared mask would carry one batch's edits to the next
+            mask = np.ones((hi - lo, t), dtype=np.uint8)
             has_channel = channels.copy()
         else:
             windows = memory.gather(shape.windows, rows)
             mask = memory.empty((hi - lo, t), np.uint8)
+            mask.fill(1)
             has_channel = memory.empty(channels.shape, np.uint8)
             np.copyto(has_channel, channels)
-        if not short:
-            mask.fill(1)  # fresh per batch: a shared one would carry one batch's edits on
         if self._prepared is None:
             provenance: Callable[[], pa.RecordBatch] = functools.partial(
                 self._lane_provenance, seg, lo, hi, t)

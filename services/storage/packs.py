@@ -3,13 +3,13 @@
 A block fill over many small segments pays per file an open, a footer and pyarrow's
 reader setup (~140 us for a 60-row file, measured), whatever the rows. Registration
 already reads each small file whole and decodes its numeric columns for the profile
-(``ParquetFormat.inspect_values``), so it also writes those columns, as float64
-(:func:`~services.storage.formats.base.to_float64`, what a chunk read gives), into
-a few large files of its own. A reader then takes a run of small segments' rows from
-them with one gather a column::
+(``ParquetFormat.inspect_values``, stacked by ``catalog.figures.count_group``), so it
+also writes those columns, as float64 (what a chunk read gives,
+:func:`~services.storage.formats.base.to_float64`), into a few large files of its own.
+A reader then takes a run of small segments' rows from them with one gather a column::
 
     <pack dir>/<version id>/index.arrow   one row a packed segment: path, fingerprint,
-                                          size and version token at registration,
+                                          size, inode and mtime at registration,
                                           data file, first row, rows (Arrow IPC file)
     <pack dir>/<version id>/rows-<k>.arrow  one record batch of float64 columns (the
                                           packed columns of one column set)
@@ -22,8 +22,8 @@ Rules a reader can rely on:
   registration that fails leaves no pack, and the same content registered twice keeps
   the first;
 * a segment's rows are taken from the pack only when its registered fingerprint is
-  the plan's and one ``stat`` finds the file's size and version token (inode and
-  modification time) as registration read them, the documented immutability check of
+  the plan's and one ``stat`` finds the file's size, inode and modification time as
+  registration read them, the documented immutability check of
   a chunk read (docs/operations.md); otherwise, or when a column asked for is not
   packed (an integer column whose nulls the footer counts is not decoded), or the pack
   is missing or unreadable, the segment is read from its file as before, with that
@@ -42,7 +42,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,11 +52,11 @@ import pyarrow as pa
 from services.logging import get_logger
 from services.memo import Memo
 from services.settings import Settings
-from services.storage.formats.base import SegmentInfo, float64_columns
+from services.storage.formats.base import SegmentInfo
 
 __all__ = [
-    "FILE_ROWS", "PACK_FORMAT", "PACK_ROWS", "PackStore", "PackWriter", "Packed",
-    "PackedPieces", "Read", "VersionPack",
+    "FILE_ROWS", "PACK_FORMAT", "PACK_ROWS", "PackStore", "PackWriter", "PackedPieces",
+    "Read", "VersionPack",
 ]
 
 PACK_FORMAT = 1
@@ -69,11 +69,6 @@ _STALE_TMP_S = 86400.0
 _OPEN_PACKS = 8
 
 _log = get_logger("windpipe.packs")
-
-Packed = tuple[SegmentInfo, int, str, pa.Table]
-"""What registration packs of a segment: its description, the size and version token
-of the bytes it read, and the decoded numeric columns of every row."""
-
 
 @dataclass(frozen=True, eq=False)
 class PackStore:
@@ -148,7 +143,7 @@ Read = tuple[SegmentInfo, int, str]
 
 class PackWriter:
     """The pack of one registration, filled from its segment checks' threads
-    (:meth:`add_columns`, or :meth:`add` with tables) and renamed into place by
+    (:meth:`add_columns`) and renamed into place by
     :meth:`commit`, or removed by :meth:`abort`. A write that fails (a full disk) turns
     the writer off and registration goes on without a pack."""
 
@@ -166,15 +161,6 @@ class PackWriter:
             "path", "fingerprint", "size", "inode", "mtime_ns", "file", "start", "rows")}
         self._seen: set[str] = set()
         self._failed = False
-
-    def add(self, items: Iterable[Packed]) -> None:
-        """Pack these segments from their decoded tables (one segment a table)."""
-        for info, size, token, table in items:
-            if table.num_columns and table.num_rows == info.row_count:
-                names = tuple(table.column_names)
-                columns = float64_columns([table], list(names))
-                self.add_columns([(info, size, token)], names, [columns[n] for n in names],
-                                 np.asarray([0, table.num_rows], dtype=np.int64))
 
     def add_columns(self, reads: Sequence[Read | None], names: tuple[str, ...],
                     columns: Sequence[np.ndarray], offsets: np.ndarray) -> None:

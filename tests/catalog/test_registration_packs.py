@@ -14,7 +14,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sdk import Catalog, LoaderConfig, SegmentChanged, ValidationConfig, WindowConfig
+from sdk import (
+    Catalog,
+    DatasetVersion,
+    LoaderConfig,
+    SegmentChanged,
+    ValidationConfig,
+    WindowConfig,
+)
 from services.synth import write_synthetic_dataset
 from tests.fixtures.servers import embedded_services
 from tests.services.storage.test_packs import count_reads
@@ -24,11 +31,15 @@ CONFIG = LoaderConfig(
     inputs={"cycling": ("current_a", "voltage_v")}, targets={"cycling": ("voltage_v",)})
 
 
+def _register(catalog: Catalog, name: str, root: Path) -> DatasetVersion:
+    with pytest.warns():  # the synthetic data's nulls, on purpose
+        return catalog.register(name, root=str(root), manifest="manifest.parquet",
+                                progress=False)
+
+
 def _epoch(url: str, root: Path) -> tuple[str, list[tuple[np.ndarray, ...]]]:
     with Catalog(url) as catalog:
-        with pytest.warns():  # the synthetic data's nulls, on purpose
-            version = catalog.register("packed", root=str(root), manifest="manifest.parquet",
-                                       progress=False)
+        version = _register(catalog, "packed", root)
         version.index()
         plan = version.split(ValidationConfig.sample(0.25, seed=1)).plan(CONFIG)
         batches = [(b.inputs.numpy().copy(), b.targets.numpy().copy(), b.mask.numpy().copy())
@@ -90,9 +101,7 @@ def test_a_failed_registration_leaves_no_pack(tmp_path: Path, collection: Path) 
 def test_a_segment_changed_after_registration_still_fails_its_stream(
         tmp_path: Path, collection: Path) -> None:
     with embedded_services(tmp_path / "data") as url, Catalog(url) as catalog:
-        with pytest.warns():
-            version = catalog.register("changed", root=str(collection),
-                                       manifest="manifest.parquet", progress=False)
+        version = _register(catalog, "changed", collection)
         version.index()
         plan = version.split(ValidationConfig.sample(0.25, seed=1)).plan(CONFIG)
         assert (tmp_path / "data" / "packs" / version.id / "index.arrow").is_file()
@@ -112,9 +121,7 @@ def test_a_segment_changed_after_registration_still_fails_its_stream(
 def test_retiring_a_version_removes_its_pack(
         tmp_path: Path, collection: Path) -> None:
     with embedded_services(tmp_path / "data") as url, Catalog(url) as catalog:
-        with pytest.warns():
-            version = catalog.register("retired", root=str(collection),
-                                       manifest="manifest.parquet", progress=False)
+        version = _register(catalog, "retired", collection)
         packs = tmp_path / "data" / "packs"
         assert (packs / version.id / "index.arrow").is_file()
         version.retire()

@@ -6,6 +6,7 @@ renamed into place whole or not at all."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from services.materialize import block_fill
 from services.materialize.blocks import block_layouts
 from services.materialize.plan import PlanContext
+from services.storage.formats.base import float64_columns
 from services.storage.formats.parquet import PARQUET
 from services.storage.packs import PackStore, PackWriter, VersionPack
 from services.storage.segments import SMALL_FILE_BYTES, SegmentChanged
@@ -43,9 +45,14 @@ def _pack(ds: Dataset, store: PackStore, *, only: tuple[str, ...] | None = None)
         assert described.fingerprint == info.fingerprint
         size, token = storage.version_token(path)
         table = values.table if only is None else values.table.select(list(only))
-        items.append((described, size, str(token), table))
-    writer.add(items[:2])
-    writer.add(items[2:])
+        items.append(((described, size, str(token)), table))
+    # stacked by schema, as registration's figures stack a batch's groups
+    for _schema, group in itertools.groupby(items, key=lambda item: item[1].schema):
+        reads, tables = zip(*group, strict=True)
+        names = tuple(tables[0].column_names)
+        columns = float64_columns(list(tables), list(names))
+        offsets = np.concatenate([[0], np.cumsum([t.num_rows for t in tables])])
+        writer.add_columns(list(reads), names, [columns[n] for n in names], offsets)
     return writer
 
 
