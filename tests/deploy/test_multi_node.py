@@ -37,12 +37,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import polars as pl
 import psycopg
 import pyarrow.flight as fl
 import pytest
 import torch
 import torch.distributed as dist
 
+from flight_server.locality import rendezvous
 from flight_server.runner import start_flight_server
 from sdk import Batch, Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
 from services.settings import Settings
@@ -119,6 +121,23 @@ def _write_locations(path: Path, locations: list[str]) -> None:
     tmp.replace(path)
 
 
+def _port_winning_segments(host: str, others: list[str], root: str,
+                           manifest: Path, tries: int = 256) -> tuple[int, float]:
+    """A free port on ``host`` whose location the servers' rendezvous hashing makes the
+    home of the largest share of the manifest's cycling segments among ``others`` and
+    itself (best of ``tries`` free ports: about 0.45 against a fair 0.25), and that share."""
+    frame = pl.read_parquet(manifest).filter(pl.col("protocol") == "cycling")
+    keys = [f"{root}/{path}" for path in frame["segment_path"].to_list()]
+    best: tuple[int, float] = (0, -1.0)
+    for _ in range(tries):
+        port = _free_port_on(host)
+        candidate = f"grpc://{host}:{port}"
+        everyone = (*others, candidate)
+        share = sum(rendezvous(key, everyone)[0] == candidate for key in keys) / len(keys)
+        best = max(best, (port, share), key=lambda b: b[1])
+    return best
+
+
 def _health(location: str) -> dict[str, Any]:
     """A server's anonymous ``health`` action: ``streams`` (DoGet streams started since
     it started) and ``active_streams``."""
@@ -160,6 +179,13 @@ def test_two_nodes_of_ranks_over_three_flight_servers_lose_nothing_when_one_dies
         stack.callback(cat.close)
         ver = cat.register("multi-node", root=root, manifest="manifest.parquet")
         plan = ver.split(ValidationConfig.sample(fraction=0.3, seed=1)).plan(CONFIG)
+        # the added node's port: one whose location wins many segments, so the rest of
+        # the ranks' pass after it joins has endpoints homed there (chance alone gave
+        # it none in about one run of ten: a few segments, a quarter each)
+        ports[ADDED], won = _port_winning_segments(
+            NODE_HOSTS[ADDED], locations[:3], root, data.path / "manifest.parquet")
+        locations[ADDED] = f"grpc://{NODE_HOSTS[ADDED]}:{ports[ADDED]}"
+        assert won > 1 / 4  # better than chance
         report = plan.report(world_size=WORLD)
         schedules = {e: [_schedule(client, plan.id, e, r) for r in range(WORLD)]
                      for e in (0, 1)}
@@ -277,8 +303,8 @@ def test_two_nodes_of_ranks_over_three_flight_servers_lose_nothing_when_one_dies
           f"failover after the kill {failover_s:.2f} s (longest gap, {PAUSE_S} s of it the "
           f"ranks' pause); failovers {[res['failovers'][1] for res in results]} (node "
           f"{NODE_HOSTS[victim]} stopped while streaming to a rank: {victim_busy}); DoGets on "
-          f"the added node {added_streams}; location refreshes "
-          f"{[res['refreshes'] for res in results[2:]]}")
+          f"the added node {added_streams} (home of {won:.0%} of the segments); location "
+          f"refreshes {[res['refreshes'] for res in results[2:]]}")
 
 
 def test_two_catalog_replicas_registering_the_same_content_at_once_make_one_version(
