@@ -17,6 +17,7 @@ import numpy as np
 __all__ = [
     "canonical_json",
     "hash64",
+    "hash64_each",
     "hash64_encoded",
     "manifest_row_id",
     "rng_for",
@@ -60,6 +61,18 @@ def hash64_encoded(encoded: Sequence[bytes]) -> int:
     items' joined by commas), so a loop over many keys encodes each key once."""
     digest = hashlib.blake2b(b"[" + b",".join(encoded) + b"]", digest_size=8).digest()
     return int.from_bytes(digest, "big")
+
+
+def hash64_each(head: Sequence[bytes], items: Sequence[bytes],
+                tail: Sequence[bytes]) -> np.ndarray:
+    """``hash64_encoded((*head, item, *tail))`` of every item of ``items``, as uint64: a
+    loop over thousands of keys (a plan's streams) without a Python call per hash beyond
+    BLAKE2b's own."""
+    pre = b"[" + b"".join(h + b"," for h in head)
+    post = b"".join(b"," + t for t in tail) + b"]"
+    blake = hashlib.blake2b
+    digests = b"".join([blake(pre + item + post, digest_size=8).digest() for item in items])
+    return np.frombuffer(digests, dtype=">u8").astype(np.uint64)
 
 
 def unit_interval(*parts: Any) -> float:

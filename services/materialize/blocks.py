@@ -118,7 +118,7 @@ def _layouts(plan: PlanContext) -> tuple[BlockLayout, ...]:
     chunk_stream = piece_stream[plan.chunk_piece]
     paths, fingerprints = streams.piece_path, plan.artifact.pieces.fingerprint
     piece_rows = streams.piece_rows.tolist()
-    piece_variant = plan.stream_variant[piece_stream].tolist()
+    piece_variant = plan.stream_variant[piece_stream]
     out: list[BlockLayout] = []
     for code, spec in enumerate(plan.specs):
         mine = streams.protocol == code
@@ -129,12 +129,12 @@ def _layouts(plan: PlanContext) -> tuple[BlockLayout, ...]:
         chunk_row = plan.chunk_gstart[chunks] - streams.stream_base[s] + row0[s]
         digest = hashlib.blake2b(digest_size=16)
         digest.update(f"wpblock2\0{plan.root_uri}\0{spec.digest}\0".encode())
-        text: list[str] = []  # hashed at once: the same digest as a piece at a time
-        for p in np.flatnonzero(mine[piece_stream]).tolist():
-            text.append(f"{paths[p]}\0{fingerprints[p]}\0{piece_rows[p]}\0")
-            variant = piece_variant[p]
-            if variant != code:  # a stream lacking columns: its chunks read fewer
-                text.append(f"{plan.variants[variant].digest}\0")
+        # hashed at once: the same digest as a piece at a time
+        pieces = np.flatnonzero(mine[piece_stream])
+        text = [f"{paths[p]}\0{fingerprints[p]}\0{piece_rows[p]}\0" for p in pieces.tolist()]
+        variants = piece_variant[pieces]
+        for k in np.flatnonzero(variants != code).tolist():  # streams lacking columns
+            text[k] += f"{plan.variants[int(variants[k])].digest}\0"  # read fewer
         digest.update("".join(text).encode())
         out.append(BlockLayout(
             protocol=code, key=digest.hexdigest(), row0=row0, rows=int(rows.sum()),

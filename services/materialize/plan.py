@@ -57,7 +57,6 @@ class PlanContext:
     chunk_piece: np.ndarray
     chunk_index: np.ndarray
     chunk_len: np.ndarray
-    chunk_keys: tuple[ChunkKey, ...]
     chunk_spec: np.ndarray  # int16 [NC]
     variants: tuple[ChannelSpec, ...]
     stream_variant: np.ndarray  # int64 [S]
@@ -110,6 +109,18 @@ class PlanContext:
             self.streams, self.artifact.chunk_table, self.schedule(epoch)))
 
     @functools.cached_property
+    def chunk_keys(self) -> tuple[ChunkKey, ...]:
+        """Each chunk's cache key (made on first use: a block filled from the version's
+        pack, or by the window path, never asks for a collection's thousands)."""
+        digests = [s.digest for s in self.variants]
+        paths, root = self.streams.piece_path, self.root_uri
+        return tuple(
+            ChunkKey(root, paths[p], i, digests[k])
+            for p, i, k in zip(self.chunk_piece.tolist(), self.chunk_index.tolist(),
+                               self.chunk_spec.tolist(), strict=True)
+        )
+
+    @functools.cached_property
     def packed_pieces(self) -> PackedPieces | None:
         """Where each piece is in the version's pack (None: the plan has no pack)."""
         if self.packs is None:
@@ -160,17 +171,10 @@ class PlanContext:
         variants, variant_code, stream_variant = _variants(
             specs, streams.protocol, artifact.channels, spec.columns())
         chunk_spec = stream_variant[streams.piece_stream[chunk_piece]].astype(np.int16)
-        digests = [s.digest for s in variants]
-        paths = streams.piece_path
-        chunk_keys = tuple(
-            ChunkKey(artifact.root_uri, paths[p], i, digests[k])
-            for p, i, k in zip(chunk_piece.tolist(), chunk_index.tolist(), chunk_spec.tolist(),
-                               strict=True)
-        )
         return cls(
             artifact=artifact, columns=columns, specs=specs, chunk_gstart=gstart,
             chunk_piece=chunk_piece, chunk_index=chunk_index,
-            chunk_len=layout.chunk_rows[keep].astype(np.int64), chunk_keys=chunk_keys,
+            chunk_len=layout.chunk_rows[keep].astype(np.int64),
             chunk_spec=chunk_spec, variants=variants, stream_variant=stream_variant,
             channel_rows=tuple(
                 np.stack([v.has_channel if v.channels == base.channels

@@ -92,7 +92,16 @@ def _strings(stored: pa.Array | None, values: tuple[str, ...], *, empty: bool) -
         return pa.array([*values, ""] if empty else list(values), type=pa.string())
     if not empty:
         return stored
-    return pa.concat_arrays([stored, pa.array([""], type=pa.string())])
+    if stored.null_count:
+        return pa.concat_arrays([stored, pa.array([""], type=pa.string())])
+    # "" appended by one more offset over the same bytes: no copy, and no Arrow call that
+    # gives up the interpreter lock (see take_strings: on a busy process each such call
+    # waits a switch interval to get it back)
+    n = len(stored)
+    offsets = np.frombuffer(stored.buffers()[1], dtype=np.int32, count=n + 1,
+                            offset=stored.offset * 4)
+    return pa.StringArray.from_buffers(n + 1, pa.py_buffer(np.append(offsets, offsets[-1])),
+                                       stored.buffers()[2])
 
 
 def take_strings(values: pa.Array, idx: np.ndarray) -> pa.Array:

@@ -48,6 +48,7 @@ from services.materialize.blocks import BlockLayout, short_lanes
 from services.materialize.lanes import block_lanes
 from services.materialize.plan import PlanContext
 from services.materialize.plan_tables import PlanTables
+from services.materialize.rows import pad_row
 from services.materialize.tier import Block
 from services.planning.schedule import Schedule
 
@@ -173,9 +174,19 @@ class WindowPass:
                           hi: int) -> tuple[np.ndarray, np.ndarray]:
         """A batch some of whose lanes end early: full lanes one copy, the others their rows
         then padding and a shorter mask (SEMANTICS 5), as the general builder writes them
-        (:func:`~services.materialize.blocks.gather_lanes`)."""
+        (:func:`~services.materialize.blocks.gather_lanes`).
+
+        Every lane's ``T + 1`` rows are one copy from the window views (a short lane's
+        rows past its stream are the block's next ones), then overwritten with the pad
+        row: two numpy calls for the whole batch. A lane too near the block's end for a
+        whole window takes :func:`~services.materialize.blocks.short_lanes`."""
         t = shape.seq_len
         rows, avail = seg.rows[lo:hi], seg.avail[lo:hi]
+        if rows.shape[0] and int(rows.max()) < shape.windows.shape[0]:
+            real = np.arange(t + 1, dtype=_I64) < avail[:, None]
+            windows = shape.windows[rows]
+            windows[~real] = pad_row(shape.block.c_in, windows.shape[2] - shape.block.c_in)
+            return windows, real[:, 1:].astype(np.uint8)
         windows = np.empty((hi - lo, t + 1, shape.windows.shape[2]), dtype=np.float32)
         mask = np.ones((hi - lo, t), dtype=np.uint8)
         ends = avail < t + 1

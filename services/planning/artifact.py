@@ -36,7 +36,7 @@ from services.contract.reports import PlanReport
 from services.planning.report import plan_report
 from services.planning.schedule import SCHEDULE_ARRAYS, DropCounts, Schedule
 from services.planning.strategies import Strategy, epoch_schedule, strategy_for
-from services.planning.streams import Streams
+from services.planning.streams import JsonKeys, Streams
 from services.planning.working_set import ChunkTable, protocol_row_bytes
 
 __all__ = [
@@ -238,8 +238,8 @@ class PlanArtifact:
             protocols=tuple(header["protocols"]),
             protocol=num["stream_protocol"],
             n_rows=n_rows,
-            group_keys=_keys(text["stream_group_key"]),
-            alignment_keys=_keys(text["stream_alignment_key"]),
+            group_keys=JsonKeys(text["stream_group_key"]),
+            alignment_keys=JsonKeys(text["stream_alignment_key"]),
             piece_ptr=piece_ptr,
             piece_path=tuple(text["piece_path"]),
             piece_manifest_row_id=num["piece_manifest_row_id"],
@@ -274,11 +274,6 @@ class PlanArtifact:
             strings={name: col[name] for name in ("piece_path", "stream_group_key",
                                                  "stream_alignment_key")},
         )
-
-
-def _keys(encoded: list[str]) -> tuple[tuple[Any, ...], ...]:
-    """Keys stored as JSON arrays, parsed in one call (not one a stream)."""
-    return tuple(map(tuple, json.loads("[" + ",".join(encoded) + "]")))
 
 
 def make_artifact(

@@ -8,8 +8,10 @@ a plan; the streams are then part of the stored plan
 from __future__ import annotations
 
 import functools
+import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import polars as pl
@@ -17,10 +19,50 @@ import polars as pl
 from services.contract.errors import ErrorType, WindpipeError
 from services.contract.identity import canonical_json, identity_tuple
 
-__all__ = ["Streams", "build_streams"]
+__all__ = ["JsonKeys", "Streams", "build_streams"]
 
 _ROW = "__wp_row"
 _STREAM = "__wp_stream"
+
+
+class JsonKeys(Sequence[tuple[Any, ...]]):
+    """Keys stored as JSON arrays (a plan artifact's ``canonical_json(list(key))`` each),
+    parsed in one call when first read as values: a Flight server streaming a plan
+    hashes and sends the stored text and never needs them (5 ms for 6,700 keys)."""
+
+    __slots__ = ("_encoded", "_keys")
+
+    def __init__(self, encoded: Sequence[str]) -> None:
+        self._encoded = encoded
+        self._keys: tuple[tuple[Any, ...], ...] | None = None
+
+    def _values(self) -> tuple[tuple[Any, ...], ...]:
+        if self._keys is None:
+            self._keys = tuple(map(tuple, json.loads("[" + ",".join(self._encoded) + "]")))
+        return self._keys
+
+    def __len__(self) -> int:
+        return len(self._encoded)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[Any, ...]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[tuple[Any, ...], ...]: ...
+
+    def __getitem__(self, i: int | slice) -> tuple[Any, ...] | tuple[tuple[Any, ...], ...]:
+        return self._values()[i]
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self._values())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and self._values() == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]  # compared as the tuple of its keys
+
+    def __repr__(self) -> str:
+        return f"JsonKeys({self._values()!r})"
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,8 +81,8 @@ class Streams:
     protocols: tuple[str, ...]
     protocol: np.ndarray  # int16 [S]
     n_rows: np.ndarray  # int64 [S]
-    group_keys: tuple[tuple[Any, ...], ...]
-    alignment_keys: tuple[tuple[Any, ...], ...]
+    group_keys: Sequence[tuple[Any, ...]]  # a tuple, or JsonKeys from an artifact
+    alignment_keys: Sequence[tuple[Any, ...]]
     piece_ptr: np.ndarray  # int64 [S+1]
     piece_path: tuple[str, ...]
     piece_manifest_row_id: np.ndarray  # int64 [P]

@@ -35,6 +35,7 @@ Rules a reader can rely on:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -313,6 +314,7 @@ class VersionPack:
         self._broken: set[int] = set()
         self._names = [frozenset(str(c) for c in f["columns"]) for f in files]  # type: ignore[attr-defined]
         self._lock = threading.Lock()
+        self._stored_fingerprints: np.ndarray | None = None
 
     @classmethod
     def load(cls, directory: Path, root_uri: str) -> VersionPack | None:
@@ -339,11 +341,12 @@ class VersionPack:
         """Where the segments ``paths`` (with the registered ``fingerprints``) are in this
         pack: one lookup a piece, once a plan."""
         n = len(paths)
-        k = np.fromiter((self._paths.get(p, -1) for p in paths), dtype=np.int64, count=n)
+        k = np.fromiter(map(self._paths.get, paths, itertools.repeat(-1)), dtype=np.int64,
+                        count=n)
         found = k >= 0
         at = np.where(found, k, 0)
         index = self._index
-        stored = np.asarray(index.column("fingerprint").to_pylist(), dtype=object)
+        stored = self._fingerprints()
         same = found & (stored[at] == np.asarray(fingerprints, dtype=object)) if n else found
         return PackedPieces(
             file=np.where(same, index.column("file").to_numpy()[at], -1).astype(np.int32),
@@ -352,6 +355,14 @@ class VersionPack:
             inode=index.column("inode").to_numpy()[at],
             mtime_ns=index.column("mtime_ns").to_numpy()[at],
         )
+
+    def _fingerprints(self) -> np.ndarray:
+        """The index's fingerprints (object array; read once, for every plan of the pack)."""
+        with self._lock:
+            if self._stored_fingerprints is None:
+                self._stored_fingerprints = np.asarray(
+                    self._index.column("fingerprint").to_pylist(), dtype=object)
+            return self._stored_fingerprints
 
     def files_with(self, names: frozenset[str]) -> np.ndarray:
         """bool per data file: it holds every column of ``names`` and can be mapped."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.contract.identity import canonical_json, hash64_encoded, rng_for
+from services.contract.identity import canonical_json, hash64_each, rng_for
 from services.planning.arrays import expand_counts
 from services.planning.groups import Segments, segmented_schedule
 from services.planning.rules import OrderRules, WindowTable
@@ -32,14 +32,14 @@ def epoch_phases(streams: Streams, windows: WindowTable, rules: OrderRules,
     phases = np.zeros(streams.count, dtype=_I64)
     if not rules.phase_shift:
         return phases
-    t = windows.seq_len[streams.protocol]
     # hash64("phase", seed, list(group key), epoch), each key encoded once (the artifact's)
-    head = (canonical_json("phase"), canonical_json(rules.seed))
-    tail = canonical_json(epoch)
+    cut = np.flatnonzero(streams.n_rows >= 2)
+    span = np.minimum(windows.seq_len[streams.protocol[cut]].astype(_I64),
+                      streams.n_rows[cut].astype(_I64) - 1)
     keys = streams.group_key_json
-    for s in np.flatnonzero(streams.n_rows >= 2).tolist():
-        span = min(int(t[s]), int(streams.n_rows[s]) - 1)
-        phases[s] = hash64_encoded((*head, keys[s].encode(), tail)) % span
+    hashes = hash64_each((canonical_json("phase"), canonical_json(rules.seed)),
+                         [keys[s].encode() for s in cut.tolist()], (canonical_json(epoch),))
+    phases[cut] = (hashes % span.astype(np.uint64)).astype(_I64)
     return phases
 
 

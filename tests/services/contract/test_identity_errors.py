@@ -6,8 +6,16 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 
+import numpy as np
+
 from services.contract.errors import ERROR_TABLE, ErrorType, WindpipeError, retired_error
-from services.contract.identity import canonical_json, hash64, manifest_row_id, unit_interval
+from services.contract.identity import (
+    canonical_json,
+    hash64,
+    hash64_each,
+    manifest_row_id,
+    unit_interval,
+)
 
 
 def test_manifest_row_id_is_stable_across_processes_and_types():
@@ -26,6 +34,17 @@ def test_canonical_json_and_unit_interval():
     u = unit_interval(69, ["s1", "A", 3])
     assert 0.0 <= u < 1.0
     assert hash64(1, 2) != hash64(2, 1)
+
+
+def test_hash64_each_is_hash64_of_each_key_between_head_and_tail():
+    keys = [["set_00", f"cell_{i:03d}", i] for i in range(300)] + [["é", None, 1.5], []]
+    encoded = [canonical_json(k) for k in keys]
+    got = hash64_each((canonical_json("phase"), canonical_json(7)), encoded,
+                      (canonical_json(3),))
+    assert got.dtype == np.uint64
+    assert [int(h) for h in got] == [hash64("phase", 7, k, 3) for k in keys]
+    assert [int(h) for h in hash64_each((), encoded[:3], ())] == [hash64(k) for k in keys[:3]]
+    assert hash64_each((b'"x"',), [], ()).shape == (0,)
 
 
 def test_every_error_type_has_a_status_and_flight_error():

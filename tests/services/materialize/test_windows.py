@@ -19,6 +19,7 @@ from services.materialize.cache import ChunkCache
 from services.materialize.pipeline import BatchPipeline
 from services.materialize.plan import PlanContext
 from services.materialize.tier import Tier
+from services.materialize import windows as windows_module
 from services.materialize.windows import WindowPass
 from services.planning.ranks import rank_batches
 from services.storage.store import Storage
@@ -88,6 +89,34 @@ def test_lanes_that_end_early_take_the_window_path_padded_as_the_general_builder
         padded += int(built.mask.min() == 0)
         _same(built, general.build_arrays(schedule, int(batches[i]), batch_idx=i))
     assert padded > 0  # some batches of the window path hold lanes that end early
+
+
+def test_both_ways_of_padding_a_batch_agree_with_the_general_builder(
+        dataset: Dataset, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a padded batch is one copy then the pad row, unless a lane starts too near the
+    # end of its block for a whole window: that one takes short_lanes. Both happen here.
+    fallback: list[int] = []
+    real = windows_module.short_lanes
+
+    def counted(*args: Any, **kwargs: Any) -> None:
+        fallback.append(1)
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(windows_module, "short_lanes", counted)
+    plan = dataset.plan(_config("sequential"), plan_id="padding-ways")
+    general, windows = _builder(plan, None), _builder(plan, None)
+    schedule = plan.schedule(0)
+    batches = rank_batches(schedule, rank=0, world_size=1, drop_incomplete_distributed=False)
+    path = windows.window_pass(schedule, batches, start=0, end=int(batches.shape[0]))
+    assert path is not None
+    padded = 0
+    for i in range(int(batches.shape[0])):
+        built = path.build(i)
+        if built is None:
+            continue
+        padded += int(built.mask.min() == 0)
+        _same(built, general.build_arrays(schedule, int(batches[i]), batch_idx=i))
+    assert 0 < len(fallback) < padded
 
 
 @pytest.mark.parametrize("name", ["sequential", "shuffled", "chain"])
