@@ -125,7 +125,10 @@ class PlanContext:
         """Where each piece is in the version's pack (None: the plan has no pack)."""
         if self.packs is None:
             return None
-        return self.packs.pieces(self.streams.piece_path, self.artifact.pieces.fingerprint)
+        stored = self.artifact.strings  # the artifact's own arrays, when it kept them
+        return self.packs.pieces(stored.get("piece_path", self.streams.piece_path),
+                                 stored.get("piece_fingerprint",
+                                            self.artifact.pieces.fingerprint))
 
     @property
     def segments(self) -> dict[str, SegmentInfo]:

@@ -128,7 +128,8 @@ class PlanArtifact:
     channels: np.ndarray | None = None
     # the stored string columns as the bytes held them (from_ipc), so a consumer making
     # Arrow arrays of them (the Flight server's provenance tables) converts no Python
-    # string back: "piece_path", "stream_group_key", "stream_alignment_key"
+    # string back: "piece_path", "piece_fingerprint", "stream_group_key",
+    # "stream_alignment_key"
     strings: Mapping[str, pa.Array] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
@@ -271,8 +272,8 @@ class PlanArtifact:
                                fingerprint=tuple(text["piece_fingerprint"]),
                                chunk_ptr=num["piece_chunk_ptr"], chunk_rows=num["chunk_rows"]),
             schedule=schedule, channels=channels,
-            strings={name: col[name] for name in ("piece_path", "stream_group_key",
-                                                 "stream_alignment_key")},
+            strings={name: col[name] for name in ("piece_path", "piece_fingerprint",
+                                                 "stream_group_key", "stream_alignment_key")},
         )
 
 

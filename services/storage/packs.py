@@ -35,7 +35,6 @@ Rules a reader can rely on:
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import re
@@ -49,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from services.logging import get_logger
 from services.memo import Memo
@@ -309,12 +309,10 @@ class VersionPack:
         self._directory = directory
         self._files = files
         self._index = index
-        self._paths = {p: k for k, p in enumerate(index.column("path").to_pylist())}
         self._columns: dict[int, dict[str, np.ndarray]] = {}
         self._broken: set[int] = set()
         self._names = [frozenset(str(c) for c in f["columns"]) for f in files]  # type: ignore[attr-defined]
         self._lock = threading.Lock()
-        self._stored_fingerprints: np.ndarray | None = None
 
     @classmethod
     def load(cls, directory: Path, root_uri: str) -> VersionPack | None:
@@ -337,17 +335,26 @@ class VersionPack:
                          error=f"{type(exc).__name__}: {exc}")
             return None
 
-    def pieces(self, paths: Sequence[str], fingerprints: Sequence[str]) -> PackedPieces:
+    def pieces(self, paths: Sequence[str] | pa.Array,
+               fingerprints: Sequence[str] | pa.Array) -> PackedPieces:
         """Where the segments ``paths`` (with the registered ``fingerprints``) are in this
-        pack: one lookup a piece, once a plan."""
-        n = len(paths)
-        k = np.fromiter(map(self._paths.get, paths, itertools.repeat(-1)), dtype=np.int64,
-                        count=n)
+        pack, once a plan: one hash lookup in Arrow for them all (a plan artifact hands
+        its own string arrays, so no Python string is made)."""
+        path_arr, fp_arr = _strings(paths), _strings(fingerprints)
+        index = self._index
+        n = len(path_arr)
+        if not n or not index.num_rows:
+            k = np.full(n, -1, dtype=np.int64)
+        else:
+            k = pc.index_in(path_arr, value_set=index.column("path")).fill_null(-1).to_numpy(
+                zero_copy_only=False).astype(np.int64)
         found = k >= 0
         at = np.where(found, k, 0)
-        index = self._index
-        stored = self._fingerprints()
-        same = found & (stored[at] == np.asarray(fingerprints, dtype=object)) if n else found
+        if found.any():
+            same = found & pc.equal(index.column("fingerprint").take(pa.array(at)),
+                                    fp_arr).to_numpy(zero_copy_only=False)
+        else:
+            same = found
         return PackedPieces(
             file=np.where(same, index.column("file").to_numpy()[at], -1).astype(np.int32),
             start=index.column("start").to_numpy()[at],
@@ -355,14 +362,6 @@ class VersionPack:
             inode=index.column("inode").to_numpy()[at],
             mtime_ns=index.column("mtime_ns").to_numpy()[at],
         )
-
-    def _fingerprints(self) -> np.ndarray:
-        """The index's fingerprints (object array; read once, for every plan of the pack)."""
-        with self._lock:
-            if self._stored_fingerprints is None:
-                self._stored_fingerprints = np.asarray(
-                    self._index.column("fingerprint").to_pylist(), dtype=object)
-            return self._stored_fingerprints
 
     def files_with(self, names: frozenset[str]) -> np.ndarray:
         """bool per data file: it holds every column of ``names`` and can be mapped."""
@@ -399,3 +398,10 @@ class VersionPack:
 def _write_ipc(path: Path, batch: pa.RecordBatch) -> None:
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
         writer.write_batch(batch)
+
+
+def _strings(values: Sequence[str] | pa.Array) -> pa.Array:
+    """``values`` as an Arrow string array (an Arrow one is taken as it is, or cast)."""
+    if not isinstance(values, pa.Array):
+        return pa.array(list(values), type=pa.string())
+    return values if values.type == pa.string() else values.cast(pa.string())

@@ -13,13 +13,13 @@ import pytest
 
 from services.contract.configs import LoaderConfig, WindowConfig
 from services.contract.wire import batch_schema
+from services.materialize import windows as windows_module
 from services.materialize.blocks import block_layouts
 from services.materialize.builder import BLOCK_BATCHES, BatchBuilder, BuiltBatch
 from services.materialize.cache import ChunkCache
 from services.materialize.pipeline import BatchPipeline
 from services.materialize.plan import PlanContext
 from services.materialize.tier import Tier
-from services.materialize import windows as windows_module
 from services.materialize.windows import WindowPass
 from services.planning.ranks import rank_batches
 from services.storage.store import Storage

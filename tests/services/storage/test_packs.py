@@ -184,3 +184,24 @@ def test_sweep_removes_only_old_half_written_packs(tmp_path: Path) -> None:
     assert store.sweep() == 1
     assert not old.exists()
     assert new.exists()
+
+
+def test_pieces_finds_each_packed_path_with_its_fingerprint_only(tmp_path: Path) -> None:
+    ds = write_dataset(tmp_path / "ds", SPECS, fmt="parquet", chunk_rows=16, seed=4)
+    store = PackStore(tmp_path / "packs", max_rows=1000)
+    assert _pack(ds, store).commit(VERSION)
+    pack = store.open(VERSION, Storage.from_uri(ds.root.resolve().as_uri()).uri)
+    assert pack is not None
+    paths = [*ds.segments, "not/packed.parquet"]
+    fingerprints = [info.fingerprint for info in ds.segments.values()] + ["x"]
+    fingerprints[1] = "another"  # registered with other contents: not taken from the pack
+    for given in ((paths, fingerprints), (pa.array(paths), pa.array(fingerprints)),
+                  (pa.array(paths, pa.large_string()), tuple(fingerprints))):
+        found = pack.pieces(*given)
+        assert (found.file >= 0).tolist() == [True, False] + [True] * (len(paths) - 3) + [False]
+        for p, path in enumerate(paths[:-1]):  # each where registration read it
+            if found.file[p] >= 0:
+                st = os.stat(ds.root / path)
+                assert (int(found.size[p]), int(found.inode[p]), int(found.mtime_ns[p])) == (
+                    st.st_size, st.st_ino, st.st_mtime_ns)
+    assert pack.pieces([], []).file.shape == (0,)
