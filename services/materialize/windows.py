@@ -16,9 +16,9 @@ lane's ``has_channel`` row; :meth:`WindowPass.build` then makes such a batch wit
 fancy index, one fresh mask and a few constant-size objects whatever its lane count
 (about 7 us of Python around the copy, issue 24). A batch some of whose lanes end early
 (a stream's last window, every window of a stream shorter than ``T + 1`` rows: most
-of a collection of short segments) takes this path too: its full lanes one copy, the
-others their rows, padding and a shorter mask at once
-(:func:`~services.materialize.blocks.short_lanes`), into new arrays (a GPU feed's
+of a collection of short segments) takes this path too: every lane's window one copy
+from the window views, then the pad row written over the rows past each stream and a
+shorter mask (:meth:`WindowPass._with_short_lanes`), into new arrays (a GPU feed's
 buffer takes only full-window batches). It answers None for any other batch (padding
 lanes, a stream lacking a target column, aligned parts, lanes of several protocols),
 which the general builder makes. The values are the general builder's, byte for byte:
