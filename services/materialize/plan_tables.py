@@ -97,11 +97,12 @@ def _strings(stored: pa.Array | None, values: tuple[str, ...], *, empty: bool) -
     # "" appended by one more offset over the same bytes: no copy, and no Arrow call that
     # gives up the interpreter lock (see take_strings: on a busy process each such call
     # waits a switch interval to get it back)
-    n = len(stored)
-    offsets = np.frombuffer(stored.buffers()[1], dtype=np.int32, count=n + 1,
-                            offset=stored.offset * 4)
+    n, buffers = len(stored), stored.buffers()
+    if not n or buffers[1] is None:
+        return pa.array([""], type=pa.string())
+    offsets = np.frombuffer(buffers[1], dtype=np.int32, count=n + 1, offset=stored.offset * 4)
     return pa.StringArray.from_buffers(n + 1, pa.py_buffer(np.append(offsets, offsets[-1])),
-                                       stored.buffers()[2])
+                                       buffers[2] if buffers[2] is not None else pa.py_buffer(b""))
 
 
 def take_strings(values: pa.Array, idx: np.ndarray) -> pa.Array:

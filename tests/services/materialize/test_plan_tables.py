@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from services.materialize.plan_tables import take_strings
+from services.materialize.plan_tables import _strings, take_strings
 
 
 @pytest.mark.parametrize("values", [
@@ -32,3 +32,19 @@ def test_arrays_with_nulls_or_other_types_go_to_arrow() -> None:
     assert take_strings(with_null, idx).equals(with_null.take(idx))
     large = pa.array(["a", "b"], type=pa.large_string())
     assert take_strings(large, idx).equals(large.take(idx))
+
+
+@pytest.mark.parametrize("stored", [
+    pa.array(["segments/a.parquet", "", "é/b.parquet"]),
+    pa.array(["x", "segments/a.parquet", "", "b"]).slice(1),
+    pa.array(["", ""]),
+    pa.array([], pa.string()),
+    pa.array(["a", None, "b"]),
+])
+def test_the_stored_strings_with_an_empty_one_after_them(stored: pa.Array) -> None:
+    values = tuple(stored.to_pylist())
+    out = _strings(stored, values, empty=True)
+    out.validate(full=True)
+    assert out.type == pa.string()
+    assert out.to_pylist() == [*values, ""]
+    assert _strings(stored, values, empty=False) is stored
