@@ -73,14 +73,14 @@ def test_window_batches_equal_the_general_builders(dataset: Dataset, tmp_path: P
     assert fast > 0  # every config has batches of full windows
 
 
-@pytest.mark.parametrize("name", ["sequential", "shuffled", "stateful-all-shuffled"])
-def test_lanes_that_end_early_take_the_window_path_padded_as_the_general_builder_pads(
-        dataset: Dataset, name: str) -> None:
-    plan = dataset.plan(_config(name), plan_id=name)
+def _padded_batches(plan: PlanContext) -> int:
+    """Epoch 0's window-path batches of ``plan`` checked against the general builder's;
+    how many of them hold a lane that ends early."""
     general, windows = _builder(plan, None), _builder(plan, None)
     schedule = plan.schedule(0)
     batches = rank_batches(schedule, rank=0, world_size=1, drop_incomplete_distributed=False)
     path = windows.window_pass(schedule, batches, start=0, end=int(batches.shape[0]))
+    assert path is not None
     padded = 0
     for i in range(int(batches.shape[0])):
         built = path.build(i)
@@ -88,7 +88,14 @@ def test_lanes_that_end_early_take_the_window_path_padded_as_the_general_builder
             continue
         padded += int(built.mask.min() == 0)
         _same(built, general.build_arrays(schedule, int(batches[i]), batch_idx=i))
-    assert padded > 0  # some batches of the window path hold lanes that end early
+    return padded
+
+
+@pytest.mark.parametrize("name", ["sequential", "shuffled", "stateful-all-shuffled"])
+def test_lanes_that_end_early_take_the_window_path_padded_as_the_general_builder_pads(
+        dataset: Dataset, name: str) -> None:
+    # some batches of the window path hold lanes that end early
+    assert _padded_batches(dataset.plan(_config(name), plan_id=name)) > 0
 
 
 def test_both_ways_of_padding_a_batch_agree_with_the_general_builder(
@@ -103,19 +110,7 @@ def test_both_ways_of_padding_a_batch_agree_with_the_general_builder(
         real(*args, **kwargs)
 
     monkeypatch.setattr(windows_module, "short_lanes", counted)
-    plan = dataset.plan(_config("sequential"), plan_id="padding-ways")
-    general, windows = _builder(plan, None), _builder(plan, None)
-    schedule = plan.schedule(0)
-    batches = rank_batches(schedule, rank=0, world_size=1, drop_incomplete_distributed=False)
-    path = windows.window_pass(schedule, batches, start=0, end=int(batches.shape[0]))
-    assert path is not None
-    padded = 0
-    for i in range(int(batches.shape[0])):
-        built = path.build(i)
-        if built is None:
-            continue
-        padded += int(built.mask.min() == 0)
-        _same(built, general.build_arrays(schedule, int(batches[i]), batch_idx=i))
+    padded = _padded_batches(dataset.plan(_config("sequential"), plan_id="padding-ways"))
     assert 0 < len(fallback) < padded
 
 
