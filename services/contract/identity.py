@@ -18,7 +18,6 @@ __all__ = [
     "canonical_json",
     "hash64",
     "hash64_each",
-    "hash64_encoded",
     "manifest_row_id",
     "rng_for",
     "unit_interval",
@@ -55,18 +54,12 @@ def hash64(*parts: Any) -> int:
     return int.from_bytes(digest, "big")
 
 
-def hash64_encoded(encoded: Sequence[bytes]) -> int:
-    """:func:`hash64` of values already in canonical JSON: ``hash64(*values) ==
-    hash64_encoded([canonical_json(v) for v in values])`` (a list's canonical JSON is its
-    items' joined by commas), so a loop over many keys encodes each key once."""
-    digest = hashlib.blake2b(b"[" + b",".join(encoded) + b"]", digest_size=8).digest()
-    return int.from_bytes(digest, "big")
-
-
 def hash64_each(head: Sequence[bytes], items: Sequence[bytes],
                 tail: Sequence[bytes]) -> np.ndarray:
-    """``hash64_encoded((*head, item, *tail))`` of every item of ``items``, as uint64: a
-    loop over thousands of keys (a plan's streams) without a Python call per hash beyond
+    """``hash64(*head_values, item_value, *tail_values)`` of every item, as uint64, where
+    ``head``, ``items`` and ``tail`` are those values already in canonical JSON (a list's
+    canonical JSON is its items' joined by commas): a loop over thousands of keys (a
+    plan's streams) that encodes each key once and makes no Python call per hash beyond
     BLAKE2b's own."""
     pre = b"[" + b"".join(h + b"," for h in head)
     post = b"".join(b"," + t for t in tail) + b"]"
