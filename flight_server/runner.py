@@ -33,6 +33,7 @@ from flight_server.server import WindpipeFlightServer
 from services.database import create_engine
 from services.exposure import check_exposure
 from services.planning.artifact import PlanArtifact
+from services.runtime import warm_imports
 from services.settings import Settings, is_loopback
 from services.storage.packs import PackStore
 
@@ -79,6 +80,7 @@ def start_flight_server(
     ``cache_bytes`` overrides ``settings.cache_bytes`` (tests use budgets below the
     settings' 1 MiB floor).
     """
+    warm_imports()
     config = FlightServerConfig.from_settings(settings, port=port, cache_bytes=cache_bytes)
     owned = None
     token = settings.token.get_secret_value() if settings.token else None

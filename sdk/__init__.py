@@ -20,6 +20,7 @@ install).
 
 from typing import TYPE_CHECKING, Any
 
+import services  # noqa: F401  (first: sets Arrow's allocator options, services.runtime)
 from sdk._aligned import AlignedBatch
 from sdk._batch import Batch, BatchSegmentRef, BatchState, batch_from_arrow
 from sdk._catalog import Catalog

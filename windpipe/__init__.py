@@ -16,6 +16,8 @@ from __future__ import annotations
 from importlib import import_module, metadata
 from typing import TYPE_CHECKING, Any
 
+import services  # noqa: F401  (first: sets Arrow's allocator options, services.runtime)
+
 if TYPE_CHECKING:
     from sdk import (
         AlignedBatch,

@@ -18,6 +18,7 @@ from catalog.context import CatalogContext
 from catalog.principals import stored_tokens_exist
 from services.database import create_engine
 from services.exposure import check_exposure
+from services.runtime import warm_imports
 from services.settings import Settings
 
 __all__ = ["CatalogServer", "start_catalog_server"]
@@ -65,6 +66,7 @@ def start_catalog_server(
     an exposed, unprotected catalog is refused (``services.exposure``)."""
     check_exposure(settings, service="catalog", host=settings.host,
                    tokens_configured=lambda: _tokens_in(settings), signs_tickets=False)
+    warm_imports()
     config = uvicorn.Config(
         create_app(settings), host=settings.host,
         port=settings.port if port is None else port,
