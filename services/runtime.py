@@ -5,20 +5,22 @@ pyarrow 26) asks the kernel for transparent huge pages on every arena it reserve
 option ``allow_thp``, 1 GiB arenas). Where the kernel grants huge pages on request
 (``/sys/kernel/mm/transparent_hugepage/enabled`` is ``madvise``, the default of many
 distributions), each first touch of a 2 MiB page zeroes all of it. Measured on the
-2-core CI machines: the first Arrow hash (``pyarrow.compute.index_in`` over 14,633
-paths) of a Flight stream's thread cost 31-47 ms of system time in 22-28 page faults,
-against 3-4 ms with the option off; a cold epoch over small segments paid that
-before its first batch. :func:`prefer_small_pages` turns the option off unless the
-environment sets it. mimalloc reads it once, when pyarrow loads, so it runs when the
-package :mod:`services` is imported: ``catalog``, ``flight_server``, ``sdk`` and
-``windpipe`` import it first. A process that imported pyarrow before windpipe keeps
-the allocator's default; ``MIMALLOC_ALLOW_THP=1`` in the environment keeps it too.
+2-core CI machines: the first Arrow hash of a Flight stream's thread
+(``pyarrow.compute.index_in`` of a plan's 6,704 paths in a pack of 14,633) cost
+31-47 ms of system time in 22-28 page faults, against 3-5 ms with the option off; a
+cold epoch over small segments paid that before its first batch.
+:func:`prefer_small_pages` turns the option off unless the environment sets it.
+mimalloc reads it once, when pyarrow loads, so it runs when the package
+:mod:`services` is imported: ``catalog``, ``flight_server``, ``sdk``, ``windpipe`` and
+``bench`` import it first. A process that imported pyarrow before windpipe keeps the
+allocator's default; ``MIMALLOC_ALLOW_THP=1`` in the environment keeps it too.
 
 **Imports a first request would pay.** pyarrow imports pandas (when installed) the
 first time it converts a Python or numpy value (``pyarrow.array``, ``to_numpy``):
-0.45-1 s, measured inside a fresh catalog's first registration and a fresh Flight
-server's first batch (its provenance columns). :func:`warm_imports` makes that
-conversion once, when a server starts, so no request waits on an import.
+0.45 s alone, ~0.76 s of thread time inside a fresh catalog's first registration
+(sampled), and paid inside a fresh Flight server's first stream (its provenance
+columns). :func:`warm_imports` makes that conversion once, when a server starts, so
+no request waits on an import.
 """
 
 from __future__ import annotations
