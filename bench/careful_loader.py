@@ -1,4 +1,4 @@
-"""The careful hand loader (issue 24): who windpipe's same-host path must beat.
+"""The careful hand loader: who windpipe's same-host path must beat.
 
 What a user who knows numpy writes in twenty lines: the columns decoded once into one
 float32 ``.npy`` (not timed), memory-mapped, a read-only strided view ``(N-T, T+1, C)``

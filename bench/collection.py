@@ -1,4 +1,4 @@
-"""A collection at scale: many small segments beside the same rows in large ones (issue 25).
+"""A collection at scale: many small segments beside the same rows in large ones.
 
     python -m bench.collection --segments 10000
 

@@ -1,4 +1,4 @@
-"""Registration of a small-segment collection from a slow object store (issue 25).
+"""Registration of a small-segment collection from a slow object store.
 
     python -m bench.collection_store --segments 2000 [--latency-ms 20] [--bandwidth-mbps 200]
 

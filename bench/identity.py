@@ -1,6 +1,6 @@
 """Batches byte for byte across two revisions: digests of every batch of many plan shapes.
 
-A refactor that must not change a batch (issue 18) is checked by recording, for one
+A refactor that must not change a batch is checked by recording, for one
 synthetic dataset, the digest of every batch (inputs, targets, mask, has_channel,
 has_data and the provenance) of every plan shape below, over Flight and in process
 from the host's tier, for two epochs and several ranks; then comparing two records.

@@ -1,4 +1,4 @@
-"""Data larger than the Flight server's RAM chunk cache (issue 22): ``block_shuffled`` and
+"""Data larger than the Flight server's RAM chunk cache: ``block_shuffled`` and
 the host tier against warm ``shuffled``, side by side over one dataset and one transport.
 
     python -m bench.larger_than_memory [--rows 36000000] [--cache-mib N] [--rounds 2]
@@ -30,7 +30,7 @@ seconds apart does not); a row's ratio is its tokens/s over the mean of its brac
   then epochs 1-2.
 
 Seconds are one epoch (warm rows: the mean of epochs 1-2); M tokens/s are the epoch's
-``B x T`` tokens over them. Targets (issue 22): ``block_shuffled`` >= 0.5x and the tier's
+``B x T`` tokens over them. Targets: ``block_shuffled`` >= 0.5x and the tier's
 second epoch >= 0.8x warm ``shuffled``; a verdict is the median ratio over rounds.
 
 Memory: every process's peak. The client's is its ``VmHWM`` (:func:`peak_rss`); the

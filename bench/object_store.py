@@ -1,4 +1,4 @@
-"""The first epoch from a slow object store (issue 22): moto's S3 server behind
+"""The first epoch from a slow object store: moto's S3 server behind
 ``bench.latency_proxy`` (first-byte latency, a bandwidth cap in aggregate), against the
 proxy's limit, what the proxy delivers at best, and a naive reader.
 

@@ -1,5 +1,5 @@
 """Registration at collection scale: a served catalog registering many small segments,
-beside the floor of reading the same parquet footers with pyarrow in one loop (issue 25).
+beside the floor of reading the same parquet footers with pyarrow in one loop.
 
     python -m bench.registration --cells 30 --cycles 100 --rows-per-cycle 60
 

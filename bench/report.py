@@ -9,7 +9,7 @@ __all__ = ["HEADLINE_RATIOS", "ratio_rows", "ratio_table", "verdict", "write_mar
            "write_plot", "write_plot_if_possible"]
 
 # (numerator, denominator, target) of the ratios the record reports first; a target holds
-# for tokens/s AND tokens per CPU-second (issue 24: the careful hand loader, Flight's floor)
+# for tokens/s AND tokens per CPU-second (the careful hand loader, Flight's floor)
 HEADLINE_RATIOS: tuple[tuple[str, str, float | None], ...] = (
     ("windpipe_local", "numpy_strided", 1.0),
     ("windpipe_flight_warm", "flight_ceiling", 0.9),

@@ -1,4 +1,4 @@
-"""``python -m bench.stats``: a split side's statistics (issue 21) beside one polars scan.
+"""``python -m bench.stats``: a split side's statistics beside one polars scan.
 
 The benchmark dataset (``bench.data``: parquet segments, float32 columns), registered in
 a catalog on SQLite in a temporary directory and split 80/20 (``sample``, seed 1). Timed,

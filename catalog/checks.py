@@ -34,6 +34,7 @@ from catalog.batched import BATCH, REMOTE_BATCH, batched_map, prefetched_map
 from catalog.described import Described
 from catalog.figures import Counted, values_of_file
 from catalog.tally import FigureTally, Keep
+from services.contract.errors import SegmentError
 from services.contract.stats import TIME_COLUMN
 from services.storage.beneath import Beneath
 from services.storage.formats.parquet import PARQUET
@@ -41,7 +42,6 @@ from services.storage.packs import PackWriter
 from services.storage.segments import (
     SMALL_FILE_BYTES,
     SegmentInfo,
-    SegmentProblem,
     SegmentValues,
     inspect_segment_values,
 )
@@ -66,7 +66,7 @@ def _inspect(storage: Storage, path: str) -> Found:
     and what that holds are dropped here)."""
     try:
         info, values = inspect_segment_values(storage, path, also=_ALSO)
-    except SegmentProblem as exc:
+    except SegmentError as exc:
         return exc.message
     held = storage.held(info.path) if values is None else None
     if held is not None and held.whole and info.format == "parquet":

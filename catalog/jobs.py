@@ -35,7 +35,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from catalog.models import RegistrationJob, as_utc, utcnow
-from services.contract.errors import ErrorType, WindpipeError, error_envelope
+from services.contract.errors import ErrorType, Unavailable, WindpipeError, error_envelope
 from services.contract.identity import canonical_json
 from services.database import session_scope
 from services.logging import get_logger
@@ -182,8 +182,7 @@ class Jobs:
             if state == "running" and row.id not in self._running \
                     and self._stale(row.updated_at):
                 state = "interrupted"
-                error = error_envelope(ErrorType.UNAVAILABLE, _INTERRUPTED,
-                                       {"retryable": True, "job_id": row.id})["error"]
+                error = Unavailable(_INTERRUPTED, details={"job_id": row.id}).envelope()["error"]
             return JobView(
                 id=row.id, dataset=row.dataset, state=state,
                 phase=row.phase,  # type: ignore[arg-type]
@@ -213,7 +212,7 @@ class Jobs:
         running.gate.wait()
         if running.abandoned:  # its row could not be written: the caller got that error
             self._forget(job_id)
-            raise WindpipeError(ErrorType.UNAVAILABLE, "the job could not be recorded")
+            raise Unavailable("the job could not be recorded")
         try:
             version, created = work(running.report)
         except WindpipeError as exc:

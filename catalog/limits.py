@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from services.contract.configs import PlanSpec
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, error_class
 from services.contract.limits import INT64_MAX, Limits, check_limit
 from services.planning.sizes import channel_counts, token_bytes
 
@@ -49,8 +49,8 @@ def check_int64(body: Any, *, kind: ErrorType = _CONFIG) -> None:
     """Every integer of a JSON-like ``body`` fits a signed 64-bit integer, or 422."""
     for where, value in _ints(body, ""):
         if not -INT64_MAX - 1 <= value <= INT64_MAX:
-            raise WindpipeError(
-                kind, f"{where}: {value} does not fit a 64-bit signed integer",
+            raise error_class(kind)(
+                f"{where}: {value} does not fit a 64-bit signed integer",
                 details={"field": where, "value": str(value)},
             )
 

@@ -22,7 +22,7 @@ import polars as pl
 
 from catalog.limits import check_manifest_bytes, check_manifest_rows
 from catalog.problems import ProblemLog, manifest_error
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InvalidManifest, WindpipeError
 from services.contract.limits import Limits
 from services.logging import get_logger
 from services.storage.store import PathEscapeError, Storage
@@ -157,13 +157,13 @@ def normalize_manifest(frame: pl.DataFrame) -> pl.DataFrame:
 def manifest_from_rows(rows: list[dict[str, Any]]) -> pl.DataFrame:
     """A normalized manifest from row dicts (as the SDK sends them)."""
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise WindpipeError(ErrorType.INVALID_MANIFEST, "manifest rows must be a list of objects")
+        raise InvalidManifest("manifest rows must be a list of objects")
     try:
         frame = pl.DataFrame(rows, infer_schema_length=None)
     except Exception as exc:
         _log.warning("manifest.unreadable", error=f"{type(exc).__name__}: {exc}")
-        raise WindpipeError(
-            ErrorType.INVALID_MANIFEST, "manifest rows cannot be read as a table (columns of "
+        raise InvalidManifest(
+            "manifest rows cannot be read as a table (columns of "
             f"mixed types?): {type(exc).__name__}"
         ) from exc
     return normalize_manifest(frame)
@@ -188,11 +188,10 @@ def read_table(
     try:
         rel = storage.validate_relative_path(path)
     except PathEscapeError as exc:
-        raise WindpipeError(ErrorType.INVALID_MANIFEST, f"{what} path: {exc}") from exc
+        raise InvalidManifest(f"{what} path: {exc}") from exc
     lower = rel.lower()
     if not lower.endswith((".parquet", ".pq", ".csv")):
-        raise WindpipeError(
-            ErrorType.INVALID_MANIFEST,
+        raise InvalidManifest(
             f"{what} {rel!r} must be a .parquet or .csv file",
         )
     csv = lower.endswith(".csv")
@@ -202,8 +201,8 @@ def read_table(
             check_manifest_rows(_footer_rows(storage, rel, what=what), limits)
         data = storage.get(rel)
     except FileNotFoundError as exc:
-        raise WindpipeError(
-            ErrorType.INVALID_MANIFEST, f"{what} {rel!r} does not exist under the root"
+        raise InvalidManifest(
+            f"{what} {rel!r} does not exist under the root"
         ) from exc
     try:
         if csv:
@@ -239,8 +238,7 @@ def _footer_rows(storage: Storage, rel: str, *, what: str) -> int:
 
 def _unreadable(rel: str, exc: Exception, *, kind: str, what: str) -> WindpipeError:
     _log.warning("manifest.unreadable", path=rel, error=f"{type(exc).__name__}: {exc}")
-    return WindpipeError(
-        ErrorType.INVALID_MANIFEST,
+    return InvalidManifest(
         f"{what} {rel!r} cannot be read as {kind} "
         f"({type(exc).__name__}; the server log has the details)",
     )

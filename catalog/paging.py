@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InvalidRequest
 
 __all__ = ["Page", "decode_page_token", "encode_page_token", "page_of"]
 
@@ -42,8 +42,8 @@ def decode_page_token(token: str | None, *, shape: tuple[type, ...]) -> list[Any
     except (binascii.Error, ValueError, UnicodeDecodeError):
         key = None
     if not _key_has_shape(key, shape):
-        raise WindpipeError(
-            ErrorType.INVALID_REQUEST, f"page_token {token!r} is not a valid page token",
+        raise InvalidRequest(
+            f"page_token {token!r} is not a valid page token",
             details={"page_token": token},
         )
     return list(key)

@@ -40,7 +40,7 @@ import polars as pl
 from catalog.limits import check_manifest_rows
 from catalog.manifest import IDENTITY_COLUMNS, RESERVED_COLUMNS, read_table
 from catalog.problems import ProblemLog
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, InvalidManifest, InvalidRequest, WindpipeError
 from services.contract.limits import Limits, check_limit
 from services.storage.listing import list_folder
 from services.storage.store import PathEscapeError, Storage
@@ -94,8 +94,8 @@ class ParsedPattern:
 
 
 def _bad(text: Any, why: str) -> WindpipeError:
-    return WindpipeError(ErrorType.INVALID_REQUEST, f"pattern {text!r}: {why}",
-                         details={"pattern": str(text)})
+    return InvalidRequest(f"pattern {text!r}: {why}",
+                          details={"pattern": str(text)})
 
 
 def _component(text: str, part: str, types: dict[str, str]) -> _Component:
@@ -258,8 +258,7 @@ def _pattern_error(parsed: ParsedPattern, problems: ProblemLog) -> WindpipeError
     listed = problems.problems()
     first = listed[0]
     total = f"{problems.count}" if problems.complete else f"at least {problems.count}"
-    return WindpipeError(
-        ErrorType.INVALID_MANIFEST,
+    return InvalidManifest(
         f"{total} problem{'s' if problems.count != 1 else ''} with the files for pattern "
         f"{parsed.text!r}: first: {first['segment_path']!r} {first['problem']}",
         details={"problems": listed, "problem_count": problems.count,
@@ -282,13 +281,13 @@ def manifest_from_pattern(
         try:
             exclude = storage.normalize_relative_path(source.metadata)
         except PathEscapeError as exc:
-            raise WindpipeError(ErrorType.INVALID_MANIFEST, f"metadata table path: {exc}") from exc
+            raise InvalidManifest(f"metadata table path: {exc}") from exc
     misfits: list[dict[str, Any]] = []
     try:
         found, seen = _walk(storage, parsed, limits, misfits, exclude)
     except PathEscapeError as exc:
-        raise WindpipeError(ErrorType.INVALID_MANIFEST, f"pattern {parsed.text!r}: {exc}",
-                            details={"pattern": parsed.text}) from exc
+        raise InvalidManifest(f"pattern {parsed.text!r}: {exc}",
+                              details={"pattern": parsed.text}) from exc
     rows: list[dict[str, Any]] = []
     for path in found:
         values = _match(parsed, path)
@@ -303,8 +302,7 @@ def manifest_from_pattern(
     if not rows:
         where = f"under {parsed.start!r}" if parsed.start else "under the root"
         hint = f"; other files there: {seen}" if seen else ""
-        raise WindpipeError(
-            ErrorType.INVALID_MANIFEST,
+        raise InvalidManifest(
             f"pattern {parsed.text!r} matched no segment {where} of {storage.uri}{hint}",
             details={"pattern": parsed.text})
     frame = _frame(parsed, rows, set_id=source.set_id or dataset,
@@ -349,8 +347,7 @@ def _check_duplicates(parsed: ParsedPattern, frame: pl.DataFrame, problems: Prob
 
 def _side_table(storage: Storage, source: PatternSource, limits: Limits) -> pl.DataFrame | None:
     if source.metadata is not None and source.metadata_rows is not None:
-        raise WindpipeError(ErrorType.INVALID_REQUEST,
-                            "give at most one of 'metadata' (a path) and 'metadata_rows'")
+        raise InvalidRequest("give at most one of 'metadata' (a path) and 'metadata_rows'")
     if source.metadata is not None:
         return read_table(storage, source.metadata, limits=limits, what="metadata table")
     if source.metadata_rows is None:
@@ -359,8 +356,8 @@ def _side_table(storage: Storage, source: PatternSource, limits: Limits) -> pl.D
     try:
         return pl.DataFrame(source.metadata_rows, infer_schema_length=None)
     except Exception as exc:
-        raise WindpipeError(
-            ErrorType.INVALID_MANIFEST, "metadata rows cannot be read as a table (columns of "
+        raise InvalidManifest(
+            "metadata rows cannot be read as a table (columns of "
             f"mixed types?): {type(exc).__name__}") from exc
 
 
@@ -368,19 +365,16 @@ def _join_metadata(parsed: ParsedPattern, frame: pl.DataFrame,
                    side: pl.DataFrame) -> pl.DataFrame:
     what = "metadata table"
     if "cell_id" not in side.columns:
-        raise WindpipeError(ErrorType.INVALID_MANIFEST,
-                            f"the {what} needs a cell_id column; it has {side.columns}")
+        raise InvalidManifest(f"the {what} needs a cell_id column; it has {side.columns}")
     keys = ["set_id", "cell_id"] if "set_id" in side.columns else ["cell_id"]
     taken = {*IDENTITY_COLUMNS, *parsed.types, "segment_path", "row_count", *RESERVED_COLUMNS}
     for col in side.columns:
         if col not in keys and col in taken:
-            raise WindpipeError(ErrorType.INVALID_MANIFEST,
-                                f"the {what}'s column {col!r} is an identity column, a field "
-                                "of the pattern or a reserved name")
+            raise InvalidManifest(f"the {what}'s column {col!r} is an identity column, a field "
+                                  "of the pattern or a reserved name")
         if side.schema[col].is_nested():
-            raise WindpipeError(ErrorType.INVALID_MANIFEST,
-                                f"the {what}'s column {col!r} must be scalar, has type "
-                                f"{side.schema[col]}")
+            raise InvalidManifest(f"the {what}'s column {col!r} must be scalar, has type "
+                                  f"{side.schema[col]}")
     side = side.with_columns(pl.col(k).cast(pl.String) for k in keys)
     log = ProblemLog()
     indexed = side.with_row_index("_row")

@@ -39,7 +39,7 @@ from catalog.service import (
 )
 from catalog.splits import SPLITS
 from services.contract.configs import PlanSpec
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InvalidConfig, WindpipeError
 from services.contract.ranks import check_rank
 from services.contract.reports import PlanReport, ScheduleBatch, ScheduleLane
 from services.database import session_scope
@@ -68,7 +68,7 @@ __all__ = [
 
 
 def _invalid(message: str, **details: Any) -> WindpipeError:
-    return WindpipeError(ErrorType.INVALID_CONFIG, message, details=details)
+    return InvalidConfig(message, details=details)
 
 
 def validate_plan(

@@ -34,7 +34,14 @@ from catalog.access_repository import AccessRepository
 from catalog.context import CatalogContext
 from catalog.models import ApiToken, AuditEvent, as_utc, utcnow
 from catalog.scopes import SCOPE_RULE, audit_target, scope_within
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import (
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    Unauthenticated,
+    WindpipeError,
+)
 from services.database import session_scope
 
 __all__ = [
@@ -115,8 +122,8 @@ def hash_token(text: str) -> str:
 
 
 def _unauthenticated(message: str) -> WindpipeError:
-    return WindpipeError(ErrorType.UNAUTHENTICATED, message,
-                         details={"header": "authorization", "scheme": "Bearer"})
+    return Unauthenticated(message,
+                           details={"header": "authorization", "scheme": "Bearer"})
 
 
 def open_access(ctx: CatalogContext, *, bootstrap: str | None, loopback: bool) -> bool:
@@ -167,8 +174,8 @@ def authorize(principal: Principal, role: Role, dataset: str | None = None) -> N
     else:  # the dataset is not named: the caller may have sent only an id of it
         message = (f"token {principal.name!r} is not scoped to the dataset of this call "
                    f"(its scope: {principal.datasets!r})")
-    raise WindpipeError(ErrorType.FORBIDDEN, message,
-                        details={"required_role": str(role), "role": str(principal.role)})
+    raise Forbidden(message,
+                    details={"required_role": str(role), "role": str(principal.role)})
 
 
 def dataset_of(ctx: CatalogContext, kind: str, key: str) -> str | None:
@@ -184,8 +191,8 @@ def dataset_of(ctx: CatalogContext, kind: str, key: str) -> str | None:
 
 
 def _outside_scope(principal: Principal, message: str, **details: Any) -> WindpipeError:
-    return WindpipeError(ErrorType.FORBIDDEN, f"{message}: {SCOPE_RULE}",
-                         details={"scope": principal.datasets, "role": str(principal.role),
+    return Forbidden(f"{message}: {SCOPE_RULE}",
+                     details={"scope": principal.datasets, "role": str(principal.role),
                                   **details})
 
 
@@ -203,18 +210,16 @@ def create_token(ctx: CatalogContext, *, name: str, role: Role | str,
     otherwise ``forbidden``.
     """
     if not _NAME.match(name) or name in (BOOTSTRAP, LOCAL):
-        raise WindpipeError(ErrorType.INVALID_REQUEST,
-                            f"token name {name!r}: use letters, digits, '.', '_', '-' "
-                            f"(not {BOOTSTRAP!r} or {LOCAL!r})", details={"name": name})
+        raise InvalidRequest(f"token name {name!r}: use letters, digits, '.', '_', '-' "
+                             f"(not {BOOTSTRAP!r} or {LOCAL!r})", details={"name": name})
     try:
         role = Role(role)
     except ValueError:
-        raise WindpipeError(ErrorType.INVALID_REQUEST, f"unknown role {role!r}",
-                            details={"roles": [str(r) for r in Role]}) from None
+        raise InvalidRequest(f"unknown role {role!r}",
+                             details={"roles": [str(r) for r in Role]}) from None
     if datasets is not None and not _GLOB.match(datasets):
-        raise WindpipeError(ErrorType.INVALID_REQUEST,
-                            f"dataset scope {datasets!r} is not a glob of dataset names",
-                            details={"datasets": datasets})
+        raise InvalidRequest(f"dataset scope {datasets!r} is not a glob of dataset names",
+                             details={"datasets": datasets})
     if creator is not None and creator.role.rank < role.rank:
         raise _outside_scope(creator, f"token {creator.name!r} is a {creator.role} and may "
                              f"not create a {role} token", requested_role=str(role))
@@ -224,10 +229,9 @@ def create_token(ctx: CatalogContext, *, name: str, role: Role | str,
             f"token's scope {datasets!r} does not lie within it", datasets=datasets)
     if expires_in_s is not None and not (
             MIN_TOKEN_LIFETIME_S <= expires_in_s <= MAX_TOKEN_LIFETIME_S):
-        raise WindpipeError(ErrorType.INVALID_REQUEST,
-                            f"expires_in_s must be between {MIN_TOKEN_LIFETIME_S} and "
-                            f"{MAX_TOKEN_LIFETIME_S} seconds, got {expires_in_s}",
-                            details={"expires_in_s": expires_in_s})
+        raise InvalidRequest(f"expires_in_s must be between {MIN_TOKEN_LIFETIME_S} and "
+                             f"{MAX_TOKEN_LIFETIME_S} seconds, got {expires_in_s}",
+                             details={"expires_in_s": expires_in_s})
     text = TOKEN_PREFIX + secrets.token_urlsafe(32)
     now = utcnow()
     row = ApiToken(id=uuid.uuid4().hex, name=name, role=str(role), datasets=datasets,
@@ -237,8 +241,8 @@ def create_token(ctx: CatalogContext, *, name: str, role: Role | str,
     with session_scope(ctx.sessions) as session:
         repo = AccessRepository(session)
         if repo.token_by_name(name) is not None:
-            raise WindpipeError(ErrorType.CONFLICT, f"a token named {name!r} exists",
-                                details={"name": name})
+            raise Conflict(f"a token named {name!r} exists",
+                           details={"name": name})
         repo.add_token(row)
     return row, text
 
@@ -266,8 +270,8 @@ def revoke_token(ctx: CatalogContext, name: str, *, by: Principal | None = None)
                                      f"and holds no token named {name!r} within it",
                                      token=name)
         if not repo.revoke_token(name, utcnow()):
-            raise WindpipeError(ErrorType.NOT_FOUND, f"no active token named {name!r}",
-                                details={"token": name})
+            raise NotFound(f"no active token named {name!r}",
+                           details={"token": name})
 
 
 # -- audit --------------------------------------------------------------------------

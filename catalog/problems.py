@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InvalidManifest, WindpipeError
 
 __all__ = ["MAX_LISTED", "ProblemLog", "manifest_error"]
 
@@ -95,8 +95,7 @@ def manifest_error(problems: list[dict[str, Any]] | ProblemLog) -> WindpipeError
     total = f"{count}" if problems.complete else f"at least {count}"
     shown = f" ({len(listed)} listed)" if len(listed) < count else ""
     note = f"; {problems.note}" if problems.note else ""
-    return WindpipeError(
-        ErrorType.INVALID_MANIFEST,
+    return InvalidManifest(
         f"{total} problem{'s' if count != 1 else ''} in manifest{shown}{note}: "
         f"first: {where}{column}: {first['problem']}",
         details={"problems": listed, "problem_count": count,

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from catalog.models import Plan, Split, Version, utcnow
 from catalog.repository import Repository
-from services.contract.errors import ErrorType, WindpipeError, retired_error
+from services.contract.errors import NotFound, WindpipeError, retired_error
 from services.database import session_scope
 
 SessionFactory = sessionmaker[Session]
@@ -36,7 +36,7 @@ __all__ = [
 
 
 def _missing(kind: str, key: str) -> WindpipeError:
-    return WindpipeError(ErrorType.NOT_FOUND, f"{kind} {key!r} does not exist", details={kind: key})
+    return NotFound(f"{kind} {key!r} does not exist", details={kind: key})
 
 
 def _retire(sessions: SessionFactory, model: type[Version | Split | Plan], kind: str,

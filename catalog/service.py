@@ -36,7 +36,7 @@ from catalog.repository import Page, Repository
 from catalog.retire import check_version_live
 from catalog.splits import assign_splits, split_counts
 from services.contract.configs import ValidationConfig
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import Conflict, InvalidRequest, NotFound, WindpipeError
 from services.contract.identity import canonical_json
 from services.contract.stats import VersionProfile
 from services.database import session_scope
@@ -78,7 +78,7 @@ def content_id(prefix: str, *parts: Any) -> str:
 
 def not_found(kind: str, key: str) -> WindpipeError:
     """The ``not_found`` error of one catalog resource (``{kind} {key!r} does not exist``)."""
-    return WindpipeError(ErrorType.NOT_FOUND, f"{kind} {key!r} does not exist", details={kind: key})
+    return NotFound(f"{kind} {key!r} does not exist", details={kind: key})
 
 
 def fetch(ctx: CatalogContext, kind: str, key: str,
@@ -143,8 +143,7 @@ def register_version(
     ``visible(dataset)`` (None: the caller sees every dataset).
     """
     if sum(source is not None for source in (manifest, rows, pattern)) != 1:
-        raise WindpipeError(ErrorType.INVALID_REQUEST,
-                            "give exactly one of 'manifest' (a path), 'rows' and 'pattern'")
+        raise InvalidRequest("give exactly one of 'manifest' (a path), 'rows' and 'pattern'")
     check_description(description, ctx.limits)
     if rows is not None:
         check_manifest_rows(len(rows), ctx.limits)
@@ -200,13 +199,11 @@ def _store_version(
         if existing is not None:
             if existing.dataset.name != name and visible is not None \
                     and not visible(existing.dataset.name):
-                raise WindpipeError(
-                    ErrorType.CONFLICT,
+                raise Conflict(
                     "this content is already registered under a dataset name outside "
                     "your scope", details={"dataset": name})
             if existing.dataset.name != name:
-                raise WindpipeError(
-                    ErrorType.CONFLICT,
+                raise Conflict(
                     f"this content is already registered as version {existing.id!r} of "
                     f"dataset {existing.dataset.name!r}",
                     details={"version_id": existing.id, "dataset": existing.dataset.name},

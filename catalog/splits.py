@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from services.contract.configs import DEFAULT_GROUP_BY, Selector, ValidationConfig
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InvalidConfig
 from services.contract.identity import unit_interval
 
 __all__ = ["SPLITS", "assign_splits", "group_draws", "selector_mask", "split_counts"]
@@ -33,8 +33,7 @@ _GROUP = "__wp_group"
 def _check_columns(frame: pl.DataFrame, columns: Sequence[str], *, what: str) -> None:
     unknown = [c for c in columns if c not in frame.columns]
     if unknown:
-        raise WindpipeError(
-            ErrorType.INVALID_CONFIG,
+        raise InvalidConfig(
             f"{what} names unknown column(s) {unknown}; the index has {frame.columns}",
             details={"unknown_columns": unknown, "columns": frame.columns, "where": what},
         )
@@ -93,8 +92,7 @@ def _provided_rows(frame: pl.DataFrame, selectors: Sequence[Selector]) -> np.nda
     for selector in selectors:
         hit = selector_mask(frame, selector)
         if not hit.any():
-            raise WindpipeError(
-                ErrorType.INVALID_CONFIG,
+            raise InvalidConfig(
                 f"selector {dict(selector)!r} matches no row of the index (a typo?)",
                 details={"selector": dict(selector)},
             )

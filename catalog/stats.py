@@ -46,7 +46,7 @@ from catalog.service import (
     split_index,
     version_segments,
 )
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InvalidRequest
 from services.contract.stats import (
     HISTOGRAM_BINS,
     QUANTILES,
@@ -233,8 +233,7 @@ def _wanted_columns(schema: dict[str, Any], columns: tuple[str, ...] | None,
     plain = [c for c in columns if c in known and c not in have]
     if unknown or plain:
         what = f"unknown column(s) {unknown}" if unknown else f"non-numeric column(s) {plain}"
-        raise WindpipeError(
-            ErrorType.INVALID_REQUEST,
+        raise InvalidRequest(
             f"statistics of {what}: the version's numeric columns are {sorted(have)}",
             details={"unknown": unknown, "non_numeric": plain, "columns": sorted(have)})
     picked = {p: [c for c in cols if c["name"] in columns] for p, cols in numeric.items()}

@@ -30,7 +30,12 @@ from catalog import principals
 from catalog.context import CatalogContext
 from catalog.principals import Principal, Role
 from services.contract.auth import http_headers
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import (
+    Unauthenticated,
+    Unavailable,
+    WindpipeError,
+    error_from_envelope,
+)
 from services.contract.shapes import check_plan_id
 from services.database import translate_outage
 from services.logging import get_logger
@@ -64,10 +69,9 @@ class StaticAccess:
     def authenticate(self, token: str | None) -> Principal:
         """The bootstrap admin for the right token."""
         if token is None:
-            raise WindpipeError(ErrorType.UNAUTHENTICATED, _NEEDS_TOKEN)
+            raise Unauthenticated(_NEEDS_TOKEN)
         if not hmac.compare_digest(token.encode(), self._bootstrap.encode()):
-            raise WindpipeError(ErrorType.UNAUTHENTICATED,
-                                "the bearer token sent to this Flight server is not valid")
+            raise Unauthenticated("the bearer token sent to this Flight server is not valid")
         return Principal(principals.BOOTSTRAP, Role.ADMIN)
 
     def authorize_plan(self, token: str | None, principal: Principal, plan_id: str) -> None:
@@ -111,17 +115,15 @@ class RestAccess:
                              timeout=self._timeout)
         except httpx.TransportError as exc:
             _log.error("flight.catalog_unreachable", path=path, error=str(exc))
-            raise WindpipeError(ErrorType.UNAVAILABLE,
-                                "this Flight server cannot reach its catalog",
-                                details={"while": "checking the caller's token"}) from None
+            raise Unavailable("this Flight server cannot reach its catalog",
+                              details={"while": "checking the caller's token"}) from None
 
     @staticmethod
     def _refusal(resp: httpx.Response) -> WindpipeError:
         try:
-            return WindpipeError.from_envelope(resp.json())
+            return error_from_envelope(resp.json())
         except ValueError:
-            return WindpipeError(ErrorType.UNAVAILABLE,
-                                 f"the catalog answered {resp.status_code}")
+            return Unavailable(f"the catalog answered {resp.status_code}")
 
     def authenticate(self, token: str | None) -> Principal:
         """``GET /v1/whoami`` with the caller's token."""
@@ -138,8 +140,7 @@ class RestAccess:
         resp = self._get("/v1/whoami", None)
         if resp.status_code in (200, 401):
             return resp.status_code == 401
-        raise WindpipeError(ErrorType.UNAVAILABLE,
-                            f"the catalog answered {resp.status_code} to GET /v1/whoami")
+        raise Unavailable(f"the catalog answered {resp.status_code} to GET /v1/whoami")
 
     def authorize_plan(self, token: str | None, principal: Principal, plan_id: str) -> None:
         """``GET /v1/plans/{id}`` with the caller's token: 200 or 404 pass, else refused."""

@@ -26,7 +26,7 @@ from catalog.principals import LOCAL, Principal, Role
 from flight_server.access import FlightAccess
 from flight_server.calls import peer_is_local
 from services.contract.auth import AUTH_HEADER, bearer_token
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, Unauthenticated, Unavailable, WindpipeError
 from services.logging import get_logger
 
 __all__ = ["AUTH_MIDDLEWARE", "CallAuth", "PrincipalAuthFactory", "caller", "caller_token"]
@@ -37,8 +37,8 @@ _log = get_logger("windpipe.flight.auth")
 
 
 def _unauthenticated(message: str) -> fl.FlightUnauthenticatedError:
-    err = WindpipeError(ErrorType.UNAUTHENTICATED, message,
-                        details={"header": AUTH_HEADER, "scheme": "Bearer"})
+    err = Unauthenticated(message,
+                          details={"header": AUTH_HEADER, "scheme": "Bearer"})
     return fl.FlightUnauthenticatedError(message, extra_info=err.to_json())
 
 
@@ -70,10 +70,9 @@ class PrincipalAuthFactory(fl.ServerMiddlewareFactory):  # type: ignore[misc]
             request_id = uuid.uuid4().hex[:16]
             _log.error("flight.auth_failed", request_id=request_id, error=type(exc).__name__,
                        exc_info=exc)
-            err = WindpipeError(ErrorType.UNAVAILABLE,
-                                f"this Flight server cannot check tokens now (request id "
-                                f"{request_id}: the server log has the details)",
-                                details={"request_id": request_id})
+            err = Unavailable(f"this Flight server cannot check tokens now (request id "
+                              f"{request_id}: the server log has the details)",
+                              details={"request_id": request_id})
             raise fl.FlightUnavailableError(err.message, extra_info=err.to_json()) from None
         return CallAuth(principal=principal, token=token)
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pyarrow.flight as fl
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InternalError, InvalidRequest, WindpipeError
 from services.contract.shapes import check_plan_id, loads_bounded
 from services.contract.wire import FlightCommand, to_flight_error
 from services.exposure import is_local_peer
@@ -64,8 +64,7 @@ class CallFilterFactory(fl.ServerMiddlewareFactory):  # type: ignore[misc]
         """``invalid_request`` for an unsupported call; nothing for the others."""
         name = UNSUPPORTED_CALLS.get(info.method)
         if name is not None:
-            raise to_flight_error(WindpipeError(
-                ErrorType.INVALID_REQUEST,
+            raise to_flight_error(InvalidRequest(
                 f"a windpipe Flight server does not serve {name}: GetFlightInfo (a "
                 "FlightCommand) answers the schema and the endpoints, DoGet the batches, "
                 "DoAction the actions (docs/wire.md)",
@@ -80,8 +79,7 @@ def internal_error(exc: BaseException) -> fl.FlightError:
     request_id = uuid.uuid4().hex[:16]
     _log.error("flight.internal_error", request_id=request_id, error=type(exc).__name__,
                exc_info=exc)
-    return to_flight_error(WindpipeError(
-        ErrorType.INTERNAL,
+    return to_flight_error(InternalError(
         f"internal server error (request id {request_id}: the server log has the details)",
         details={"request_id": request_id}))
 
@@ -99,8 +97,7 @@ def guard(fn: Callable[[], Any]) -> Any:
 def command_of(descriptor: fl.FlightDescriptor) -> FlightCommand:
     """The :class:`FlightCommand` of a descriptor, else ``invalid_request``."""
     if descriptor.descriptor_type != fl.DescriptorType.CMD:
-        raise WindpipeError(ErrorType.INVALID_REQUEST,
-                            "windpipe descriptors are commands (FlightCommand JSON)")
+        raise InvalidRequest("windpipe descriptors are commands (FlightCommand JSON)")
     return FlightCommand.decode(descriptor.command)
 
 
@@ -109,7 +106,7 @@ def warm_plan_id(body: bytes) -> str:
     args = loads_bounded(body or b"{}", what='the warm action\'s body {"plan_id": ...}')
     plan_id = args.get("plan_id") if isinstance(args, dict) else None
     if not isinstance(plan_id, str) or not plan_id:
-        raise WindpipeError(ErrorType.INVALID_REQUEST, 'warm needs a JSON body {"plan_id": ...}')
+        raise InvalidRequest('warm needs a JSON body {"plan_id": ...}')
     return check_plan_id(plan_id)
 
 

@@ -26,7 +26,7 @@ from catalog.context import CatalogContext
 from catalog.plans import plan_artifact_bytes
 from catalog.retire import check_plan_live
 from services.contract.auth import http_headers
-from services.contract.errors import ErrorType, WindpipeError, retired_error
+from services.contract.errors import NotFound, Unavailable, retired_error
 from services.contract.shapes import check_plan_id
 from services.database import translate_outage
 from services.logging import get_logger
@@ -102,18 +102,17 @@ class RestPlanSource:
                              timeout=self._timeout)
         except httpx.TransportError as exc:
             _log.error("flight.catalog_unreachable", path=path, error=str(exc))
-            raise WindpipeError(
-                ErrorType.UNAVAILABLE, "this Flight server cannot reach its catalog",
+            raise Unavailable(
+                "this Flight server cannot reach its catalog",
                 details={"plan_id": plan_id},
             ) from None
         if resp.status_code == 404:
-            raise WindpipeError(ErrorType.NOT_FOUND, f"plan {plan_id!r} does not exist",
-                                details={"plan": plan_id})
+            raise NotFound(f"plan {plan_id!r} does not exist",
+                           details={"plan": plan_id})
         if resp.status_code != 200:
             _log.error("flight.catalog_refused", path=path, status=resp.status_code,
                        body=resp.text[:300])
-            raise WindpipeError(
-                ErrorType.UNAVAILABLE,
+            raise Unavailable(
                 f"the catalog answered {resp.status_code} to this Flight server's plan request",
                 details={"plan_id": plan_id, "status": resp.status_code},
             )

@@ -59,7 +59,14 @@ from flight_server.stream_checks import StreamAuth, check_cache_fit
 from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
 from flight_server.tier_fill import TierFill
 from flight_server.warm import warm_results
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import (
+    ErrorType,
+    InvalidRequest,
+    InvalidTicket,
+    SegmentChanged,
+    Unavailable,
+    WindpipeError,
+)
 from services.contract.reports import (
     CacheCounters,
     FlightHealth,
@@ -220,8 +227,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             payload = verify_ticket(ticket.ticket, self.config.ticket_secret)
             principal = caller(context)
             if self._access is not None and payload.sub != principal.name:
-                raise WindpipeError(ErrorType.INVALID_TICKET,
-                                    "this ticket was issued to another principal; ask "
+                raise InvalidTicket("this ticket was issued to another principal; ask "
                                     "GetFlightInfo for your own")
             self._authorize(context, payload.plan_id)
             check_world_size(payload.world_size, self.config.limits)
@@ -271,9 +277,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                     outcome = "cancelled"
                     return
                 if self._stopping.is_set():
-                    raise WindpipeError(ErrorType.UNAVAILABLE,
-                                        "the Flight server is shutting down; resume elsewhere",
-                                        details={"next_batch": i})
+                    raise Unavailable("the Flight server is shutting down; resume elsewhere",
+                                      details={"next_batch": i})
                 auth.check(next_batch=i // schedule.parts)  # revocation, within a bound
                 meta = built.meta
                 if meta.skipped_lanes:
@@ -285,8 +290,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         except WindpipeError as exc:
             outcome, error_type = "error", exc.type.value
             if exc.type == ErrorType.SEGMENT_CHANGED:
-                exc = WindpipeError(exc.type, exc.message,
-                                    {**exc.details, "version_id": builder.plan.version_id})
+                exc = SegmentChanged(exc.message, details={**exc.details,
+                                                           "version_id": builder.plan.version_id})
                 _log.error("flight.segment.changed", plan=fields["plan"],
                            path=exc.details.get("path"), message=exc.message)
             if exc.type == ErrorType.SEGMENT_ERROR:
@@ -351,8 +356,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             return iter([json.dumps(counters.model_dump(mode="json")).encode()])
         if kind == ACTION_WARM:
             return self._warm(context, body)
-        raise to_flight_error(WindpipeError(
-            ErrorType.INVALID_REQUEST, f"unknown action {kind!r}",
+        raise to_flight_error(InvalidRequest(
+            f"unknown action {kind!r}",
             details={"actions": list(ACTIONS)},
         ))
 

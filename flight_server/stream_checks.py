@@ -26,7 +26,7 @@ import numpy as np
 
 from catalog.principals import Principal
 from flight_server.access import FlightAccess
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, Unavailable, WindpipeError, error_class
 from services.logging import get_logger
 from services.materialize.cache import working_set_error
 from services.materialize.plan import PlanContext
@@ -90,8 +90,8 @@ class StreamAuth:
             self._access.authorize_plan(self._token, principal, self._plan_id)
         except WindpipeError as exc:
             if exc.type in _REFUSALS:
-                raise WindpipeError(
-                    exc.type, f"{exc.message} (checked again while streaming; the stream "
+                raise error_class(exc.type)(
+                    f"{exc.message} (checked again while streaming; the stream "
                     f"ended before batch {next_batch})",
                     details={**exc.details, "next_batch": next_batch}) from None
             failure: BaseException = exc
@@ -103,8 +103,7 @@ class StreamAuth:
         _log.warning("flight.stream.recheck_failed", plan=self._plan_id,
                      principal=self._principal.name, error=type(failure).__name__)
         if now >= self._trusted_until:
-            raise WindpipeError(
-                ErrorType.UNAVAILABLE,
+            raise Unavailable(
                 "this Flight server cannot check the stream's token now (its catalog or "
                 "database does not answer); resume the pass later",
                 details={"next_batch": next_batch})

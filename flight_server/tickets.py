@@ -17,7 +17,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InvalidTicket, WindpipeError
 from services.contract.wire import WIRE_VERSIONS
 
 __all__ = ["TICKET_PREFIX", "TicketPayload", "sign_ticket", "verify_ticket"]
@@ -51,7 +51,7 @@ def _unb64(raw: bytes) -> bytes:
 
 
 def _invalid(message: str) -> WindpipeError:
-    return WindpipeError(ErrorType.INVALID_TICKET, message)
+    return InvalidTicket(message)
 
 
 def sign_ticket(payload: TicketPayload, secret: bytes) -> bytes:

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ResourceExhausted
 from services.contract.reports import TierStatus, WarmProgress
 from services.materialize.blocks import block_layouts, block_request
 from services.materialize.cache import ChunkCache
@@ -40,15 +40,13 @@ def warm_results(plan: PlanContext, storage: Storage, cache: ChunkCache,
     layouts = block_layouts(plan)
     total_bytes = sum(layout.nbytes for layout in layouts)
     if tier is not None and not tier.fits(total_bytes, blocks=len(layouts)):
-        raise WindpipeError(
-            ErrorType.RESOURCE_EXHAUSTED,
+        raise ResourceExhausted(
             f"plan {plan.plan_id} needs {total_bytes} bytes in the host tier but its budget "
             f"is {tier.budget_bytes} bytes: raise --tier-bytes or use data_access='windowed'",
             details={"needed_bytes": total_bytes, "budget_bytes": tier.budget_bytes},
         )
     if tier is None and total_bytes > cache.budget_bytes:
-        raise WindpipeError(
-            ErrorType.RESOURCE_EXHAUSTED,
+        raise ResourceExhausted(
             f"plan {plan.plan_id} needs {total_bytes} bytes in memory but the cache budget is "
             f"{cache.budget_bytes} bytes: raise --cache-bytes or use data_access='windowed'",
             details={"needed_bytes": total_bytes, "budget_bytes": cache.budget_bytes},

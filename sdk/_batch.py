@@ -360,7 +360,7 @@ def batch_from_arrays(windows: np.ndarray, mask: np.ndarray,
     arrays are viewed as bool on the numpy side (a numpy view costs a third of a torch
     one), the views are cut on the numpy side too, and the batch is made without
     :meth:`Batch.__init__`'s checks: this is the same-host path's per-batch work, a few
-    microseconds in all (issue 24).
+    microseconds in all.
     """
     batch = _new_batch(Batch)
     c_in = meta.c_in

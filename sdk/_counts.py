@@ -13,8 +13,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from sdk._exceptions import as_sdk_error
-from services.contract.errors import WindpipeError as ContractError
 from services.contract.ranks import check_rank
 from services.planning.artifact import PlanArtifact
 from services.planning.ranks import rank_batches
@@ -44,14 +42,11 @@ class PassLengths:
         with self._lock:
             n = self._counts.get(key)
             if n is None:
-                try:
-                    check_rank(rank, world_size)
-                    if self._artifact is None:
-                        self._artifact = PlanArtifact.from_ipc(self._fetch())
-                    n = self._count(self._artifact, epoch=epoch, rank=rank,
-                                    world_size=world_size)
-                except ContractError as exc:
-                    raise as_sdk_error(exc) from None
+                check_rank(rank, world_size)
+                if self._artifact is None:
+                    self._artifact = PlanArtifact.from_ipc(self._fetch())
+                n = self._count(self._artifact, epoch=epoch, rank=rank,
+                                world_size=world_size)
                 if len(self._counts) >= _KEPT:
                     self._counts.clear()
                 self._counts[key] = n

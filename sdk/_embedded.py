@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sdk._exceptions import ResourceExhausted, as_sdk_error
+from sdk._exceptions import ResourceExhausted
 from sdk._html import bar_disabled, progress_bar
 from sdk._warm import WarmResult
-from services.contract.errors import WindpipeError as ContractError
 from services.contract.wire import BatchMetadata, batch_schema
 from services.materialize.batch_memory import BatchMemory
 from services.materialize.blocks import block_layouts, block_request
@@ -99,11 +98,9 @@ class InProcessReader:
         schedule = plan.schedule(epoch)
         batches = rank_batches(schedule, rank=rank, world_size=world_size,
                                drop_incomplete_distributed=plan.spec.drop_incomplete_distributed)
-        try:  # positions count parts (aligned: one per protocol); past the end: refused
-            start = pass_start(schedule, batches, start_batch=start_batch, rank=rank,
-                               world_size=world_size)
-        except ContractError as exc:
-            raise as_sdk_error(exc) from None
+        # positions count parts (aligned: one per protocol); past the end: refused
+        start = pass_start(schedule, batches, start_batch=start_batch, rank=rank,
+                           world_size=world_size)
         readers = self.readers
         builder = BatchBuilder(
             plan, readers.roots.open(plan.root_uri), readers.cache,
@@ -113,11 +110,8 @@ class InProcessReader:
         pipeline = BatchPipeline(builder, schedule, batches, start=start,
                                  end=int(batches.shape[0]),
                                  readahead_batches=readers.spec.readahead_batches)
-        try:
-            for _, built in pipeline:
-                yield built, built.meta
-        except ContractError as exc:
-            raise as_sdk_error(exc) from None
+        for _, built in pipeline:
+            yield built, built.meta
 
 
 class InProcessReaders:
@@ -180,10 +174,7 @@ class InProcessReaders:
                             unit_scale=True, disable=disable) as bar:
             for layout in layouts:
                 request = block_request(plan, layout, storage=storage, tier=self.tier)
-                try:
-                    cache.acquire([request]).release()
-                except ContractError as exc:
-                    raise as_sdk_error(exc) from None
+                cache.acquire([request]).release()
                 chunks += int(layout.chunks.shape[0])
                 bar.update(layout.nbytes)
         return WarmResult(chunks=chunks, bytes=total,

@@ -30,13 +30,11 @@ from sdk._exceptions import (
     ResourceExhausted,
     Unauthenticated,
     Unavailable,
-    as_sdk_error,
 )
 from sdk._locations import local_host_id
 from sdk._stream import FlightStream
 from sdk._warm import warm_plan
 from services.contract.configs import TRANSPORTS
-from services.contract.errors import WindpipeError as ContractError
 from services.contract.wire import ACTION_TIER_INFO, BatchMetadata, batch_schema
 from services.materialize.batch_memory import BatchMemory
 from services.materialize.blocks import block_key, block_layouts, block_request
@@ -146,11 +144,9 @@ class LocalReader:
         """
         p = self._passes.get((epoch, rank, world_size),
                              lambda: self._new_pass(epoch, rank, world_size))
-        try:  # positions count parts (aligned: one per protocol); past the end: refused
-            start = pass_start(p.schedule, p.batches, start_batch=start_batch, rank=rank,
-                               world_size=world_size)
-        except ContractError as exc:
-            raise as_sdk_error(exc) from None
+        # positions count parts (aligned: one per protocol); past the end: refused
+        start = pass_start(p.schedule, p.batches, start_batch=start_batch, rank=rank,
+                           world_size=world_size)
         end = int(p.batches.shape[0])
         windows = p.windows
         i = start

@@ -24,8 +24,6 @@ import pyarrow as pa
 
 from sdk._aligned import AlignedBatch, group_parts
 from sdk._batch import Batch, batch_from_arrays, batch_from_arrow
-from sdk._exceptions import as_sdk_error
-from services.contract.errors import WindpipeError as ContractError
 from services.contract.wire import BatchMetadata, FlightCommand
 from services.materialize.batch_memory import BatchMemory
 from services.materialize.builder import BuiltBatch
@@ -75,11 +73,8 @@ class BatchSource(ABC):
         arguments are checked here (``InvalidRequest``), before anything is read.
         ``memory``: where a batch built in this process may be written (ignored by
         sources that receive their batches)."""
-        try:
-            command = FlightCommand(plan_id=self.plan_id, epoch=epoch, rank=rank,
-                                    world_size=world_size, start_batch=start_batch)
-        except ContractError as exc:
-            raise as_sdk_error(exc) from None
+        command = FlightCommand(plan_id=self.plan_id, epoch=epoch, rank=rank,
+                                world_size=world_size, start_batch=start_batch)
         return self._records(command, memory)
 
     @abstractmethod

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from sdk import _worker_exit as worker_exit
 from sdk._embedded import IN_PROCESS_URL, InProcess, InProcessReaders
-from sdk._exceptions import InvalidConfig, Unavailable, as_sdk_error
+from sdk._exceptions import InvalidConfig, Unavailable
 from sdk._local import LocalReaders
 from sdk._locations import LocationMap
 from sdk._rest import RestClient
@@ -198,7 +198,7 @@ class ClientState:
 
         A plan found live is not asked about again for :data:`LIVE_RECHECK_S`: a
         same-host pass of a small plan takes milliseconds, and a request per pass cost
-        the catalog more CPU than building the pass (issue 24). A retirement through
+        the catalog more CPU than building the pass. A retirement through
         this client is seen at once (:meth:`delete_json` forgets every answer), one by
         another client by the passes that start up to a second later.
         """
@@ -209,7 +209,7 @@ class ClientState:
             return
         retired = self._rest.get_json(f"{_PLAN_PATH}{plan_id}").get("retired_at")
         if retired:
-            raise as_sdk_error(retired_error("plan", plan_id, retired))
+            raise retired_error("plan", plan_id, retired)
         self._found_live(plan_id, now)
 
     def _found_live(self, plan_id: str, when: float) -> None:

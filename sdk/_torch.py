@@ -45,7 +45,7 @@ from sdk._batch import Batch
 from sdk._exceptions import InvalidConfig
 from sdk._spawn import check_main_guard
 from services.contract.configs import LoaderConfig
-from services.contract.errors import WindpipeError as ContractError
+from services.contract.errors import WindpipeError
 from services.contract.ranks import check_rank
 
 __all__ = ["WindpipeDataLoader", "WindpipeIterableDataset", "check_spawn",
@@ -135,7 +135,7 @@ class WindpipeIterableDataset(IterableDataset[Batch | AlignedBatch]):
         world = 1 if self._world_size is None else self._world_size
         try:
             check_rank(rank, world)
-        except ContractError as exc:  # the dataset's own settings: a config problem
+        except WindpipeError as exc:  # the dataset's own settings: a config problem
             raise InvalidConfig(exc.message, details=exc.details) from None
         return rank, world
 

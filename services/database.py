@@ -23,7 +23,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import Unavailable, WindpipeError
 from services.logging import get_logger
 from services.settings import Settings
 
@@ -67,7 +67,7 @@ def database_unavailable(exc: BaseException, *, who: str = "the catalog",
         message = f"{who} database is unavailable ({type(exc).__name__}); retry later"
     if "request_id" in details:
         message += f" (request id {details['request_id']}: the server log has the details)"
-    return WindpipeError(ErrorType.UNAVAILABLE, message, details={**details, "retryable": True})
+    return Unavailable(message, details=details)
 
 
 @contextmanager

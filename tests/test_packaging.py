@@ -1,4 +1,4 @@
-"""What ``pip install`` puts on a machine (issue 18): the specified packages and the
+"""What ``pip install`` puts on a machine: the specified packages and the
 public face, and a server that runs from ``windpipe[server]`` without torch.
 
 A fresh virtual environment gets a non-editable install of a copy of the tree (tracked

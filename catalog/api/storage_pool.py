@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import Unavailable
 
 __all__ = ["StoragePool"]
 
@@ -47,12 +47,11 @@ class StoragePool:
         """Run ``fn`` on the pool; ``unavailable`` at once when the pool and its queue are
         full (the call is not started)."""
         if not self._slots.acquire(blocking=False):
-            raise WindpipeError(
-                ErrorType.UNAVAILABLE,
+            raise Unavailable(
                 f"the catalog is busy with registrations ({self.workers} running, "
                 f"{self.queue} waiting: WINDPIPE_STORAGE_WORKERS, WINDPIPE_STORAGE_QUEUE); "
                 "retry later",
-                details={"retryable": True, "workers": self.workers, "queue": self.queue},
+                details={"workers": self.workers, "queue": self.queue},
             )
         with self._lock:
             self._admitted += 1

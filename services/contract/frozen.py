@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from services.contract.errors import ErrorType, WindpipeError, new_error
+from services.contract.errors import InvalidConfig, WindpipeError
 
 __all__ = ["Frozen", "ReadOnlyDict", "config_error", "freeze"]
 
@@ -93,5 +93,5 @@ def config_error(model: type[BaseModel], exc: ValidationError) -> WindpipeError:
             text = "unknown field" + (f" (did you mean {close[0]!r}?)" if close else "")
         problems.append({"field": where, "message": text, "type": err["type"]})
     summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
-    return new_error(ErrorType.INVALID_CONFIG, f"invalid {model.__name__}: {summary}",
-                     {"config": model.__name__, "problems": problems})
+    return InvalidConfig(f"invalid {model.__name__}: {summary}",
+                         details={"config": model.__name__, "problems": problems})

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, WindpipeError, error_class
 
 __all__ = ["INT64_MAX", "Limits", "check_limit", "limit_error"]
 
@@ -52,8 +52,7 @@ def limit_error(
 ) -> WindpipeError:
     """The 422 for ``what`` (= ``value``) above ``limit`` (= ``maximum``)."""
     setting = f"WINDPIPE_{limit.upper()}"
-    return WindpipeError(
-        kind,
+    return error_class(kind)(
         f"{what} is {value}, above the limit {limit} = {maximum} (setting {setting})",
         details={"limit": limit, "value": value, "max": maximum, "setting": setting, **details},
     )

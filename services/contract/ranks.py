@@ -7,7 +7,7 @@ so a bad pair gets the same ``invalid_request`` wherever it is sent.
 
 from __future__ import annotations
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InvalidRequest
 
 __all__ = ["check_rank"]
 
@@ -15,8 +15,7 @@ __all__ = ["check_rank"]
 def check_rank(rank: int, world_size: int) -> None:
     """Raise ``invalid_request`` unless ``world_size >= 1`` and ``0 <= rank < world_size``."""
     if world_size < 1 or not 0 <= rank < world_size:
-        raise WindpipeError(
-            ErrorType.INVALID_REQUEST,
+        raise InvalidRequest(
             f"rank {rank} is not in [0, world_size) for world_size {world_size}",
             details={"rank": rank, "world_size": world_size},
         )

@@ -17,7 +17,7 @@ from typing import Any, Literal, Self, TypeVar
 import numpy as np
 from pydantic import Field, model_validator
 
-from services.contract.errors import ErrorType, new_error
+from services.contract.errors import InvalidConfig
 from services.contract.frozen import Frozen
 from services.contract.stats import SplitStats
 
@@ -135,29 +135,25 @@ class ScalingSpec(Frozen):
         values or a constant one.
         """
         if kind not in FIT_KINDS:
-            raise new_error(ErrorType.INVALID_CONFIG,
-                            f"kind must be one of {list(FIT_KINDS)}, got {kind!r}",
-                            {"kind": kind, "kinds": list(FIT_KINDS)})
+            raise InvalidConfig(f"kind must be one of {list(FIT_KINDS)}, got {kind!r}",
+                                details={"kind": kind, "kinds": list(FIT_KINDS)})
         entry = stats.column_stats(column, protocol)
         where = f"column {column!r} ({entry.protocol}) on the {stats.side} side of " \
                 f"{stats.split_id}"
         if entry.count == 0 or entry.mean is None or entry.std is None:
-            raise new_error(ErrorType.INVALID_CONFIG,
-                            f"{where} has no finite value: nothing to fit",
-                            {"column": column, "protocol": entry.protocol})
+            raise InvalidConfig(f"{where} has no finite value: nothing to fit",
+                                details={"column": column, "protocol": entry.protocol})
         if kind == "robust" and (entry.p1 is None or entry.p99 is None):
-            raise new_error(ErrorType.INVALID_CONFIG,
-                            f"{where}: robust scaling needs one protocol's quantiles "
-                            "(quantiles do not pool): pass protocol='<one name>'",
-                            {"column": column, "protocol": entry.protocol})
+            raise InvalidConfig(f"{where}: robust scaling needs one protocol's quantiles "
+                                "(quantiles do not pool): pass protocol='<one name>'",
+                                details={"column": column, "protocol": entry.protocol})
         lo, hi = {"minmax": (entry.min, entry.max), "robust": (entry.p1, entry.p99),
                   "standard": (entry.mean - entry.std, entry.mean + entry.std)}[kind]
         if lo is None or hi is None or not lo < hi:
-            raise new_error(
-                ErrorType.INVALID_CONFIG,
+            raise InvalidConfig(
                 f"{where} is constant ({kind} bounds {lo} and {hi}): nothing to fit; "
                 "leave it unscaled or give the bounds by hand",
-                {"column": column, "protocol": entry.protocol, "kind": kind})
+                details={"column": column, "protocol": entry.protocol, "kind": kind})
         if kind == "standard":
             return cls(column=column, transform="standard", mean=entry.mean, std=entry.std)
         return cls(column=column, input_min=lo, input_max=hi, output_min=output_min,

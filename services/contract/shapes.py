@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InvalidRequest
 
 __all__ = [
     "ID_PATTERN",
@@ -49,8 +49,7 @@ def check_plan_id(plan_id: object, *, what: str = "plan id") -> str:
     looked up or put into a URL before this passes)."""
     if not isinstance(plan_id, str) or not _ID.fullmatch(plan_id):
         shown = plan_id[:80] if isinstance(plan_id, str) else type(plan_id).__name__
-        raise WindpipeError(
-            ErrorType.INVALID_REQUEST,
+        raise InvalidRequest(
             f"{what} {shown!r} is not an id: 1 to {MAX_ID_CHARS} letters, digits, '-' or "
             "'_' (as the catalog answers them: p-...)",
             details={"pattern": ID_PATTERN})
@@ -72,15 +71,13 @@ def loads_bounded(raw: bytes, *, what: str, max_depth: int = MAX_JSON_DEPTH,
     """``json.loads(raw)`` after checking its size and nesting; ``invalid_request`` for
     too large, too deep or malformed JSON (``what`` names the document)."""
     if len(raw) > max_bytes:
-        raise WindpipeError(ErrorType.INVALID_REQUEST,
-                            f"{what} is {len(raw)} bytes, above the {max_bytes} a caller "
-                            "may send", details={"bytes": len(raw), "max_bytes": max_bytes})
+        raise InvalidRequest(f"{what} is {len(raw)} bytes, above the {max_bytes} a caller "
+                             "may send", details={"bytes": len(raw), "max_bytes": max_bytes})
     depth = json_depth(raw)
     if depth > max_depth:
-        raise WindpipeError(ErrorType.INVALID_REQUEST,
-                            f"{what} nests {depth} levels deep, above the {max_depth} allowed",
-                            details={"depth": depth, "max_depth": max_depth})
+        raise InvalidRequest(f"{what} nests {depth} levels deep, above the {max_depth} allowed",
+                             details={"depth": depth, "max_depth": max_depth})
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise WindpipeError(ErrorType.INVALID_REQUEST, f"{what} is not JSON: {exc}") from None
+        raise InvalidRequest(f"{what} is not JSON: {exc}") from None

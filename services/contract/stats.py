@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from services.contract.errors import ErrorType, new_error
+from services.contract.errors import InvalidConfig
 
 __all__ = [
     "DATA_WARNINGS",
@@ -150,25 +150,22 @@ class SplitStats(_Wire):
         have = self.protocols_of(column)
         if not have:
             known = sorted({s.column for s in self.stats})
-            raise new_error(ErrorType.INVALID_CONFIG,
-                            f"these statistics have no column {column!r}; they have {known}",
-                            {"column": column, "columns": known})
+            raise InvalidConfig(f"these statistics have no column {column!r}; they have {known}",
+                                details={"column": column, "columns": known})
         if protocol is None:
             if len(have) > 1:
-                raise new_error(
-                    ErrorType.INVALID_CONFIG,
+                raise InvalidConfig(
                     f"column {column!r} has statistics in protocols {have}: pass "
                     "protocol= (one name, or several to pool them)",
-                    {"column": column, "protocols": have})
+                    details={"column": column, "protocols": have})
             wanted = have
         else:
             wanted = [protocol] if isinstance(protocol, str) else list(dict.fromkeys(protocol))
         missing = [p for p in wanted if p not in have]
         if missing or not wanted:
-            raise new_error(ErrorType.INVALID_CONFIG,
-                            f"column {column!r} has no statistics in protocol(s) {missing}; "
-                            f"it has {have}",
-                            {"column": column, "protocols": have, "missing": missing})
+            raise InvalidConfig(f"column {column!r} has no statistics in protocol(s) {missing}; "
+                                f"it has {have}",
+                                details={"column": column, "protocols": have, "missing": missing})
         entries = [s for s in self.stats if s.column == column and s.protocol in wanted]
         return entries[0] if len(entries) == 1 else pooled_stats(entries)
 

@@ -35,7 +35,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from services.contract.errors import ERROR_TABLE, ErrorType, WindpipeError
+from services.contract.errors import (
+    ERROR_TABLE,
+    ErrorType,
+    InternalError,
+    InvalidRequest,
+    WindpipeError,
+    error_class,
+    error_from_envelope,
+)
 from services.contract.limits import INT64_MAX
 from services.contract.ranks import check_rank
 from services.contract.shapes import check_plan_id, loads_bounded
@@ -141,7 +149,7 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
 def _bad(message: str, **details: Any) -> WindpipeError:
-    return WindpipeError(ErrorType.INVALID_REQUEST, message, details=details)
+    return InvalidRequest(message, details=details)
 
 
 def _int_field(body: dict[str, Any], name: str, *, default: int | None, minimum: int) -> int:
@@ -430,7 +438,7 @@ def to_flight_error(exc: BaseException) -> fl.FlightError:
     """The Flight error of a ``WindpipeError`` (its type's class, the envelope in
     ``extra_info``); anything else becomes ``internal``. What servers raise."""
     if not isinstance(exc, WindpipeError):  # its text may hold paths or URLs: not sent
-        exc = WindpipeError(ErrorType.INTERNAL, f"internal server error ({type(exc).__name__})")
+        exc = InternalError(f"internal server error ({type(exc).__name__})")
     cls = getattr(fl, ERROR_TABLE[exc.type].flight_error)
     err: fl.FlightError = cls(exc.message, extra_info=exc.to_json())
     return err
@@ -468,7 +476,7 @@ def error_from_flight(exc: BaseException, *, where: str = "") -> WindpipeError:
         return exc
     envelope = _envelope(exc)
     if envelope is not None:
-        return WindpipeError.from_envelope(envelope)
+        return error_from_envelope(envelope)
     text = f"{where}: {_first_line(exc)}" if where else _first_line(exc)
     if isinstance(exc, fl.FlightUnauthenticatedError):
         kind = ErrorType.UNAUTHENTICATED
@@ -479,4 +487,4 @@ def error_from_flight(exc: BaseException, *, where: str = "") -> WindpipeError:
         kind = ErrorType.UNAVAILABLE
     else:
         kind = ErrorType.INTERNAL
-    return WindpipeError(kind, text)
+    return error_class(kind)(text)

@@ -54,7 +54,7 @@ class BuiltBatch:
 
     Treat it as immutable. It is not a frozen dataclass because a frozen one's
     ``__init__`` sets each field through ``object.__setattr__``: 1.2-1.9 us against 0.2-0.5
-    us here, per batch of the same-host path (issue 24)."""
+    us here, per batch of the same-host path."""
 
     windows: np.ndarray  # float32 (B, T + 1, C_in + C_out): services.materialize.rows
     mask: np.ndarray  # uint8 (B, T)

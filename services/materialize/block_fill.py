@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import SegmentError
 from services.materialize.chunks import lay_out, segment_errors
 from services.materialize.plan import PlanContext
 from services.planning.sizes import chunk_row_bytes
@@ -220,8 +220,7 @@ def _read(plan: PlanContext, storage: Storage, chunks: np.ndarray, names: list[s
             table = read_chunks(storage, info, idxs, names)
         expected = sum(info.chunk_rows[k] for k in idxs)
         if names and table.num_rows != expected:
-            raise WindpipeError(
-                ErrorType.SEGMENT_ERROR,
+            raise SegmentError(
                 f"segment {info.path!r} chunk {idxs[0]}: {table.num_rows} rows, expected "
                 f"{expected} (changed since registration?)",
                 details={"path": info.path, "chunk": idxs[0]},

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import Unavailable
 from services.materialize.block_fill import Progress, fill_block
 from services.materialize.cache import ChunkRequest
 from services.materialize.plan import PlanContext
@@ -90,8 +90,7 @@ def block_request(plan: PlanContext, layout: BlockLayout, *, storage: Storage | 
 
     def fill(rows: np.ndarray) -> int:
         if storage is None:
-            raise WindpipeError(
-                ErrorType.UNAVAILABLE,
+            raise Unavailable(
                 f"block {layout.key} of plan {plan.plan_id} is not in the tier (evicted?); "
                 "ask the Flight server to warm the plan again",
                 details={"plan_id": plan.plan_id, "block": layout.key},

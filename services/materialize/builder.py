@@ -28,7 +28,7 @@ import functools
 import numpy as np
 import pyarrow as pa
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InternalError, WindpipeError
 from services.contract.wire import BatchMetadata
 from services.materialize.assembler import BLOCK_BATCHES, BatchAssembler, BuiltBatch
 from services.materialize.blocks import BlockLayout, block_key
@@ -196,8 +196,7 @@ class BatchBuilder:
 
     def _chunk_path(self) -> ChunkPath:
         if self._chunks is None:
-            raise WindpipeError(ErrorType.INTERNAL,
-                                "this batch builder reads blocks only (blocks='always')")
+            raise InternalError("this batch builder reads blocks only (blocks='always')")
         return self._chunks
 
 

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ResourceExhausted, WindpipeError
 
 __all__ = ["CacheStats", "ChunkCache", "ChunkRequest", "PinSet", "working_set_error"]
 
@@ -40,8 +40,7 @@ def working_set_error(need: int, budget: int, **details: int) -> WindpipeError:
     """``resource_exhausted``: a batch pins ``need`` bytes (the plan report's
     ``cache_working_set_bytes`` figure, :mod:`services.planning.working_set`), more than
     the cache budget; ``details`` say which batch."""
-    return WindpipeError(
-        ErrorType.RESOURCE_EXHAUSTED,
+    return ResourceExhausted(
         f"one batch needs {need} bytes of chunks but the cache budget is {budget} bytes: "
         f"raise --cache-bytes to at least {need}",
         details={"working_set_bytes": need, "budget_bytes": budget, **details},
@@ -184,8 +183,7 @@ class ChunkCache:
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise WindpipeError(
-                        ErrorType.RESOURCE_EXHAUSTED,
+                    raise ResourceExhausted(
                         f"the cache budget of {self.budget_bytes} bytes is pinned by other "
                         f"streams; this batch needs {need} more bytes: raise --cache-bytes",
                         details={"needed_bytes": need, "budget_bytes": self.budget_bytes,

@@ -31,12 +31,18 @@ from typing import NamedTuple
 import numpy as np
 
 from services.contract.configs import PlanSpec, ScalingSpec
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import (
+    ErrorType,
+    SegmentChanged,
+    SegmentError,
+    WindpipeError,
+    error_class,
+)
 from services.contract.wire import INPUT_PAD
 from services.logging import get_logger
 from services.materialize.rows import RowMatrix
 from services.planning.sizes import chunk_row_bytes
-from services.storage.segments import SegmentChanged, SegmentInfo, SegmentProblem, read_chunk
+from services.storage.segments import SegmentInfo, read_chunk
 from services.storage.store import Storage
 
 __all__ = [
@@ -166,8 +172,7 @@ def load_chunk(
     read = sum(int(a.nbytes) for a in data.values())
     for name, arr in data.items():
         if arr.shape != (rows,):
-            raise WindpipeError(
-                ErrorType.SEGMENT_ERROR,
+            raise SegmentError(
                 f"segment {info.path!r} chunk {chunk_idx}: column {name!r} has "
                 f"{arr.shape[0]} rows, expected {rows} (changed since registration?)",
                 details={"path": info.path, "chunk": chunk_idx},
@@ -182,20 +187,19 @@ def segment_errors(info: SegmentInfo, chunk_idx: int) -> Iterator[None]:
     ``unavailable`` stays (the store, not the data)."""
     try:
         yield
-    except (SegmentProblem, SegmentChanged):
+    except (SegmentError, SegmentChanged):
         raise
     except WindpipeError as exc:
         kind = ErrorType.UNAVAILABLE if exc.type == ErrorType.UNAVAILABLE else \
             ErrorType.SEGMENT_ERROR
-        raise WindpipeError(
-            kind, f"segment {info.path!r}: {exc.message}",
+        raise error_class(kind)(
+            f"segment {info.path!r}: {exc.message}",
             details={**exc.details, "path": info.path, "chunk": chunk_idx},
         ) from exc
     except Exception as exc:
         _log.warning("segment.chunk_unreadable", path=info.path, chunk=chunk_idx,
                      error=f"{type(exc).__name__}: {exc}")
-        raise WindpipeError(
-            ErrorType.SEGMENT_ERROR,
+        raise SegmentError(
             f"reading chunk {chunk_idx} of segment {info.path!r} failed "
             f"({type(exc).__name__}; the server log has the details)",
             details={"path": info.path, "chunk": chunk_idx},

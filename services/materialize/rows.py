@@ -12,7 +12,7 @@ tensors are views of that one copy (SEMANTICS 5, docs/types.md)::
     targets = windows[:, 1:, C_in:]     # rows 1 .. T: the rows one ahead
 
 so one window is one contiguous run of ``(T + 1) * C`` values wherever it is copied
-from (issue 24: the careful hand loader's one copy per window), and a row's inputs and
+from (the careful hand loader's one copy per window), and a row's inputs and
 targets travel together. Two cells of a window block are never seen through either
 view: row ``T``'s inputs and row 0's targets.
 

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ResourceExhausted
 from services.materialize.rows import RowMatrix
 from services.planning.sizes import chunk_row_bytes
 
@@ -273,8 +273,7 @@ class Tier:
             return found, 0
         nbytes = _block_bytes(rows, c_in, c_out)
         if nbytes > self.budget_bytes:
-            raise WindpipeError(
-                ErrorType.RESOURCE_EXHAUSTED,
+            raise ResourceExhausted(
                 f"a block of {nbytes} bytes does not fit the tier budget of "
                 f"{self.budget_bytes} bytes: raise --tier-bytes",
                 details={"block_bytes": nbytes, "tier_budget_bytes": self.budget_bytes},
@@ -288,9 +287,8 @@ class Tier:
             read = self._write(key, rows=rows, c_in=c_in, c_out=c_out, fill=fill)
         block = self.open(key)
         if block is None:  # evicted by another process in between: keep this one's pages
-            raise WindpipeError(ErrorType.RESOURCE_EXHAUSTED,
-                                f"tier block {key} was evicted as soon as it was written: "
-                                "raise --tier-bytes", details={"key": key})
+            raise ResourceExhausted(f"tier block {key} was evicted as soon as it was written: "
+                                    "raise --tier-bytes", details={"key": key})
         return block, read
 
     # -- internals --------------------------------------------------------------------

@@ -3,7 +3,7 @@
 The general builder (:mod:`.builder`) plans every ``(lane, chunk)`` range of a batch,
 pins its blocks in the cache, gathers, works out padding and puts the batch together;
 in a training process that reads the host's tier that bookkeeping cost more than the
-copy itself (~280 of ~350 us per 64 x 1024 batch, issue 24). Most batches need none of
+copy itself (~280 of ~350 us per 64 x 1024 batch). Most batches need none of
 it: every lane is a full window (``T`` input rows and the target row inside its
 stream) of the batch's protocol, so the batch is ``windows[rows]`` of the block's
 overlapping window views (:meth:`~services.materialize.tier.Block.windows`): each
@@ -14,7 +14,7 @@ inputs and targets views of that one copy (:mod:`services.materialize.rows`).
 which batches are like that, where each lane's window starts in its block and each
 lane's ``has_channel`` row; :meth:`WindowPass.build` then makes such a batch with one
 fancy index, one fresh mask and a few constant-size objects whatever its lane count
-(about 7 us of Python around the copy, issue 24). A batch some of whose lanes end early
+(about 7 us of Python around the copy). A batch some of whose lanes end early
 (a stream's last window, every window of a stream shorter than ``T + 1`` rows: most
 of a collection of short segments) takes this path too: every lane's window one copy
 from the window views, then the pad row written over the rows past each stream and a

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from services.contract.configs import PlanSpec
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InvalidConfig, WindpipeError
 from services.contract.identity import rng_for
 from services.contract.ranks import check_rank
 from services.planning.arrays import expand_counts
@@ -33,7 +33,7 @@ _I64 = np.int64
 
 
 def _invalid(message: str, **details: Any) -> WindpipeError:
-    return WindpipeError(ErrorType.INVALID_CONFIG, message, details=details)
+    return InvalidConfig(message, details=details)
 
 
 @dataclass(frozen=True, eq=False)

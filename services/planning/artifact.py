@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from services.contract.configs import PlanSpec
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InternalError, InvalidRequest, WindpipeError
 from services.contract.reports import PlanReport
 from services.planning.report import plan_report
 from services.planning.schedule import SCHEDULE_ARRAYS, DropCounts, Schedule
@@ -94,8 +94,8 @@ class PieceLayout:
         """The layout of the pieces ``paths`` from a record per path."""
         missing = sorted(set(paths) - set(records))
         if missing:
-            raise WindpipeError(
-                ErrorType.INTERNAL, f"no segment record for {len(missing)} piece(s)",
+            raise InternalError(
+                f"no segment record for {len(missing)} piece(s)",
                 details={"paths": missing[:20]},
             )
         rows = [np.asarray(records[p].chunk_rows, dtype=_I64) for p in paths]
@@ -143,8 +143,8 @@ class PlanArtifact:
         if self.schedule is None:
             return epoch_schedule(self.streams, self.spec, epoch, chunks=self.chunk_table)
         if epoch < 0:
-            raise WindpipeError(ErrorType.INVALID_REQUEST, f"epoch must be >= 0, got {epoch}",
-                                details={"epoch": epoch})
+            raise InvalidRequest(f"epoch must be >= 0, got {epoch}",
+                                 details={"epoch": epoch})
         return self.schedule if epoch == self.schedule.epoch else dataclasses.replace(
             self.schedule, epoch=epoch)
 
@@ -298,4 +298,4 @@ def _list_of(values: np.ndarray | pa.Array) -> pa.LargeListArray:
 
 
 def _bad(message: str) -> WindpipeError:
-    return WindpipeError(ErrorType.INVALID_REQUEST, message)
+    return InvalidRequest(message)

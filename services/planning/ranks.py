@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InvalidRequest
 from services.contract.ranks import check_rank
 from services.planning.arrays import expand_counts
 from services.planning.schedule import Schedule
@@ -75,8 +75,7 @@ def pass_start(schedule: Schedule, batches: np.ndarray, *, start_batch: int, ran
         total = schedule.n_consumer_batches
         whose = (f"rank {rank} of {world_size} has {n} of the epoch's {total} batches"
                  if world_size > 1 else f"it has {n} batches")
-        raise WindpipeError(
-            ErrorType.INVALID_REQUEST,
+        raise InvalidRequest(
             f"start_batch {start_batch} is past the end of the pass of epoch "
             f"{schedule.epoch}: {whose} (start_batch may be 0 to {n})",
             details={"problem": "out_of_range", "start_batch": start_batch, "n_batches": n,

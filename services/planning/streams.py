@@ -16,7 +16,7 @@ from typing import Any, overload
 import numpy as np
 import polars as pl
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InvalidConfig, WindpipeError
 from services.contract.identity import canonical_json, identity_tuple
 
 __all__ = ["JsonKeys", "Streams", "build_streams"]
@@ -155,7 +155,7 @@ class Streams:
 
 
 def _invalid(message: str, **details: Any) -> WindpipeError:
-    return WindpipeError(ErrorType.INVALID_CONFIG, message, details=details)
+    return InvalidConfig(message, details=details)
 
 
 def build_streams(

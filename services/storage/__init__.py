@@ -4,20 +4,13 @@ Shared by the catalog (registration inspects every segment) and the materializer
 (chunk loads). No HTTP, no SQL.
 """
 
-from services.storage.segments import (
-    ColumnInfo,
-    SegmentInfo,
-    SegmentProblem,
-    inspect_segment,
-    read_chunk,
-)
+from services.storage.segments import ColumnInfo, SegmentInfo, inspect_segment, read_chunk
 from services.storage.store import PathEscapeError, Storage, StorageOptions, StorageRoots, open_root
 
 __all__ = [
     "ColumnInfo",
     "PathEscapeError",
     "SegmentInfo",
-    "SegmentProblem",
     "Storage",
     "StorageOptions",
     "StorageRoots",

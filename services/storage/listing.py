@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import obstore
 from obstore.exceptions import GenericError, NotFoundError
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import Unavailable
 from services.storage.store import Storage
 
 __all__ = ["Folder", "list_folder"]
@@ -44,11 +44,10 @@ def list_folder(storage: Storage, folder: str = "") -> Folder:
     except GenericError as exc:
         if storage.is_local:
             return Folder((), ())  # a file where a folder was expected: nothing under it
-        raise WindpipeError(
-            ErrorType.UNAVAILABLE,
+        raise Unavailable(
             f"the object store of {storage.uri} did not answer a listing of "
             f"{rel or '(the root)'!r} ({type(exc).__name__})",
-            details={"root": storage.uri, "path": rel, "retryable": True},
+            details={"root": storage.uri, "path": rel},
         ) from exc
     folders = sorted(str(p).rstrip("/") for p in answer["common_prefixes"])
     files = sorted((str(m["path"]), int(m["size"])) for m in answer["objects"])

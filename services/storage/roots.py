@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import Forbidden, InvalidRequest
 
 __all__ = ["AllowedRoots", "RootScopes"]
 
@@ -116,15 +116,13 @@ class AllowedRoots:
 
         A scheme no store supports passes: opening it is ``invalid_request`` anyway."""
         if _relative(uri):
-            raise WindpipeError(
-                ErrorType.INVALID_REQUEST,
+            raise InvalidRequest(
                 f"storage root {uri!r} is not absolute: name a directory from / "
                 "(file:///data/lab or /data/lab) or s3://bucket/prefix",
                 details={"root": uri},
             )
         if urlparse(uri).scheme in ("", "file", *_S3) and not self.permits(uri):
-            raise WindpipeError(
-                ErrorType.FORBIDDEN,
+            raise Forbidden(
                 f"storage root {uri!r} is not one this server may read; the operator "
                 "allows roots with --allow-root or WINDPIPE_ALLOWED_ROOTS",
                 details={"root": uri},
@@ -180,8 +178,7 @@ class RootScopes:
         """Raise ``forbidden`` unless :meth:`permits` (before anything is read; the message
         names neither the bound roots nor their globs)."""
         if not self.permits(uri, dataset=dataset):
-            raise WindpipeError(
-                ErrorType.FORBIDDEN,
+            raise Forbidden(
                 f"storage root {uri!r} is bound to other datasets than {dataset!r}; the "
                 "operator binds roots to dataset names with --root-scope or "
                 "WINDPIPE_ROOT_SCOPES",

@@ -19,16 +19,16 @@ from typing import TypeVar
 import numpy as np
 import pyarrow as pa
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, SegmentChanged, SegmentError, WindpipeError
 from services.logging import get_logger
 from services.storage.formats import FORMATS as FORMATS_BY_NAME
 from services.storage.formats import format_named, format_of_path
 from services.storage.formats.base import (
     ColumnInfo,
-    SegmentChanged,
     SegmentFormat,
     SegmentInfo,
-    SegmentProblem,
+    segment_changed,
+    segment_problem,
     to_float64,
 )
 from services.storage.formats.parquet import (
@@ -45,9 +45,9 @@ __all__ = [
     "SMALL_FILE_BYTES",
     "ColumnInfo",
     "SegmentChanged",
+    "SegmentError",
     "SegmentFormat",
     "SegmentInfo",
-    "SegmentProblem",
     "SegmentValues",
     "inspect_segment",
     "inspect_segment_values",
@@ -72,7 +72,7 @@ def segment_format(storage: Storage, path: str) -> SegmentFormat:
 
 
 def inspect_segment(storage: Storage, path: str) -> SegmentInfo:
-    """Open a segment, check it and describe it; :class:`SegmentProblem` on any defect."""
+    """Open a segment, check it and describe it; :class:`SegmentError` on any defect."""
     return _checked(storage, path, lambda rel: format_of_path(storage, rel).inspect(storage, rel))
 
 
@@ -94,25 +94,25 @@ def inspect_segment_values(storage: Storage, path: str, *, also: Collection[str]
 
 
 def _checked(storage: Storage, path: str, inspect: Callable[[str], T]) -> T:
-    """``inspect(rel)`` of the validated path, any failure a :class:`SegmentProblem` (but
+    """``inspect(rel)`` of the validated path, any failure a :class:`SegmentError` (but
     an unavailable store, which is retried later)."""
     try:
         rel = storage.validate_relative_path(path)
     except PathEscapeError as exc:
-        raise SegmentProblem(str(exc), path=path) from exc
+        raise segment_problem(str(exc), path=path) from exc
     try:
         return inspect(rel)
-    except SegmentProblem:
+    except SegmentError:
         raise
     except WindpipeError as exc:
         if exc.type == ErrorType.UNAVAILABLE:
             raise  # the store did not answer: retry later, the segment may be fine
-        raise SegmentProblem(f"segment {rel!r}: {exc.message}", path=rel) from exc
+        raise segment_problem(f"segment {rel!r}: {exc.message}", path=rel) from exc
     except FileNotFoundError as exc:
-        raise SegmentProblem(f"segment {rel!r} does not exist", path=rel) from exc
+        raise segment_problem(f"segment {rel!r} does not exist", path=rel) from exc
     except Exception as exc:
         _log.warning("segment.unreadable", path=rel, error=f"{type(exc).__name__}: {exc}")
-        raise SegmentProblem(
+        raise segment_problem(
             f"segment {rel!r} cannot be read as parquet or zarr v3 ({type(exc).__name__}; "
             "the server log has the details)", path=rel
         ) from exc
@@ -121,7 +121,7 @@ def _checked(storage: Storage, path: str, inspect: Callable[[str], T]) -> T:
 def verify_segment(storage: Storage, info: SegmentInfo) -> dict[str, int] | None:
     """Check that ``info``'s segment still matches its registration fingerprint.
 
-    Raises :class:`SegmentChanged` (:class:`SegmentProblem` when it is gone). Called on
+    Raises :class:`SegmentChanged` (:class:`SegmentError` when it is gone). Called on
     every chunk load, so it is cheap when nothing changed: a parquet file costs one
     ``stat`` (size, inode, mtime) on a local disk or one ``head`` (size, e-tag) on S3,
     and its footer is re-hashed only when those differ from the last match; a zarr
@@ -147,7 +147,7 @@ def _check_columns(info: SegmentInfo, columns: tuple[str, ...] | list[str]) -> l
     for name in names:
         col = info.column(name)
         if not col.numeric:
-            raise SegmentProblem(
+            raise segment_problem(
                 f"column {name!r} of segment {info.path!r} has type {col.dtype}, not numeric",
                 path=info.path,
             )
@@ -164,7 +164,7 @@ def read_chunk(
     (root, path, fingerprint), so repeated calls do not re-read metadata.
     """
     if not 0 <= chunk_idx < len(info.chunk_rows):
-        raise SegmentProblem(
+        raise segment_problem(
             f"segment {info.path!r} has {len(info.chunk_rows)} chunks, no chunk {chunk_idx}",
             path=info.path,
         )
@@ -185,8 +185,8 @@ def read_chunk(
         fmt.forget_verified(storage, info)
         fmt.verify(storage, info)  # a file changed under the read: say so
         if isinstance(exc, ChunkFileChanged):
-            raise SegmentChanged(info, str(exc)) from exc
-        raise SegmentProblem(
+            raise segment_changed(info, str(exc)) from exc
+        raise segment_problem(
             f"reading chunk {chunk_idx} of segment {info.path!r} failed: "
             f"{type(exc).__name__}: {exc}",
             path=info.path,
@@ -194,7 +194,7 @@ def read_chunk(
     except Exception as exc:
         _log.warning("segment.chunk_unreadable", path=info.path, chunk=chunk_idx,
                      error=f"{type(exc).__name__}: {exc}")
-        raise SegmentProblem(
+        raise segment_problem(
             f"reading chunk {chunk_idx} of segment {info.path!r} failed "
             f"({type(exc).__name__}; the server log has the details)",
             path=info.path,
@@ -213,7 +213,7 @@ def read_chunks(storage: Storage, info: SegmentInfo, chunks: Sequence[int],
     """
     for k in chunks:
         if not 0 <= k < len(info.chunk_rows):
-            raise SegmentProblem(
+            raise segment_problem(
                 f"segment {info.path!r} has {len(info.chunk_rows)} chunks, no chunk {k}",
                 path=info.path)
     names = _check_columns(info, columns)
@@ -221,10 +221,10 @@ def read_chunks(storage: Storage, info: SegmentInfo, chunks: Sequence[int],
         try:
             table = read_small_chunks(storage, info, list(chunks), names,
                                       max_bytes=SMALL_FILE_BYTES)
-        except (SegmentProblem, SegmentChanged, PathEscapeError):
+        except (SegmentError, SegmentChanged, PathEscapeError):
             raise
         except (OSError, pa.ArrowException) as exc:
-            raise SegmentProblem(
+            raise segment_problem(
                 f"reading segment {info.path!r} failed: {type(exc).__name__}: {exc}",
                 path=info.path,
             ) from exc

@@ -34,7 +34,7 @@ import zarr.storage
 from obstore.exceptions import GenericError, NotFoundError
 from obstore.store import LocalStore, S3Store
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InvalidRequest, Unavailable, WindpipeError
 from services.storage.concurrent import deadline_s, read_ranges
 from services.storage.held import HeldObject
 from services.storage.local_io import LinkCheck, read_local
@@ -172,11 +172,10 @@ class Storage:
         expected): no such object. The store's own text stays out of the answer."""
         if self._local_root is not None:
             return FileNotFoundError(f"no object at {rel!r} under {self._uri}")
-        return WindpipeError(
-            ErrorType.UNAVAILABLE,
+        return Unavailable(
             f"the object store of {self._uri} did not answer for {rel!r} "
             f"({type(exc).__name__})",
-            details={"root": self._uri, "path": rel, "retryable": True},
+            details={"root": self._uri, "path": rel},
         )
 
     def validate_relative_path(self, path: str) -> str:
@@ -406,8 +405,8 @@ def open_root(uri: str, options: StorageOptions | None = None) -> Storage:
     try:
         return Storage.from_uri(uri, options)
     except ValueError as exc:
-        raise WindpipeError(
-            ErrorType.INVALID_REQUEST, f"root {uri!r}: {exc}", details={"root": uri}
+        raise InvalidRequest(
+            f"root {uri!r}: {exc}", details={"root": uri}
         ) from exc
 
 

@@ -1,4 +1,4 @@
-"""bench/collection.py (issue 25): the served registration (the catalog in a process of its
+"""bench/collection.py: the served registration (the catalog in a process of its
 own registers a small collection and reports its times and peak memory), and the cold
 epoch, with and without the version's pack, streams the same rows."""
 

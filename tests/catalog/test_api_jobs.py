@@ -1,4 +1,4 @@
-"""Registrations as jobs (issue 25): 202 with progress, found again by a repeated request,
+"""Registrations as jobs: 202 with progress, found again by a repeated request,
 failures recorded with their error, and a server killed mid-job leaves nothing partial."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Limits, 64-bit integers and bounded cost per request, over real HTTP (issue 11).
+"""Limits, 64-bit integers and bounded cost per request, over real HTTP.
 
 Every bound answers 422 naming the limit and its ``WINDPIPE_*`` setting before any
 work is done; the largest world size a report or schedule allows is answered with

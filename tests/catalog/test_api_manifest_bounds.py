@@ -1,4 +1,4 @@
-"""Manifests and index pages cost what their bounds allow, over real HTTP (issue 19).
+"""Manifests and index pages cost what their bounds allow, over real HTTP.
 
 * Inline rows naming missing files: the segment checks stop once the listed problems
   are found (the answer counts them as a lower bound), in well under a second and with

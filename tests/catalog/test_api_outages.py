@@ -1,11 +1,11 @@
-"""The catalog under outages, over real HTTP (issue 11).
+"""The catalog under outages, over real HTTP.
 
 * A database that refuses connections answers 503 ``unavailable`` on every route
   (and on ``/readyz`` within a second); once it is back, the same process serves
   again, and the SDK rides out a short outage by retrying with backoff.
 * Registrations hanging on an object store that accepts connections and never
   answers cannot starve ``/healthz`` and ``/readyz``; the store's timeouts end them.
-* (issue 19) They wait on the catalog's own storage threads, so catalog reads keep
+* They wait on the catalog's own storage threads, so catalog reads keep
   their latency, and past that pool and its queue they are refused at once; a SQLite
   file locked by another writer is a 503 after a short busy timeout, not a hang.
 """

@@ -1,5 +1,4 @@
-"""Storage roots bound to dataset scopes, and conflicts that name no hidden dataset
-(issue 19, item 3).
+"""Storage roots bound to dataset scopes, and conflicts that name no hidden dataset.
 
 A writer scoped to ``lab-*`` must not read another dataset's files by registering
 their root (or a directory around or inside it) under a ``lab-`` name, and

@@ -1,4 +1,4 @@
-"""A scoped admin stays inside its scope on the token and audit routes (issue 19, item 1).
+"""A scoped admin stays inside its scope on the token and audit routes.
 
 One real catalog per database with a bootstrap admin; an admin scoped to ``lab-*``
 tries to mint wider tokens, lists and revokes tokens and reads the audit trail.

@@ -16,12 +16,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from catalog.jobs import Jobs, request_key
 from catalog.models import RegistrationJob
 from migrations import upgrade_engine
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InvalidManifest, Unavailable, WindpipeError
 from services.database import create_engine
 
 
 def _refuse(_fn: Callable[..., Any], *_args: Any) -> Future[Any]:
-    raise WindpipeError(ErrorType.UNAVAILABLE, "busy", {"retryable": True})
+    raise Unavailable("busy", details={"retryable": True})
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_a_job_done_at_once_is_recorded_and_forgotten(
 
 def test_a_failed_job_keeps_its_error_envelope(jobs: Jobs) -> None:
     def work(_progress: Callable[[str, int, int], None]) -> tuple[dict[str, Any], bool]:
-        raise WindpipeError(ErrorType.INVALID_MANIFEST, "row 3: missing", {"problems": []})
+        raise InvalidManifest("row 3: missing", details={"problems": []})
 
     job_id, future = jobs.start(dataset="d", key="k", principal="p", work=work)
     assert future is not None

@@ -1,4 +1,4 @@
-"""Registration profiles the values (issue 21): null and non-finite counts per protocol and
+"""Registration profiles the values: null and non-finite counts per protocol and
 column, irregular sampling of ``time_s`` per segment, and says so in warnings that the
 SDK raises (``sdk.DataWarning``), never silently."""
 

@@ -1,4 +1,4 @@
-"""Registration at collection scale (issue 25), the parts that replaced per-segment Python:
+"""Registration at collection scale, the parts that replaced per-segment Python:
 the batch counts against per-segment numpy, the polars-written canonical JSON against
 ``canonical_json``, the columnar descriptions against the segments, and the batch
 checks against the per-segment checked path they fall back to."""

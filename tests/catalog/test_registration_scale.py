@@ -1,4 +1,4 @@
-"""Registration at collection scale (issue 25): many small segments read in bounded
+"""Registration at collection scale: many small segments read in bounded
 batches, with the same version, rows, schema and profile as one segment at a time."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from services.storage.segments import inspect_segment
 from services.storage.store import Storage
 from services.synth import write_synthetic_dataset
 
-# recorded on the code before issue 25 (HEAD 2026-12-01) for this synthetic dataset
+# recorded, for this synthetic dataset, on the code before segments were read in batches
 _CONTENT_DIGEST = "33cacd0f0026125739e3de1ecb8034386ea89eb158c5cfe17aede8b6f0f085e7"
 _PROFILE_DIGEST = "4827339ee223f3d606ce0d5a8d346dbcb880e10b58f2162e901ae43f55778efb"
 

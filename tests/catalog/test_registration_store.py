@@ -1,4 +1,4 @@
-"""Registration from an object store (issue 25): moto's S3 server behind the benchmark's
+"""Registration from an object store: moto's S3 server behind the benchmark's
 latency proxy. Parquet segments are fetched ahead in one request each, many in flight
 (catalog/batched.py ``prefetched_map``, services/storage/held.py), checked and profiled
 from what was fetched: the same version, rows, schema and profile as a local root, one

@@ -1,4 +1,4 @@
-"""Issue 23's multi-node run on one machine, with real parts only.
+"""A multi-node run on one machine, with real parts only.
 
 The catalog on PostgreSQL, the data in moto's S3 (registered from ``s3://``), three
 "nodes" (a Flight server each on 127.0.0.11 / .12 / .13 with its own tier directory

@@ -22,7 +22,7 @@ from pydantic import SecretStr
 
 from flight_server.runner import RunningFlightServer, start_flight_server
 from services.contract.configs import LoaderConfig
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import NotFound
 from services.contract.identity import manifest_row_id
 from services.contract.wire import ACTION_CACHE_STATS, BatchMetadata, FlightCommand, batch_arrays
 from services.materialize.plan import PlanContext
@@ -196,7 +196,7 @@ def start_server(plans: dict[str, PlanContext], *, cache_bytes: int = 64 << 20,
 
     def source(plan_id: str) -> PlanArtifact:
         if plan_id not in plans:
-            raise WindpipeError(ErrorType.NOT_FOUND, f"plan {plan_id!r} does not exist")
+            raise NotFound(f"plan {plan_id!r} does not exist")
         return plans[plan_id].artifact
 
     return start_flight_server(config, plan_source=source, cache_bytes=cache_bytes)

@@ -210,7 +210,7 @@ def test_segment_failures_and_skips_are_logged(dataset: Dataset, tmp_path: Path)
 @pytest.mark.parametrize("tier_bytes", [None, 32 << 20, 0])
 def test_health_states_the_tier_budget_to_authenticated_callers_only(
         tmp_path: Path, tier_bytes: int | None) -> None:
-    """Issue 22: the tier's budget and how it was chosen are in ``health`` for a caller
+    """The tier's budget and how it was chosen are in ``health`` for a caller
     with a token (``None``: the automatic budget, half the free disk), never for an
     anonymous probe."""
     settings = Settings(flight_host="127.0.0.1", flight_port=0, tier_dir=tmp_path / "tier",

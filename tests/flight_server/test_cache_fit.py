@@ -1,4 +1,4 @@
-"""One figure for "does a batch fit the cache" (issue 19, item 14): the plan report's
+"""One figure for "does a batch fit the cache": the plan report's
 ``cache_working_set_bytes``, the catalog's fit check and a Flight server's refusal are the
 distinct chunk bytes of the worst batch, so a plan whose batches fit is accepted and
 streams on a cache of exactly that size, and a byte less is refused before streaming,

@@ -1,4 +1,4 @@
-"""Every Flight call a caller can make, answered typed and bounded (issue 19, items 9, 11).
+"""Every Flight call a caller can make, answered typed and bounded.
 
 The anonymous ``health`` action names nothing of the host and the authenticated
 ``tier-info`` action says where the tier is; the calls windpipe does not serve answer

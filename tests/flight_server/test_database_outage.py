@@ -1,5 +1,5 @@
-"""A Flight server reading the catalog database answers its outage as ``unavailable``
-(issue 19): every call that needs the database (GetFlightInfo, DoGet, the warm action,
+"""A Flight server reading the catalog database answers its outage as ``unavailable``:
+every call that needs the database (GetFlightInfo, DoGet, the warm action,
 a token or scope to check) fails with the typed, retryable envelope, even for a plan the
 server holds, never ``internal``; once the database is back the same server serves.
 
@@ -23,7 +23,7 @@ from pydantic import SecretStr
 
 from flight_server.runner import start_flight_server
 from services.contract.auth import flight_headers
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, Transient, WindpipeError
 from services.contract.wire import ACTION_WARM, FlightCommand
 from services.contract.wire import error_from_flight as wire_error
 from services.settings import Settings
@@ -59,7 +59,7 @@ def _unavailable(call: Callable[[], Any]) -> WindpipeError:
     assert isinstance(err, WindpipeError), info.value
     assert err.type == ErrorType.UNAVAILABLE, (err.type, err.message)
     assert isinstance(info.value, fl.FlightUnavailableError)
-    assert err.details.get("retryable") is True, err.details
+    assert isinstance(err, Transient), err
     assert "database" in err.message
     return err
 

@@ -1,4 +1,4 @@
-"""The plan report is exact (issue 19, items 13 to 15), on every plan shape, against what a
+"""The plan report is exact, on every plan shape, against what a
 real Flight server streams and pins:
 
 * ``real_tokens`` is the number of mask-true positions of the streamed epoch, also where a

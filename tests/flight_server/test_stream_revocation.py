@@ -1,4 +1,4 @@
-"""A token revoked while its stream runs ends that stream (issue 19, item 7): the Flight
+"""A token revoked while its stream runs ends that stream: the Flight
 server checks the caller again between batches, at most every ``STREAM_AUTH_CHECK_S``
 seconds and through its access layer's cache (``auth_cache_s``), so the stream ends with
 ``unauthenticated`` within ``auth_cache_s + STREAM_AUTH_CHECK_S`` of the revocation
@@ -22,7 +22,7 @@ from structlog.testing import capture_logs
 from flight_server.runner import start_flight_server
 from flight_server.stream_checks import STREAM_AUTH_CHECK_S, StreamAuth
 from services.contract.auth import flight_headers
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, Unauthenticated, WindpipeError
 from services.contract.wire import FlightCommand, error_from_flight
 from services.settings import Settings
 from tests.catalog.api_support import write_small_dataset
@@ -170,7 +170,7 @@ def test_the_recheck_is_rate_limited_and_survives_a_short_outage() -> None:
         auth.check(next_batch=7)
     assert info.value.type == ErrorType.UNAVAILABLE
     assert info.value.details["next_batch"] == 7
-    access.answer = WindpipeError(ErrorType.UNAUTHENTICATED, "the token was revoked")
+    access.answer = Unauthenticated("the token was revoked")
     now[0] = 6.0
     with pytest.raises(WindpipeError) as info:
         auth.check(next_batch=9)

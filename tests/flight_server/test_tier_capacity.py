@@ -1,4 +1,4 @@
-"""The host tier as the capacity level (issue 22): a plan larger than the chunk cache but
+"""The host tier as the capacity level: a plan larger than the chunk cache but
 within the tier streams correctly, its first pass fills the tier behind the stream, and
 its second pass is served from the tier with no storage read (no decode). Real Flight
 servers on port 0; the reference is a server whose cache holds the whole plan."""

@@ -146,7 +146,7 @@ def test_provenance_is_decoded_once_and_only_when_read():
 
 def test_the_fast_constructor_sets_every_slot_init_does() -> None:
     """``batch_from_arrays`` makes a ``Batch`` without ``__init__`` (the same-host path's
-    per-batch cost, issue 24): a slot added to ``Batch`` later must be set there too."""
+    per-batch cost): a slot added to ``Batch`` later must be set there too."""
     x, y, m = _arrays(b=2, t=3, c_in=1, c_out=1)
     meta = BatchMetadata(batch_idx=4, global_batch=4, split="train", seq_len=3, c_in=1,
                          c_out=1, input_columns=("a",), target_columns=("b",),

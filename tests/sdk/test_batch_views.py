@@ -1,4 +1,4 @@
-"""``Batch.contiguous()``: the escape from strided tensor views (docs/types.md, issue 24)."""
+"""``Batch.contiguous()``: the escape from strided tensor views (docs/types.md)."""
 
 from __future__ import annotations
 

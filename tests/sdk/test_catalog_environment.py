@@ -1,5 +1,5 @@
-"""``Catalog()`` takes the URL and token from ``WINDPIPE_URL`` / ``WINDPIPE_TOKEN``
-(issue 20): arguments win, the variable's token goes only to the variable's URL, and
+"""``Catalog()`` takes the URL and token from ``WINDPIPE_URL`` / ``WINDPIPE_TOKEN``:
+arguments win, the variable's token goes only to the variable's URL, and
 with no URL at all the error says what to do."""
 
 from __future__ import annotations

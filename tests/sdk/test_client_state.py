@@ -75,7 +75,7 @@ def test_a_worker_source_pickles_its_settings_only() -> None:
 
 def test_a_plan_read_live_counts_as_its_liveness_check() -> None:
     """``Catalog.plan`` reads ``/v1/plans/{id}``: a live answer spares the pass that follows
-    its own request (issue 24); a retired one, or another path, does not."""
+    its own request; a retired one, or another path, does not."""
     calls: list[str] = []
     retired: dict[str, str | None] = {"p-1": None, "p-2": "2026-12-01T00:00:00Z"}
 

@@ -1,4 +1,4 @@
-"""The SDK surface of issue 4, end to end against the real catalog and Flight servers."""
+"""The SDK's whole surface, end to end against the real catalog and Flight servers."""
 
 from __future__ import annotations
 
@@ -87,11 +87,12 @@ def test_surface_as_written(database_url: str, tmp_path: Path, synth_dataset: An
         cat.close()
 
 
-def test_issue_code_block_verbatim(tmp_path: Path, synth_dataset: Any) -> None:
-    """The code block of issue 4, line for line (only the URL and the root differ)."""
+def test_the_whole_workflow_as_one_block_line_for_line(tmp_path: Path, synth_dataset: Any) -> None:
+    """The whole workflow (register, list, index, split, plan, report, batches, loader) as
+    a user writes it in one block, line for line (only the URL and the root differ)."""
     root = synth_dataset.path.resolve().as_uri()
     with deployment(f"sqlite:///{tmp_path / 'c.db'}", tmp_path / "state") as dep:
-        from sdk import (  # noqa: PLC0415 - the issue's import line
+        from sdk import (  # noqa: PLC0415 - the block's own import line
             Catalog,
             LoaderConfig,
             ScalingSpec,

@@ -8,8 +8,14 @@ import pyarrow.flight as fl
 import pytest
 
 import sdk
-from sdk._exceptions import error_class, error_from_envelope, error_from_flight
-from services.contract.errors import ERROR_TABLE, ErrorType, WindpipeError, error_envelope
+from sdk._exceptions import error_from_envelope, error_from_flight
+from services.contract.errors import (
+    ERROR_TABLE,
+    ErrorType,
+    WindpipeError,
+    error_class,
+    error_envelope,
+)
 
 EXPECTED = {
     ErrorType.INVALID_REQUEST: sdk.InvalidRequest,
@@ -54,7 +60,7 @@ def test_from_rest_envelope(kind):
 
 @pytest.mark.parametrize("kind", list(ErrorType))
 def test_from_flight_extra_info(kind):
-    original = WindpipeError(kind, f"flight says {kind}", {"segment": "a/b.zarr"})
+    original = error_class(kind)(f"flight says {kind}", details={"segment": "a/b.zarr"})
     flight_cls = getattr(fl, ERROR_TABLE[kind].flight_error)
     err = error_from_flight(flight_cls("wire text", extra_info=original.to_json()))
     assert type(err) is EXPECTED[kind]

@@ -168,7 +168,7 @@ def test_local_batches_pickle_with_their_provenance(dep: Any) -> None:
 
 
 def test_a_kept_pass_hands_out_fresh_tensors(dep: Any) -> None:
-    """A reader keeps a pass's tables for the next pass of the same epoch (issue 24), yet
+    """A reader keeps a pass's tables for the next pass of the same epoch, yet
     every batch owns its tensors: no two batches share memory, and writing into every
     tensor of one pass changes nothing of the next."""
     plan = dep.extra["plans"]["shuffled"]

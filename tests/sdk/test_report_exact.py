@@ -1,5 +1,5 @@
 """The report a catalog stores is exact on ``windpipe synth --missing-channel voltage_v
---missing-cells 1`` data (issue 19, items 13 and 14): for every plan shape, ``real_tokens``
+--missing-cells 1`` data: for every plan shape, ``real_tokens``
 is the true count of the streamed epoch's mask (the missing cell's lanes are all masked:
 voltage is a target), and ``cache_working_set_bytes`` the most chunk bytes the Flight
 server pinned for one batch. Real catalog and Flight server (chunk path only)."""

@@ -9,8 +9,7 @@ import pytest
 
 from flight_server.plan_sources import RestPlanSource
 from sdk import Catalog, Conflict, LoaderConfig, ValidationConfig, WindowConfig
-from services.contract.errors import ErrorType, retired_error
-from services.contract.errors import WindpipeError as ContractError
+from services.contract.errors import ErrorType, WindpipeError, retired_error
 from tests.sdk.deployment import deployment
 
 CONFIG = LoaderConfig(inputs={"cycling": ("current_a", "voltage_v")},
@@ -49,7 +48,7 @@ def test_running_streams_finish_and_new_ones_are_refused(dep: Any) -> None:
         next(iter(plan.batches(transport="flight")))
     with pytest.raises(Conflict, match="retired") as local:
         next(iter(plan.batches(transport="local")))
-    with pytest.raises(ContractError, match="retired") as info:
+    with pytest.raises(WindpipeError, match="retired") as info:
         RestPlanSource(dep.url).check_live(plan.id)  # what a Flight server with --catalog-url asks
     assert info.value.type == ErrorType.CONFLICT
     # one message, written by services.contract.errors.retired_error, whoever refuses

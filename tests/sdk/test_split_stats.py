@@ -1,4 +1,4 @@
-"""``split.stats()`` and fitted scaling end to end (issue 21), against a real catalog and
+"""``split.stats()`` and fitted scaling end to end, against a real catalog and
 Flight server: the statistics equal numpy over the train rows read straight from the
 files (parquet and zarr, a missing channel, planted infinities); no validation row is
 read; the values that reach a batch are ``(x - mean) / std`` of the file values."""

@@ -1,5 +1,5 @@
 """``start_batch`` past the end of a pass is refused naming the pass's batch count, on Flight
-and on the same-host path alike (issue 19, item 15); ``start_batch`` equal to the count
+and on the same-host path alike; ``start_batch`` equal to the count
 is the position after the last batch and yields nothing. Real catalog and Flight server
 sharing a host tier (so ``transport="local"`` builds batches in this process)."""
 

@@ -1,4 +1,4 @@
-"""The SDK without torch (issue 18): ``from windpipe import Catalog`` imports, and the
+"""The SDK without torch: ``from windpipe import Catalog`` imports, and the
 REST workflow (register, index, split, plan, report) works; the first call that needs
 torch (batches, the loader, the torch dataset) says what to install.
 

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InvalidTicket, NotFound
 from services.contract.wire import (
     INPUT_PAD,
     WIRE_VERSION,
@@ -134,7 +134,7 @@ class ToyFlightServer(fl.FlightServerBase):
         self._refuse_if_dead()
         cmd = FlightCommand.decode(descriptor.command)
         if cmd.plan_id != self.plan_id:
-            err = WindpipeError(ErrorType.NOT_FOUND, f"unknown plan {cmd.plan_id!r}")
+            err = NotFound(f"unknown plan {cmd.plan_id!r}")
             raise fl.FlightServerError(err.message, extra_info=err.to_json())
         ticket = fl.Ticket(json.dumps(
             {"epoch": cmd.epoch, "rank": cmd.rank, "world_size": cmd.world_size,
@@ -148,7 +148,7 @@ class ToyFlightServer(fl.FlightServerBase):
         self._refuse_if_dead()
         body = json.loads(ticket.ticket)
         if body.get("forged"):
-            err = WindpipeError(ErrorType.INVALID_TICKET, "ticket signature does not verify")
+            err = InvalidTicket("ticket signature does not verify")
             raise fl.FlightUnauthorizedError(err.message, extra_info=err.to_json())
         cmd = FlightCommand(self.plan_id, body["epoch"], body["rank"], body["world_size"],
                             body["start"])

@@ -1,4 +1,4 @@
-"""Relative paths and failed starts, tried as a new user would (issue 19, item 12).
+"""Relative paths and failed starts, tried as a new user would.
 
 ``--allow-root demo-data`` is taken from the working directory, a root the servers
 cannot use is refused in one line, a relative ``root`` registered over REST is ``not

@@ -1,4 +1,4 @@
-"""Embedded mode (issue 20): ``windpipe.embedded(data_dir)`` runs the catalog in this
+"""Embedded mode: ``windpipe.embedded(data_dir)`` runs the catalog in this
 process with no port and no Flight server, and its batches equal the served mode's,
 byte for byte, for every plan shape the tests know (``bench.identity.shapes``)."""
 

@@ -1,4 +1,4 @@
-"""``from windpipe import ...`` is the documented import (issue 18): the SDK's names, lazily."""
+"""``from windpipe import ...`` is the documented import: the SDK's names, lazily."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from catalog.api.auth import CurrentPrincipal, require
 from catalog.api.deps import AppSettings, Discovery
 from catalog.api.schemas import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ConfigOut, HealthOut
 from catalog.principals import LOCAL, Role
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import Unavailable
 
 __all__ = ["READY_TIMEOUT_S", "router", "v1"]
 
@@ -46,12 +46,12 @@ async def readyz(request: Request) -> HealthOut:
             loop.run_in_executor(pool, _ping, request.app.state.engine), READY_TIMEOUT_S
         )
     except TimeoutError as exc:
-        raise WindpipeError(
-            ErrorType.UNAVAILABLE, f"database did not answer within {READY_TIMEOUT_S} s"
+        raise Unavailable(
+            f"database did not answer within {READY_TIMEOUT_S} s"
         ) from exc
     except sa.exc.SQLAlchemyError as exc:
-        raise WindpipeError(
-            ErrorType.UNAVAILABLE, f"database unreachable: {type(exc).__name__}"
+        raise Unavailable(
+            f"database unreachable: {type(exc).__name__}"
         ) from exc
     return HealthOut()
 

@@ -13,7 +13,7 @@ from catalog.api.auth import CurrentPrincipal, require
 from catalog.api.schemas import JobOut
 from catalog.jobs import Jobs
 from catalog.principals import Role
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import NotFound
 
 __all__ = ["DEFAULT_WAIT_S", "MAX_WAIT_S", "prefer_wait", "v1"]
 
@@ -48,7 +48,7 @@ def get_job(job_id: JobId, request: Request, principal: CurrentPrincipal) -> Job
     jobs: Jobs = request.app.state.jobs
     job = jobs.view(job_id)
     if job is None:
-        raise WindpipeError(ErrorType.NOT_FOUND, f"no registration job {job_id!r}",
-                            details={"job_id": job_id})
+        raise NotFound(f"no registration job {job_id!r}",
+                       details={"job_id": job_id})
     principals.authorize(principal, Role.READER, job.dataset)
     return JobOut.from_view(job)

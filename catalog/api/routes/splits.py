@@ -16,7 +16,7 @@ from catalog.api.storage_pool import StoragePool
 from catalog.context import CatalogContext
 from catalog.principals import Role
 from services.contract.configs import ValidationConfig
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InvalidRequest, NotFound
 from services.contract.stats import Side, SplitStats, StatsRequest
 
 __all__ = ["v1"]
@@ -102,8 +102,8 @@ def get_split_stats(
     try:
         body = StatsRequest.model_validate({"side": side, "columns": columns})
     except ValidationError as exc:
-        raise WindpipeError(ErrorType.INVALID_REQUEST, f"columns: {exc.errors()[0]['msg']}",
-                            details={"columns": columns}) from None
+        raise InvalidRequest(f"columns: {exc.errors()[0]['msg']}",
+                             details={"columns": columns}) from None
     return _stored(ctx, split_id, body)
 
 
@@ -111,8 +111,7 @@ def _stored(ctx: CatalogContext, split_id: str, body: StatsRequest) -> SplitStat
     service.get_split(ctx, split_id)  # an unknown split: its own not_found
     found = stats.stored_split_stats(ctx, split_id, body)
     if found is None:
-        raise WindpipeError(
-            ErrorType.NOT_FOUND,
+        raise NotFound(
             f"statistics of the {body.side} side of {split_id} for these columns have not "
             "been computed (POST to this path computes them)",
             details={"split_id": split_id, "side": body.side})

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, InternalError, WindpipeError
 from services.materialize.cache import ChunkCache, ChunkRequest
 from services.materialize.chunks import ChunkMatrices, load_chunk
 from services.materialize.lanes import LanePlan
@@ -84,8 +84,7 @@ class ChunkPath:
         req = self._requests.get(c)
         if req is None:
             if self._storage is None:  # a block-only reader never gets here
-                raise WindpipeError(ErrorType.INTERNAL,
-                                    "this batch builder reads blocks only (no storage)")
+                raise InternalError("this batch builder reads blocks only (no storage)")
             req = self._requests[c] = chunk_request(self.plan, self._storage, c)
         return req
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from services.contract.configs import PlanSpec
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InternalError, InvalidRequest
 from services.planning.rules import OrderRules, WindowTable
 from services.planning.schedule import DropCounts, Schedule, empty_schedule
 from services.planning.strategies import aligned, block_shuffled, plain, sequential, shuffled
@@ -58,7 +58,7 @@ class Strategy:
         if self.chunked is not None:
             return self.chunked(streams, windows, rules, epoch, chunks=chunks)
         if self.schedule is None:
-            raise WindpipeError(ErrorType.INTERNAL, f"strategy {self.name!r} has no schedule")
+            raise InternalError(f"strategy {self.name!r} has no schedule")
         return self.schedule(streams, windows, rules, epoch)
 
 
@@ -93,8 +93,8 @@ def epoch_schedule(streams: Streams, spec: PlanSpec, epoch: int, *,
     ``chunks``: the plan's chunk table (:attr:`PlanArtifact.chunk_table`); without it each
     piece counts as one chunk (only ``block_shuffled`` reads it)."""
     if epoch < 0:
-        raise WindpipeError(ErrorType.INVALID_REQUEST, f"epoch must be >= 0, got {epoch}",
-                            details={"epoch": epoch})
+        raise InvalidRequest(f"epoch must be >= 0, got {epoch}",
+                             details={"epoch": epoch})
     if streams.count == 0:
         return empty_schedule(epoch, DropCounts())
     strategy = strategy_for(spec)

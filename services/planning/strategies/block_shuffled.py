@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import InternalError, InvalidConfig
 from services.contract.identity import rng_for
 from services.planning.groups import Segments, segmented_schedule
 from services.planning.rules import OrderRules, WindowTable
@@ -96,8 +96,7 @@ def shuffle_blocks(streams: Streams, windows: WindowTable, chunks: ChunkTable, *
         code, idx, cum, ends = max(plans, key=lambda p: int((p[3] - p[2][:-1]).max()))
         worst = int(np.argmax(ends - cum[:-1]))
         s = int(stream[idx[worst]])
-        raise WindpipeError(
-            ErrorType.INVALID_CONFIG,
+        raise InvalidConfig(
             f"shuffle_block_bytes={budget:,} cannot hold one chunk of "
             f"{streams.protocols[code]!r} with the rows its windows read past it "
             f"({int(ends[worst] - cum[worst]):,} bytes, stream {s}, row "
@@ -150,8 +149,7 @@ def schedule(streams: Streams, windows: WindowTable, rules: OrderRules, epoch: i
              chunks: ChunkTable | None = None) -> Schedule:
     """The batches of ``epoch``, each within one block; ``batch_block`` names it."""
     if rules.shuffle_block_bytes is None or chunks is None:
-        raise WindpipeError(ErrorType.INTERNAL,
-                            "block_shuffled needs shuffle_block_bytes and the chunk layout")
+        raise InternalError("block_shuffled needs shuffle_block_bytes and the chunk layout")
     blocks = shuffle_blocks(streams, windows, chunks, budget=rules.shuffle_block_bytes)
 
     def form_groups(segments: Segments) -> tuple[np.ndarray, np.ndarray]:

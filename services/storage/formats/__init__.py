@@ -12,7 +12,7 @@ registered segment's (:func:`format_named`) and wraps its errors.
 
 from __future__ import annotations
 
-from services.storage.formats.base import SegmentFormatReader, SegmentProblem
+from services.storage.formats.base import SegmentFormatReader, segment_problem
 from services.storage.formats.parquet import PARQUET
 from services.storage.formats.zarr import ZARR
 from services.storage.store import Storage
@@ -36,10 +36,10 @@ def format_of_path(storage: Storage, path: str) -> SegmentFormatReader:
 
 
 def format_named(name: str, *, path: str) -> SegmentFormatReader:
-    """The format called ``name`` (a registered segment's); :class:`SegmentProblem` for a
+    """The format called ``name`` (a registered segment's); :class:`SegmentError` for a
     format this build does not read."""
     fmt = FORMATS.get(name)
     if fmt is None:
-        raise SegmentProblem(f"segment {path!r} has format {name!r}; windpipe reads "
+        raise segment_problem(f"segment {path!r} has format {name!r}; windpipe reads "
                              f"{sorted(FORMATS)}", path=path)
     return fmt

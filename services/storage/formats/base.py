@@ -17,23 +17,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import SegmentChanged, SegmentError
 from services.storage.readahead import AheadRead
 from services.storage.store import Storage
 
 __all__ = [
     "ChunkReader",
     "ColumnInfo",
-    "SegmentChanged",
     "SegmentFormat",
     "SegmentFormatReader",
     "SegmentInfo",
-    "SegmentProblem",
     "cache_forget",
     "cache_get",
     "cache_put",
     "float64_columns",
     "is_numeric",
+    "segment_changed",
+    "segment_problem",
     "to_float64",
 ]
 
@@ -41,24 +41,19 @@ SegmentFormat = Literal["parquet", "zarr"]
 _CACHE_ENTRIES = 512
 
 
-class SegmentProblem(WindpipeError):  # noqa: N818 (the name callers know)
+def segment_problem(message: str, *, path: str | None = None) -> SegmentError:
     """A segment that is missing, unreadable, corrupt or malformed (``segment_error``)."""
-
-    def __init__(self, message: str, *, path: str | None = None) -> None:
-        super().__init__(ErrorType.SEGMENT_ERROR, message, {"path": path} if path else {})
+    return SegmentError(message, details={"path": path} if path else {})
 
 
-class SegmentChanged(WindpipeError):  # noqa: N818 (the name of its ErrorType)
+def segment_changed(info: SegmentInfo, why: str) -> SegmentChanged:
     """A segment that no longer matches its registration fingerprint (``segment_changed``):
     rewritten, truncated or removed under an immutable version."""
-
-    def __init__(self, info: SegmentInfo, why: str) -> None:
-        super().__init__(
-            ErrorType.SEGMENT_CHANGED,
-            f"segment {info.path!r} changed since its version was registered ({why}); "
-            "windpipe will not serve different data under the same version id",
-            {"path": info.path, "fingerprint": info.fingerprint, "why": why},
-        )
+    return SegmentChanged(
+        f"segment {info.path!r} changed since its version was registered ({why}); "
+        "windpipe will not serve different data under the same version id",
+        details={"path": info.path, "fingerprint": info.fingerprint, "why": why},
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +89,11 @@ class SegmentInfo:
         return np.concatenate([[0], np.cumsum(self.chunk_rows, dtype=np.int64)]).astype(np.int64)
 
     def column(self, name: str) -> ColumnInfo:
-        """The column called ``name``; :class:`SegmentProblem` if there is none."""
+        """The column called ``name``; :class:`SegmentError` if there is none."""
         for col in self.columns:
             if col.name == name:
                 return col
-        raise SegmentProblem(
+        raise segment_problem(
             f"segment {self.path!r} has no column {name!r} (it has "
             f"{[c.name for c in self.columns]})",
             path=self.path,

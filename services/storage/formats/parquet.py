@@ -16,17 +16,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow._parquet import ParquetReader
 
+from services.contract.errors import SegmentError
 from services.storage.formats.base import (
     ChunkReader,
     ColumnInfo,
-    SegmentChanged,
     SegmentFormat,
     SegmentInfo,
-    SegmentProblem,
     cache_forget,
     cache_get,
     cache_put,
     is_numeric,
+    segment_changed,
+    segment_problem,
     to_float64,
 )
 from services.storage.readahead import AheadRead
@@ -63,14 +64,14 @@ def _footer(storage: Storage, rel: str, size: int, tail: bytes | None = None,
     """The tail bytes read and the fingerprint (a digest of size and footer); ``tail``:
     the object's last ``min(size, _TAIL_BYTES)`` bytes when already read."""
     if size < 12:
-        raise SegmentProblem(f"segment {rel!r} is not a parquet file ({size} bytes)", path=rel)
+        raise segment_problem(f"segment {rel!r} is not a parquet file ({size} bytes)", path=rel)
     if tail is None:
         tail = storage.get_range(rel, max(0, size - _TAIL_BYTES), size)
     if tail[-4:] != b"PAR1":
-        raise SegmentProblem(f"segment {rel!r} is not a parquet file (no PAR1 footer)", path=rel)
+        raise segment_problem(f"segment {rel!r} is not a parquet file (no PAR1 footer)", path=rel)
     footer_len = int.from_bytes(tail[-8:-4], "little")
     if footer_len + 8 > size - 4:
-        raise SegmentProblem(f"segment {rel!r} has a corrupt parquet footer", path=rel)
+        raise segment_problem(f"segment {rel!r} has a corrupt parquet footer", path=rel)
     footer: bytes | memoryview
     if footer_len + 8 <= len(tail):
         footer = memoryview(tail)[len(tail) - footer_len - 8 :]  # hashed in place
@@ -255,17 +256,17 @@ class ParquetFormat:
         try:
             size, token = storage.version_token(info.path)
         except FileNotFoundError:
-            raise SegmentProblem(f"segment {info.path!r} does not exist",
+            raise segment_problem(f"segment {info.path!r} does not exist",
                                  path=info.path) from None
         key = ("pq-ok", storage.uri, info.path, info.fingerprint)
         if cache_get(key) == (size, token):
             return None
         try:
             _, fingerprint = _footer(storage, info.path, size)
-        except (SegmentProblem, FileNotFoundError, OSError):
+        except (SegmentError, FileNotFoundError, OSError):
             fingerprint = ""
         if fingerprint != info.fingerprint:
-            raise SegmentChanged(info, f"now {size} bytes, footer differs")
+            raise segment_changed(info, f"now {size} bytes, footer differs")
         cache_put(key, (size, token))
         return None
 
@@ -283,7 +284,7 @@ class ParquetFormat:
             if meta is None:
                 cache_put(key, pf.metadata)
             if pf.metadata.num_row_groups != len(info.chunk_rows):
-                raise SegmentProblem(
+                raise segment_problem(
                     f"segment {info.path!r} changed since registration "
                     f"({pf.metadata.num_row_groups} row groups, expected "
                     f"{len(info.chunk_rows)})",
@@ -391,7 +392,7 @@ def read_small_chunks(storage: Storage, info: SegmentInfo, chunks: list[int],
     most ``max_bytes`` as one arrow table, from one read checked against the fingerprint
     (what is read is what was registered: :class:`SegmentChanged` otherwise); None for
     other segments. A file whose row groups no longer match the registration raises
-    :class:`SegmentProblem`.
+    :class:`SegmentError`.
 
     The bytes are decoded by pyarrow's parquet reader itself (``ParquetReader``, what
     ``ParquetFile`` wraps), its columns found by name: the same table as
@@ -406,7 +407,7 @@ def read_small_chunks(storage: Storage, info: SegmentInfo, chunks: list[int],
     meta = reader.metadata
     if meta.num_row_groups != len(info.chunk_rows) or any(
             meta.row_group(k).num_rows != info.chunk_rows[k] for k in chunks):
-        raise SegmentProblem(
+        raise segment_problem(
             f"segment {info.path!r} changed since registration (its row groups differ)",
             path=info.path)
     try:
@@ -426,16 +427,16 @@ def _small_file(storage: Storage, info: SegmentInfo, *, max_bytes: int,
     try:
         found = _local_tail(storage, rel, nbytes=max_bytes)
     except FileNotFoundError:
-        raise SegmentProblem(f"segment {info.path!r} does not exist", path=info.path) from None
+        raise segment_problem(f"segment {info.path!r} does not exist", path=info.path) from None
     if found is None or len(found[2]) != found[0]:
         return None
     size, _token, data = found
     try:
         _, fingerprint = _footer(storage, rel, size, data)
-    except SegmentProblem:
+    except SegmentError:
         fingerprint = ""
     if fingerprint != info.fingerprint:
-        raise SegmentChanged(info, f"now {size} bytes, footer differs")
+        raise segment_changed(info, f"now {size} bytes, footer differs")
     meta = cache_get(("pq", storage.uri, info.path, info.fingerprint))
     source = pa.BufferReader(data)
     reader = ParquetReader()

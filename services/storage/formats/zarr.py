@@ -17,14 +17,14 @@ import pyarrow as pa
 from services.storage.formats.base import (
     ChunkReader,
     ColumnInfo,
-    SegmentChanged,
     SegmentFormat,
     SegmentInfo,
-    SegmentProblem,
     cache_forget,
     cache_get,
     cache_put,
     is_numeric,
+    segment_changed,
+    segment_problem,
 )
 from services.storage.formats.zarr_docs import layout_from_docs
 from services.storage.readahead import AheadRead
@@ -98,7 +98,7 @@ class ZarrFormat:
         plans and the listing cached)."""
         listing = storage.list_prefix(rel)
         if not any(p == f"{rel}/zarr.json" for p, _ in listing):
-            raise SegmentProblem(f"segment {rel!r} does not exist (no {rel}/zarr.json)",
+            raise segment_problem(f"segment {rel!r} does not exist (no {rel}/zarr.json)",
                                  path=rel)
         docs, fingerprint = _fingerprint(storage, rel, listing)
         layout = layout_from_docs(rel, docs)
@@ -112,7 +112,7 @@ class ZarrFormat:
         group = storage.open_zarr(rel)
         arrays = dict(group.arrays())
         if not arrays:
-            raise SegmentProblem(f"zarr segment {rel!r} holds no arrays", path=rel)
+            raise segment_problem(f"zarr segment {rel!r} holds no arrays", path=rel)
         order = group.attrs.get("columns")
         names = (
             [str(n) for n in order]
@@ -125,7 +125,7 @@ class ZarrFormat:
         for name in names:
             arr = arrays[name]
             if arr.ndim != 1:
-                raise SegmentProblem(
+                raise segment_problem(
                     f"zarr segment {rel!r}: array {name!r} has shape {arr.shape}, "
                     "columns must be 1-D",
                     path=rel,
@@ -138,7 +138,7 @@ class ZarrFormat:
             except (TypeError, pa.ArrowNotImplementedError):
                 columns.append(ColumnInfo(name, str(arr.dtype), numeric=False))
         if len(set(lengths.values())) > 1:
-            raise SegmentProblem(
+            raise segment_problem(
                 f"zarr segment {rel!r}: arrays have different lengths {lengths}", path=rel
             )
         n = next(iter(lengths.values()))
@@ -166,14 +166,14 @@ class ZarrFormat:
         if sizes is None:
             listing = storage.list_prefix(info.path)
             if not any(p == f"{info.path}/zarr.json" for p, _ in listing):
-                raise SegmentProblem(f"segment {info.path!r} does not exist (no zarr.json)",
+                raise segment_problem(f"segment {info.path!r} does not exist (no zarr.json)",
                                      path=info.path)
             try:
                 _, fingerprint = _fingerprint(storage, info.path, listing)
             except FileNotFoundError:
                 fingerprint = ""
             if fingerprint != info.fingerprint:
-                raise SegmentChanged(info, "its files or their sizes differ")
+                raise segment_changed(info, "its files or their sizes differ")
             sizes = dict(listing)
             cache_put(key, sizes)
         return sizes
@@ -229,7 +229,7 @@ class ZarrFormat:
         out = {}
         for name in names:
             if name not in arrays:
-                raise SegmentProblem(f"zarr segment {info.path!r} lost column {name!r}",
+                raise segment_problem(f"zarr segment {info.path!r} lost column {name!r}",
                                      path=info.path)
             out[name] = np.asarray(arrays[name][start:stop], dtype=np.float64)
         return out

@@ -1,4 +1,4 @@
-"""Fitted scaling (issue 21): ``transform="standard"``, ``ScalingSpec.from_stats``, the
+"""Fitted scaling: ``transform="standard"``, ``ScalingSpec.from_stats``, the
 inverse of every kind, and identities: an existing plan keeps its id, a re-fit does not."""
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ EXISTING = (
 
 
 def test_an_existing_plan_keeps_its_id_and_cache_keys() -> None:
-    """Recorded before the fields of issue 21 existed: a spec that does not use them
+    """Recorded before the fitted-scaling fields existed: a spec that does not use them
     dumps, and so digests, exactly as before."""
     spec = _spec(*EXISTING)
     assert content_id("p", "s-0123", spec.planning_dict()) == "p-cee0165f25f2b530c6c1a6faa4161e63"

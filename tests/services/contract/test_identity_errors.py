@@ -8,7 +8,13 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from services.contract.errors import ERROR_TABLE, ErrorType, WindpipeError, retired_error
+from services.contract.errors import (
+    ERROR_TABLE,
+    ErrorType,
+    NotFound,
+    error_from_envelope,
+    retired_error,
+)
 from services.contract.identity import (
     canonical_json,
     hash64,
@@ -49,14 +55,14 @@ def test_hash64_each_is_hash64_of_each_key_between_head_and_tail():
 
 def test_every_error_type_has_a_status_and_flight_error():
     assert set(ERROR_TABLE) == set(ErrorType)
-    err = WindpipeError(ErrorType.NOT_FOUND, "no version v-1", {"id": "v-1"})
+    err = NotFound("no version v-1", details={"id": "v-1"})
     assert err.http_status == 404
     env = err.envelope()
     assert env == {"error": {"type": "not_found", "message": "no version v-1",
                              "details": {"id": "v-1"}}}
-    back = WindpipeError.from_envelope(env)
+    back = error_from_envelope(env)
     assert (back.type, back.message, back.details) == (err.type, err.message, err.details)
-    assert WindpipeError.from_envelope({"error": {"type": "??"}}).type is ErrorType.INTERNAL
+    assert error_from_envelope({"error": {"type": "??"}}).type is ErrorType.INTERNAL
 
 
 def test_the_retired_conflict_has_one_wording():

@@ -10,13 +10,12 @@ import pyarrow as pa
 import pytest
 
 from services.contract.configs import LoaderConfig, ScalingSpec, WindowConfig
-from services.contract.errors import WindpipeError
+from services.contract.errors import SegmentChanged, SegmentError, WindpipeError
 from services.contract.wire import INPUT_PAD
 from services.materialize import block_fill
 from services.materialize.block_fill import fill_block
 from services.materialize.blocks import BlockLayout, block_layouts
 from services.materialize.plan import PlanContext
-from services.storage.segments import SegmentChanged, SegmentProblem
 from services.storage.store import Storage
 from tests.fixtures.data import write_parquet_segment
 from tests.flight_server.helpers import Dataset, StreamSpec, write_dataset
@@ -116,6 +115,6 @@ def test_a_segment_changed_under_the_fill_is_named(tmp_path: Path) -> None:
     write_parquet_segment(ds.root, victim, {"current_a": pa.array([1.0, 2.0]),
                                             "voltage_v": pa.array([3.0, 4.0])},
                           row_group_rows=16)
-    with pytest.raises((SegmentChanged, SegmentProblem, WindpipeError)) as err:
+    with pytest.raises((SegmentChanged, SegmentError, WindpipeError)) as err:
         _fill(plan, layout, threads=3)
     assert victim in str(err.value)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, SegmentError, WindpipeError
 from services.materialize.cache import ChunkCache, ChunkRequest
 
 
@@ -31,7 +31,7 @@ class Loads:
             if self.gate is not None:
                 assert self.gate.wait(10.0), "test gate never opened"
             if fail:
-                raise WindpipeError(ErrorType.SEGMENT_ERROR, f"bad {key}", {"path": key})
+                raise SegmentError(f"bad {key}", details={"path": key})
             return f"value-{key}", nbytes
 
         return ChunkRequest(key=key, nbytes=nbytes, load=load)

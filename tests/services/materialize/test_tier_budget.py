@@ -1,4 +1,4 @@
-"""The tier's budget (issue 22): set, off, or by default half the free space of the disk
+"""The tier's budget: set, off, or by default half the free space of the disk
 that holds it, resolved when a server starts and stated with how it was chosen."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The window path (services/materialize/windows.py): full-window batches built with one copy
-are byte for byte the general builder's, and write no byte twice (issue 24)."""
+are byte for byte the general builder's, and write no byte twice."""
 
 from __future__ import annotations
 

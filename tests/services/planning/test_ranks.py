@@ -1,4 +1,4 @@
-"""Rank arithmetic whose cost must not grow with the world size (issue 11)."""
+"""Rank arithmetic whose cost must not grow with the world size."""
 
 from __future__ import annotations
 

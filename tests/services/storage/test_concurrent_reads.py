@@ -17,17 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.latency_proxy import LatencyProxy
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, SegmentChanged, SegmentError, WindpipeError
 from services.storage.coalesce import Span, coalesce, split
 from services.storage.pacing import Pacing
 from services.storage.readahead import AheadRead, ReadAhead
-from services.storage.segments import (
-    SegmentChanged,
-    SegmentProblem,
-    inspect_segment,
-    read_ahead,
-    read_chunk,
-)
+from services.storage.segments import inspect_segment, read_ahead, read_chunk
 from services.storage.store import Storage, StorageOptions
 
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(120)]
@@ -216,5 +210,5 @@ def test_chunks_read_through_the_read_ahead_are_the_chunks(
     with read_ahead(storage, reads), pytest.raises(SegmentChanged):
         read_chunk(storage, info, 0, ["a", "c"])
     s3_server.client.delete_object(Bucket=s3_server.bucket, Key=f"{prefix}/seg.parquet")
-    with read_ahead(storage, reads), pytest.raises(SegmentProblem):
+    with read_ahead(storage, reads), pytest.raises(SegmentError):
         read_chunk(storage, info, 1, ["a"])

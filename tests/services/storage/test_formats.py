@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from services.contract.errors import SegmentError
 from services.storage.formats import DEFAULT_FORMAT, FORMATS, format_named
 from services.storage.segments import (
     SegmentInfo,
-    SegmentProblem,
     inspect_segment,
     read_chunk,
     read_rows,
@@ -44,10 +44,10 @@ def test_a_path_has_the_format_of_its_name_else_its_marker(tmp_path: Path) -> No
 def test_an_unknown_format_is_a_segment_error(tmp_path: Path) -> None:
     storage = Storage.from_uri(tmp_path.as_uri())
     info = SegmentInfo("x.csv", "csv", 3, (), (3,), "f")  # type: ignore[arg-type]
-    with pytest.raises(SegmentProblem, match="csv") as exc:
+    with pytest.raises(SegmentError, match="csv") as exc:
         format_named(info.format, path=info.path)
     assert exc.value.details == {"path": "x.csv"}
     for call in (lambda: verify_segment(storage, info), lambda: read_chunk(storage, info, 0, []),
                  lambda: read_rows(storage, info, 0, 3, [])):
-        with pytest.raises(SegmentProblem):
+        with pytest.raises(SegmentError):
             call()

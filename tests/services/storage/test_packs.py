@@ -14,13 +14,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from services.contract.errors import SegmentChanged
 from services.materialize import block_fill
 from services.materialize.blocks import block_layouts
 from services.materialize.plan import PlanContext
 from services.storage.formats.base import float64_columns
 from services.storage.formats.parquet import PARQUET
 from services.storage.packs import PackStore, PackWriter, VersionPack
-from services.storage.segments import SMALL_FILE_BYTES, SegmentChanged
+from services.storage.segments import SMALL_FILE_BYTES
 from services.storage.store import Storage
 from tests.fixtures.data import write_parquet_segment
 from tests.flight_server.helpers import Dataset, write_dataset

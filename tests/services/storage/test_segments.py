@@ -15,10 +15,8 @@ import zarr
 import zarr.codecs
 import zarr.storage
 
-from services.contract.errors import ErrorType, WindpipeError
+from services.contract.errors import ErrorType, SegmentChanged, SegmentError, WindpipeError
 from services.storage.segments import (
-    SegmentChanged,
-    SegmentProblem,
     inspect_segment,
     read_chunk,
     read_chunks,
@@ -104,9 +102,9 @@ def test_parquet_and_zarr_read_the_same_values(root: Path):
 def test_read_chunk_errors(root: Path):
     storage = Storage.from_uri(root.as_uri())
     info = inspect_segment(storage, "p.parquet")
-    with pytest.raises(SegmentProblem, match="no chunk 4"):
+    with pytest.raises(SegmentError, match="no chunk 4"):
         read_chunk(storage, info, 4, ["t"])
-    with pytest.raises(SegmentProblem, match="no column 'nope'"):
+    with pytest.raises(SegmentError, match="no column 'nope'"):
         read_chunk(storage, info, 0, ["nope"])
 
 
@@ -143,7 +141,7 @@ def test_missing_corrupt_and_malformed_segments(root: Path):
         "../escape.parquet": "'..'",
     }
     for path, pattern in cases.items():
-        with pytest.raises(SegmentProblem, match=pattern) as info:
+        with pytest.raises(SegmentError, match=pattern) as info:
             inspect_segment(storage, path)
         assert isinstance(info.value, WindpipeError)
         assert info.value.type == ErrorType.SEGMENT_ERROR
@@ -165,7 +163,7 @@ def test_segments_over_s3_match_local(s3_server, root: Path):
             b = read_chunk(remote, ri, idx, ["t", "v"])
             np.testing.assert_array_equal(a["v"], b["v"])
             np.testing.assert_array_equal(a["t"], b["t"])
-    with pytest.raises(SegmentProblem, match="does not exist"):
+    with pytest.raises(SegmentError, match="does not exist"):
         inspect_segment(remote, "gone.parquet")
 
 
