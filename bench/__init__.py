@@ -2,6 +2,13 @@
 
 ``python -m bench`` (or ``windpipe bench``) runs every contender in its own process
 on the same data and the same schedule; see docs/benchmarks.md.
+
+Every module here is a script run as ``python -m bench.<name>``: this package's
+init runs before the script's own imports load pyarrow, so it is where a benchmark
+process sets Arrow's allocator option as the servers do
+(:func:`services.runtime.prefer_small_pages`); the processes a script starts inherit it.
 """
 
-import services  # noqa: F401  (first: sets Arrow's allocator options, services.runtime)
+from services.runtime import prefer_small_pages
+
+prefer_small_pages()

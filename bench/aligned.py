@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 import torch
 
 from catalog.api.server import start_catalog_server
+from catalog.flight_adapters import DatabaseBackend
 from flight_server.runner import start_flight_server
 from sdk import AlignedBatch, Catalog, ValidationConfig
 from services.contract.configs import LoaderConfig, WindowConfig
@@ -192,7 +193,7 @@ def run(*, cells: int, cycles: int, rows_per_cycle: int, batch_size: int, seq_le
                         cache_bytes=256 << 20, tier_bytes=1 << 30,
                         allowed_roots=(str(data.path),))
     with ExitStack() as stack:
-        flight = start_flight_server(settings)
+        flight = start_flight_server(settings, backend=DatabaseBackend.from_settings(settings))
         stack.callback(flight.stop, grace_s=5.0)
         settings = settings.model_copy(update={"flight_locations": (flight.location,)})
         catalog = start_catalog_server(settings, port=0)

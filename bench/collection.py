@@ -39,6 +39,7 @@ import polars as pl
 from bench.registration import footer_floor, register_once
 from bench.serve_process import windpipe_serve
 from catalog.api.server import start_catalog_server
+from catalog.flight_adapters import DatabaseBackend
 from flight_server.runner import start_flight_server
 from sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
 from sdk._torch_import import require_torch
@@ -94,7 +95,8 @@ def cold_epoch(root: Path, *, work: Path, name: str, packs: bool = True) -> dict
     settings = Settings(data_dir=work, log_level="WARNING", host="127.0.0.1",
                         allowed_roots=(str(root),), tier_bytes=0,
                         pack_rows=Settings().pack_rows if packs else 0)
-    flight = start_flight_server(settings.model_copy(update={"flight_port": 0}))
+    flight = start_flight_server(settings.model_copy(update={"flight_port": 0}),
+                                 backend=DatabaseBackend.from_settings(settings))
     catalog_server = start_catalog_server(
         settings.model_copy(update={"flight_locations": (flight.location,)}), port=0)
     try:

@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from catalog.api.server import start_catalog_server
+from catalog.flight_adapters import DatabaseBackend
 from flight_server.runner import start_flight_server
 from sdk import (
     Batch,
@@ -80,7 +81,8 @@ def _deployment(rows_per_cycle: int, *, cells: int, cycles: int) -> Iterator[Any
         settings = Settings(data_dir=root / "state", flight_host="127.0.0.1",
                             database_url=f"sqlite:///{root / 'c.db'}", log_level="WARNING",
                             allowed_roots=(str(synth.path.resolve()),))
-        flight = start_flight_server(settings, port=0)
+        flight = start_flight_server(settings, port=0,
+                                     backend=DatabaseBackend.from_settings(settings))
         catalog = start_catalog_server(settings, port=0)
         cat = Catalog(catalog.url, flight_locations=[flight.location])
         try:
@@ -229,7 +231,7 @@ def check_overlap(*, quick: bool) -> bool:
         ("in line", {"pin_memory": False, "prefetch_to_device": False}),
     )
     for name, opts in runs:
-        loader = DeviceLoader(lambda: iter(batches), device="cuda", prefetch_factor=4,
+        loader = DeviceLoader(lambda: iter(batches), device="cuda", read_ahead=4,
                               timeline=name == "prefetch", **opts)
         compute_events = []
         torch.cuda.synchronize()

@@ -32,6 +32,7 @@ from sqlalchemy.orm import sessionmaker
 from bench.workload import INPUTS, TARGETS, Workload
 from catalog.api.server import start_catalog_server
 from catalog.context import CatalogContext
+from catalog.flight_adapters import DatabaseBackend
 from catalog.plans import create_plan
 from catalog.service import create_split, register_version
 from flight_server.runner import start_flight_server
@@ -109,7 +110,9 @@ def _server_main(root: str, config_json: dict[str, Any], cache_bytes: int,
                             log_level="WARNING", tier_dir=Path(tmp) / "tier",
                             allowed_roots=(str(Path(root).resolve()),),
                             **{"tier_bytes": 0, **options})
-        running = start_flight_server(settings, engine=engine, port=0, cache_bytes=cache_bytes)
+        running = start_flight_server(
+            settings, backend=DatabaseBackend.from_settings(settings, engine=engine), port=0,
+            cache_bytes=cache_bytes)
         catalog = start_catalog_server(
             settings.model_copy(update={"flight_locations": (running.location,)}), port=0)
         running.server.plans.get(plan.id)  # load the plan now, not inside the timed part

@@ -39,7 +39,7 @@ from catalog.service import create_split, register_version, split_index
 from catalog.stats import split_stats
 from migrations import upgrade_engine
 from services.contract.configs import ValidationConfig
-from services.contract.stats import SplitStats, StatsRequest
+from services.contract.stats import SplitStatsData, StatsRequest
 from services.database import create_engine
 
 __all__ = ["main", "run"]
@@ -64,7 +64,7 @@ def _polars_stats(files: list[str]) -> pl.DataFrame:
     return pl.scan_parquet(files).select(aggs).collect()
 
 
-def _agreement(stats: SplitStats, frames: dict[str, pl.DataFrame]) -> dict[str, float]:
+def _agreement(stats: SplitStatsData, frames: dict[str, pl.DataFrame]) -> dict[str, float]:
     """The two computations agree: counts equal, the largest relative difference of the
     bounds, mean, std and quantiles (polars works in float32 where the column is)."""
     worst, counts_equal = 0.0, True

@@ -13,7 +13,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from catalog.models import ApiToken, AuditEvent, Dataset, Plan, Split, Version
+from catalog.models import ApiToken, AuditEvent, Dataset, PlanRow, SplitRow, Version
 
 __all__ = ["AccessRepository"]
 
@@ -89,26 +89,26 @@ class AccessRepository:
         """The dataset name of a split, or None."""
         return self.session.scalar(
             sa.select(Dataset.name).join(Version, Version.dataset_id == Dataset.id)
-            .join(Split, Split.version_id == Version.id).where(Split.id == split_id))
+            .join(SplitRow, SplitRow.version_id == Version.id).where(SplitRow.id == split_id))
 
     def dataset_of_plan(self, plan_id: str) -> str | None:
         """The dataset name of a plan, or None."""
         return self.session.scalar(
             sa.select(Dataset.name).join(Version, Version.dataset_id == Dataset.id)
-            .join(Split, Split.version_id == Version.id)
-            .join(Plan, Plan.split_id == Split.id).where(Plan.id == plan_id))
+            .join(SplitRow, SplitRow.version_id == Version.id)
+            .join(PlanRow, PlanRow.split_id == SplitRow.id).where(PlanRow.id == plan_id))
 
     def datasets_of(self, kind: str, keys: Collection[str]) -> dict[str, str]:
         """The dataset name of each ``version``, ``split`` or ``plan`` id of ``keys`` that
         exists (one query)."""
         if not keys:
             return {}
-        key = {"version": Version.id, "split": Split.id, "plan": Plan.id}[kind]
+        key = {"version": Version.id, "split": SplitRow.id, "plan": PlanRow.id}[kind]
         query = (sa.select(key, Dataset.name).select_from(Dataset)
                  .join(Version, Version.dataset_id == Dataset.id))
         if kind != "version":
-            query = query.join(Split, Split.version_id == Version.id)
+            query = query.join(SplitRow, SplitRow.version_id == Version.id)
         if kind == "plan":
-            query = query.join(Plan, Plan.split_id == Split.id)
+            query = query.join(PlanRow, PlanRow.split_id == SplitRow.id)
         rows = self.session.execute(query.where(key.in_(list(keys))))
         return {str(k): str(name) for k, name in rows}

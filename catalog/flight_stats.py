@@ -7,22 +7,27 @@ caller. The counters are validated as the wire contract's
 :class:`~services.contract.reports.CacheCounters`; a location that fails, or answers
 without them, is reported with a typed error instead of counters.
 
-:func:`render_metrics` writes the Prometheus text exposition format (0.0.4): the
-catalog's object counts, HTTP requests by route and status, and one gauge or
-counter per cache statistic labelled by ``location``.
+:func:`render_metrics` writes the page of ``/metrics`` with ``prometheus_client``: the
+catalog's object counts and one gauge or counter per cache statistic labelled by
+``location`` (:class:`ScrapeCollector`, read at scrape time, the library's pattern for
+numbers kept elsewhere), with the app's own HTTP request metrics
+(``catalog.api.metrics``). The library writes the exposition format, escapes the
+labels, and answers OpenMetrics to a scraper that asks for it.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.flight as fl
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from pydantic import ValidationError
 
 from catalog.context import CatalogContext
@@ -35,15 +40,12 @@ from services.database import session_scope
 
 __all__ = [
     "CACHE_METRICS",
-    "PROMETHEUS_CONTENT_TYPE",
     "LocationStats",
-    "RequestCounter",
+    "ScrapeCollector",
     "catalog_table_rows",
     "fetch_cache_stats",
     "render_metrics",
 ]
-
-PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # cache-stats key -> (metric name, type, help)
 CACHE_METRICS: dict[str, tuple[str, str, str]] = {
@@ -132,64 +134,53 @@ def catalog_table_rows(ctx: CatalogContext) -> dict[str, int]:
         return Repository(session).count_rows()
 
 
-class RequestCounter:
-    """Thread-safe HTTP request counts keyed by ``(method, route, status)``."""
+class ScrapeCollector(Collector):
+    """The catalog's object counts and the Flight servers' cache statistics, as read for
+    one scrape (a custom collector: the numbers live in the database and on the servers,
+    not in this process)."""
 
-    def __init__(self) -> None:
-        self._counts: Counter[tuple[str, str, int]] = Counter()
-        self._lock = threading.Lock()
+    def __init__(self, *, table_rows: Mapping[str, int], servers: Sequence[LocationStats]
+                 ) -> None:
+        self.table_rows = dict(table_rows)
+        self.servers = list(servers)
 
-    def add(self, method: str, route: str, status: int) -> None:
-        """Count one finished request."""
-        with self._lock:
-            self._counts[(method, route, status)] += 1
-
-    def snapshot(self) -> dict[tuple[str, str, int], int]:
-        """A copy of the counts."""
-        with self._lock:
-            return dict(self._counts)
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n")
-
-
-def _labels(labels: Mapping[str, Any]) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items()) + "}"
-
-
-def _family(lines: list[str], name: str, kind: str, help_: str,
-            samples: Iterable[tuple[Mapping[str, Any], float]]) -> None:
-    lines.append(f"# HELP {name} {help_}")
-    lines.append(f"# TYPE {name} {kind}")
-    for labels, value in samples:
-        number = int(value) if float(value).is_integer() else value
-        lines.append(f"{name}{_labels(labels)} {number}")
+    def collect(self) -> Iterator[Metric]:
+        """One family per catalog kind, the table rows, ``windpipe_flight_up`` and one
+        family per cache statistic."""
+        for kind in _CATALOG_KINDS:
+            yield GaugeMetricFamily(f"windpipe_catalog_{kind}", f"{kind} stored in the catalog",
+                                    value=self.table_rows.get(kind, 0))
+        rows = GaugeMetricFamily("windpipe_catalog_table_rows", "rows of each catalog table",
+                                 labels=["table"])
+        for table, n in sorted(self.table_rows.items()):
+            rows.add_metric([table], n)
+        yield rows
+        up = GaugeMetricFamily("windpipe_flight_up",
+                               "1 if the Flight location answered cache-stats, else 0",
+                               labels=["location"])
+        for server in self.servers:
+            up.add_metric([server.location], 0 if server.stats is None else 1)
+        yield up
+        for key, (name, kind, help_) in CACHE_METRICS.items():
+            family = (CounterMetricFamily(name, help_, labels=["location"]) if kind == "counter"
+                      else GaugeMetricFamily(name, help_, labels=["location"]))
+            for server in self.servers:
+                if server.stats is not None and key in server.stats:
+                    family.add_metric([server.location], server.stats[key])
+            yield family
 
 
 def render_metrics(
-    *, table_rows: Mapping[str, int], requests: Mapping[tuple[str, str, int], int],
-    servers: Sequence[LocationStats],
-) -> str:
-    """The Prometheus text of the catalog counts, HTTP requests and cache statistics."""
-    lines: list[str] = []
-    for kind in _CATALOG_KINDS:
-        _family(lines, f"windpipe_catalog_{kind}", "gauge", f"{kind} stored in the catalog",
-                [({}, table_rows.get(kind, 0))])
-    _family(lines, "windpipe_catalog_table_rows", "gauge", "rows of each catalog table",
-            [({"table": t}, n) for t, n in sorted(table_rows.items())])
-    _family(lines, "windpipe_http_requests_total", "counter",
-            "HTTP requests answered, by method, route template and status",
-            [({"method": m, "route": r, "status": s}, n)
-             for (m, r, s), n in sorted(requests.items())])
-    _family(lines, "windpipe_flight_up", "gauge",
-            "1 if the Flight location answered cache-stats, else 0",
-            [({"location": s.location}, 0 if s.stats is None else 1) for s in servers])
-    for key, (name, kind, help_) in CACHE_METRICS.items():
-        _family(lines, name, kind, help_, [
-            ({"location": s.location}, s.stats[key])
-            for s in servers if s.stats is not None and key in s.stats
-        ])
-    return "\n".join(lines) + "\n"
+    *, table_rows: Mapping[str, int], servers: Sequence[LocationStats],
+    http: Collector | None = None, accept: str | None = None,
+) -> tuple[bytes, str]:
+    """The ``/metrics`` page and its content type: the catalog counts, ``http`` (the
+    app's request metrics) and the cache statistics, in the format ``accept`` asks for
+    (Prometheus text 0.0.4 unless the scraper asks for OpenMetrics)."""
+    registry = CollectorRegistry(auto_describe=False)  # one scrape's: nothing global
+    scrape = ScrapeCollector(table_rows=table_rows, servers=servers)
+    registry.register(scrape)
+    if http is not None:
+        registry.register(http)
+    encoder, content_type = choose_encoder(accept or "")
+    return encoder(registry), content_type

@@ -29,13 +29,14 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy.orm import Session, sessionmaker
 
 from catalog.models import RegistrationJob, as_utc, utcnow
-from services.contract.errors import ErrorType, Unavailable, WindpipeError, error_envelope
+from services.contract.errors import InternalError, Unavailable, WindpipeError
 from services.contract.identity import canonical_json
 from services.database import session_scope
 from services.logging import get_logger
@@ -77,9 +78,16 @@ def _utc(at: datetime) -> datetime:
     return aware
 
 
-@dataclass(frozen=True)
-class JobView:
-    """A job as a reader sees it (``interrupted`` decided from the heartbeat)."""
+VersionT = TypeVar("VersionT")
+
+
+class JobView(BaseModel, Generic[VersionT]):
+    """A job as a reader sees it (``interrupted`` decided from the heartbeat): the one
+    list of a job's fields. :meth:`Jobs.view` reads ``version`` as the stored JSON
+    (``JobView[dict[str, Any]]``); the REST answer ``JobOut`` is this model with the
+    version validated (``JobView[VersionOut]``)."""
+
+    model_config = ConfigDict(frozen=True)
 
     id: str
     dataset: str
@@ -90,9 +98,9 @@ class JobView:
     total: int | None
     created_at: datetime
     updated_at: datetime
-    version: dict[str, Any] | None
-    created: bool | None
-    error: dict[str, Any] | None
+    version: VersionT | None = None
+    created: bool | None = None
+    error: dict[str, Any] | None = None
 
 
 @dataclass
@@ -171,7 +179,7 @@ class Jobs:
             future.add_done_callback(lambda _f: self._forget(job_id))
             return job_id, future
 
-    def view(self, job_id: str) -> JobView | None:
+    def view(self, job_id: str) -> JobView[dict[str, Any]] | None:
         """The job ``job_id``, or None when there is none."""
         with session_scope(self._sessions) as session:
             row = session.get(RegistrationJob, job_id)
@@ -183,7 +191,7 @@ class Jobs:
                     and self._stale(row.updated_at):
                 state = "interrupted"
                 error = Unavailable(_INTERRUPTED, details={"job_id": row.id}).envelope()["error"]
-            return JobView(
+            return JobView[dict[str, Any]](
                 id=row.id, dataset=row.dataset, state=state,
                 phase=row.phase,  # type: ignore[arg-type]
                 checked=int(row.checked), profiled=int(row.profiled),
@@ -217,13 +225,13 @@ class Jobs:
             version, created = work(running.report)
         except WindpipeError as exc:
             self._finish(job_id, running, state="failed",
-                         error=error_envelope(exc.type, exc.message, exc.details)["error"])
+                         error=exc.envelope()["error"])
             raise
         except Exception:
             _log.exception("registration job %s failed", job_id)
-            self._finish(job_id, running, state="failed", error=error_envelope(
-                ErrorType.INTERNAL, "the registration failed unexpectedly (see the "
-                "catalog's log)", {"job_id": job_id})["error"])
+            self._finish(job_id, running, state="failed", error=InternalError(
+                "the registration failed unexpectedly (see the catalog's log)",
+                details={"job_id": job_id}).envelope()["error"])
             raise
         running.phase = "done"
         self._finish(job_id, running, state="succeeded", result=version, created=created)

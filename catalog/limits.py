@@ -2,9 +2,10 @@
 
 Each check runs before the work it guards and refuses with a 422 that names the
 limit and its ``WINDPIPE_*`` setting: a plan's batch shape and bytes before it is
-planned, its lanes before it is stored, a world size before a report or schedule
-is computed, a description and a manifest before they are read further, the memory
-of a split's statistics before a segment is read.
+planned, its lanes before it is stored, a description and a manifest before they are
+read further, the memory of a split's statistics before a segment is read. The world
+size, which every Flight server checks too, is bounded by
+:func:`services.contract.limits.check_world_size`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ __all__ = [
     "check_plan_spec",
     "check_plan_windows",
     "check_stats_bytes",
-    "check_world_size",
 ]
 
 _CONFIG = ErrorType.INVALID_CONFIG
@@ -80,11 +80,6 @@ def check_plan_windows(lanes: int, limits: Limits) -> None:
     """The lanes of one epoch of a plan."""
     check_limit("max_plan_windows", lanes, limits.max_plan_windows,
                 what="lanes (windows) in one epoch of this plan", kind=_CONFIG)
-
-
-def check_world_size(world_size: int, limits: Limits) -> None:
-    """The ranks a report, schedule or Flight pass is computed for."""
-    check_limit("max_world_size", world_size, limits.max_world_size, what="world_size")
 
 
 def check_description(description: str | None, limits: Limits) -> None:

@@ -17,6 +17,10 @@ streams, piece layout and, for the epoch-independent strategies, its schedule. T
 epochs of a ``shuffled`` plan are a pure function of ``(plan, seed, epoch)``,
 computed by whoever reads them, never stored.
 
+A table whose idea the SDK also has a class for is mapped by a ``...Row`` class
+(``SplitRow``, ``PlanRow``, ``SplitStatsRow``, ``PlanArtifactRow``): ``Split``, ``Plan``
+and ``SplitStats`` are the user's names (``windpipe.Split``, ...), never a row.
+
 The naming convention gives every constraint a stable name, which Alembic's batch
 mode needs to alter SQLite tables. ``migrations/versions`` must match this module
 (``tests/catalog/test_migrations.py`` compares them).
@@ -37,12 +41,12 @@ __all__ = [
     "Base",
     "Dataset",
     "ManifestRow",
-    "Plan",
     "PlanArtifactRow",
+    "PlanRow",
     "RegistrationJob",
     "Segment",
-    "Split",
     "SplitAssignment",
+    "SplitRow",
     "SplitStatsRow",
     "Version",
     "utcnow",
@@ -158,7 +162,7 @@ class Segment(Base):
     fingerprint: Mapped[str] = mapped_column(sa.Text)
 
 
-class Split(Base):
+class SplitRow(Base):
     """A train/val split of a version; ``id`` digests the version and the config (``s-...``)."""
 
     __tablename__ = "splits"
@@ -186,7 +190,7 @@ class SplitAssignment(Base):
 
 
 class SplitStatsRow(Base):
-    """Statistics of one side of a split (``services.contract.stats.SplitStats`` as JSON),
+    """Statistics of one side of a split (``services.contract.stats.SplitStatsData`` as JSON),
     computed once per split, side and columns (``columns_key``: ``*`` for every numeric
     column, else a digest of the sorted names; ``catalog/stats.py``)."""
 
@@ -201,7 +205,7 @@ class SplitStatsRow(Base):
     created_at: Mapped[datetime] = mapped_column(_TS, default=utcnow)
 
 
-class Plan(Base):
+class PlanRow(Base):
     """A window plan of a split; ``id`` digests the split and the planning fields (``p-...``)."""
 
     __tablename__ = "plans"
@@ -218,7 +222,7 @@ class Plan(Base):
     created_at: Mapped[datetime] = mapped_column(_TS, default=utcnow)
     retired_at: Mapped[datetime | None] = mapped_column(_TS, nullable=True, default=None)
 
-    split: Mapped[Split] = relationship(lazy="joined")
+    split: Mapped[SplitRow] = relationship(lazy="joined")
 
 
 class PlanArtifactRow(Base):

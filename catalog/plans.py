@@ -24,8 +24,8 @@ import polars as pl
 from sqlalchemy.exc import IntegrityError
 
 from catalog.context import CatalogContext
-from catalog.limits import check_cache_fit, check_plan_spec, check_plan_windows, check_world_size
-from catalog.models import Plan
+from catalog.limits import check_cache_fit, check_plan_spec, check_plan_windows
+from catalog.models import PlanRow
 from catalog.repository import Repository
 from catalog.retire import check_plan_live, check_split_live
 from catalog.service import (
@@ -40,8 +40,9 @@ from catalog.service import (
 from catalog.splits import SPLITS
 from services.contract.configs import PlanSpec
 from services.contract.errors import InvalidConfig, WindpipeError
+from services.contract.limits import check_world_size
 from services.contract.ranks import check_rank
-from services.contract.reports import PlanReport, ScheduleBatch, ScheduleLane
+from services.contract.reports import PlanReportData, ScheduleBatch, ScheduleLane
 from services.database import session_scope
 from services.planning.artifact import (
     ARTIFACT_VERSION,
@@ -122,12 +123,12 @@ def validate_plan(
         )
 
 
-def get_plan(ctx: CatalogContext, plan_id: str) -> Plan:
+def get_plan(ctx: CatalogContext, plan_id: str) -> PlanRow:
     """The plan ``plan_id`` or ``not_found``."""
     return fetch(ctx, "plan", plan_id, Repository.get_plan)
 
 
-def create_plan(ctx: CatalogContext, split_id: str, spec: PlanSpec) -> Created[Plan]:
+def create_plan(ctx: CatalogContext, split_id: str, spec: PlanSpec) -> Created[PlanRow]:
     """Validate, plan once and store the plan with its artifact (one transaction); a retired
     split (or version) is ``conflict``, even for a plan it already has."""
     spec = spec.plan_spec()
@@ -174,7 +175,7 @@ def create_plan(ctx: CatalogContext, split_id: str, spec: PlanSpec) -> Created[P
     try:
         with session_scope(ctx.sessions) as session:
             repo = Repository(session)
-            plan = Plan(
+            plan = PlanRow(
                 id=plan_id, split_id=split_id, config=spec.planning_dict(),
                 report=report.model_dump(mode="json"),
                 n_streams=streams.count, n_units=schedule.n_units,
@@ -209,13 +210,13 @@ def plan_schedule(ctx: CatalogContext, plan_id: str, epoch: int) -> Schedule:
     return ctx.cache.get(("schedule", plan_id, epoch), lambda: artifact.epoch_schedule(epoch))
 
 
-def plan_report_for(ctx: CatalogContext, plan_id: str, *, world_size: int) -> PlanReport:
+def plan_report_for(ctx: CatalogContext, plan_id: str, *, world_size: int) -> PlanReportData:
     """The plan's report for ``world_size`` ranks (the stored one for 1, validated from
     its JSON row)."""
     check_rank(0, world_size)
     check_world_size(world_size, ctx.limits)
     if world_size == 1:
-        return PlanReport.model_validate(get_plan(ctx, plan_id).report)
+        return PlanReportData.model_validate(get_plan(ctx, plan_id).report)
     artifact = load_artifact(ctx, plan_id)
     return artifact.report(world_size=world_size, schedule=plan_schedule(ctx, plan_id, 0))
 

@@ -1,23 +1,19 @@
-"""Who may do what: principals (API tokens with a role and a dataset scope), the rules
-that admit or refuse a call, and the audit trail of mutations.
+"""Where principals come from: API tokens stored with a role and a dataset scope, and
+the audit trail of mutations.
 
-Roles are ordered: ``reader`` lists, reads indexes and streams; ``writer`` also
-registers, splits and plans; ``admin`` also manages tokens, reads the audit trail and
-retires. A token may be scoped to dataset names matching a glob (``lab-*``); a scoped
-token never reaches another dataset's versions, splits or plans.
-
-Three kinds of principal exist: stored tokens (``api_tokens``; only the SHA-256 of the
-text is kept, the text is shown once), the operator's bootstrap token
-(``WINDPIPE_TOKEN``, an admin named ``bootstrap``), and ``local``: the single user of an
-embedded catalog, admitted without a token only while no token is configured at all
-and the server listens on loopback (or ``--insecure``). Routes and the Flight server
-call these functions; the SQL is in :mod:`catalog.access_repository`.
+The principal, its roles and the rule that admits or refuses a call are the contract's
+(:mod:`services.contract.principals`, shared with the Flight servers); this module
+holds what needs the catalog database. Three kinds of principal exist: stored tokens
+(``api_tokens``; only the SHA-256 of the text is kept, the text is shown once), the
+operator's bootstrap token (``WINDPIPE_ADMIN_TOKEN``, an admin named ``bootstrap``), and
+``local``: the single user of an embedded catalog, admitted without a token only while
+no token is configured at all and the server listens on loopback (or ``--insecure``).
+Routes and the Flight server's database adapter (``catalog.flight_adapters``) call
+these functions; the SQL is in :mod:`catalog.access_repository`.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import hashlib
 import hmac
 import re
 import secrets
@@ -25,7 +21,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -42,23 +37,18 @@ from services.contract.errors import (
     Unauthenticated,
     WindpipeError,
 )
+from services.contract.principals import BOOTSTRAP, LOCAL, Principal, Role, hash_token
 from services.database import session_scope
 
 __all__ = [
-    "BOOTSTRAP",
-    "LOCAL",
     "MAX_TOKEN_LIFETIME_S",
     "MIN_TOKEN_LIFETIME_S",
     "TOKEN_PREFIX",
     "AuditPage",
-    "Principal",
-    "Role",
     "audit_page",
     "authenticate",
-    "authorize",
     "create_token",
     "dataset_of",
-    "hash_token",
     "list_audit",
     "list_tokens",
     "open_access",
@@ -67,8 +57,6 @@ __all__ = [
     "stored_tokens_exist",
 ]
 
-BOOTSTRAP = "bootstrap"
-LOCAL = "local"
 TOKEN_PREFIX = "wpk_"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 MIN_TOKEN_LIFETIME_S = 60
@@ -76,49 +64,6 @@ MAX_TOKEN_LIFETIME_S = 10 * 365 * 86400
 _GLOB = re.compile(r"^[A-Za-z0-9._\-*?\[\]!]{1,200}$")
 _AUDIT_CHUNK = 500  # audit rows read at a time for a scoped principal
 _AUDIT_SCAN = 20_000  # most audit rows one page of a scoped principal reads
-
-
-class Role(StrEnum):
-    """What a principal may do; each role includes the ones before it."""
-
-    READER = "reader"
-    WRITER = "writer"
-    ADMIN = "admin"
-
-    @property
-    def rank(self) -> int:
-        """0 for reader, 1 for writer, 2 for admin."""
-        return list(Role).index(self)
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """An authenticated caller: ``datasets`` is a glob of dataset names, None for all."""
-
-    name: str
-    role: Role
-    datasets: str | None = None
-
-    def may(self, role: Role, dataset: str | None = None) -> bool:
-        """Whether this principal's role and scope allow ``role`` on ``dataset``."""
-        if self.role.rank < role.rank:
-            return False
-        return dataset is None or self.datasets is None or fnmatch.fnmatchcase(
-            dataset, self.datasets)
-
-    def holds(self, datasets: str | None) -> bool:
-        """Whether a token scoped to ``datasets`` lies within this principal's scope
-        (:func:`catalog.scopes.scope_within`)."""
-        return scope_within(datasets, self.datasets)
-
-    def as_dict(self) -> dict[str, Any]:
-        """``{"name", "role", "datasets"}`` (what ``/v1/whoami`` answers)."""
-        return {"name": self.name, "role": str(self.role), "datasets": self.datasets}
-
-
-def hash_token(text: str) -> str:
-    """The stored form of a token: SHA-256 hex (tokens are 256-bit random, no salt needed)."""
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _unauthenticated(message: str) -> WindpipeError:
@@ -163,19 +108,6 @@ def authenticate(ctx: CatalogContext, token: str | None, *, bootstrap: str | Non
                                "ask an admin for a new one")
     return Principal(row.name, Role(row.role), row.datasets)
 
-
-
-def authorize(principal: Principal, role: Role, dataset: str | None = None) -> None:
-    """Raise ``forbidden`` unless ``principal`` may act as ``role`` on ``dataset``."""
-    if principal.may(role, dataset):
-        return
-    if principal.role.rank < role.rank:
-        message = f"this call needs the {role} role; token {principal.name!r} is a {principal.role}"
-    else:  # the dataset is not named: the caller may have sent only an id of it
-        message = (f"token {principal.name!r} is not scoped to the dataset of this call "
-                   f"(its scope: {principal.datasets!r})")
-    raise Forbidden(message,
-                    details={"required_role": str(role), "role": str(principal.role)})
 
 
 def dataset_of(ctx: CatalogContext, kind: str, key: str) -> str | None:
@@ -223,7 +155,7 @@ def create_token(ctx: CatalogContext, *, name: str, role: Role | str,
     if creator is not None and creator.role.rank < role.rank:
         raise _outside_scope(creator, f"token {creator.name!r} is a {creator.role} and may "
                              f"not create a {role} token", requested_role=str(role))
-    if creator is not None and not creator.holds(datasets):
+    if creator is not None and not scope_within(datasets, creator.datasets):
         raise _outside_scope(
             creator, f"token {creator.name!r} is scoped to {creator.datasets!r}; the new "
             f"token's scope {datasets!r} does not lie within it", datasets=datasets)
@@ -254,7 +186,7 @@ def list_tokens(ctx: CatalogContext, *, visible_to: Principal | None = None) -> 
         rows = AccessRepository(session).list_tokens()
     if visible_to is None:
         return rows
-    return [row for row in rows if visible_to.holds(row.datasets)]
+    return [row for row in rows if scope_within(row.datasets, visible_to.datasets)]
 
 
 def revoke_token(ctx: CatalogContext, name: str, *, by: Principal | None = None) -> None:
@@ -265,7 +197,7 @@ def revoke_token(ctx: CatalogContext, name: str, *, by: Principal | None = None)
         repo = AccessRepository(session)
         if by is not None and by.datasets is not None:
             row = repo.token_by_name(name)
-            if row is None or not by.holds(row.datasets):
+            if row is None or not scope_within(row.datasets, by.datasets):
                 raise _outside_scope(by, f"token {by.name!r} is scoped to {by.datasets!r} "
                                      f"and holds no token named {name!r} within it",
                                      token=name)
@@ -355,7 +287,7 @@ def _visible_ids(repo: AccessRepository, rows: Sequence[AuditEvent],
         elif target is None:
             continue
         elif target[0] == "token_name":
-            if target[1] in scopes and principal.holds(scopes[target[1]]):
+            if target[1] in scopes and scope_within(scopes[target[1]], principal.datasets):
                 visible.add(row.id)
         else:
             name = target[1] if target[0] == "name" else datasets.get(

@@ -24,11 +24,11 @@ from catalog.models import (
     Base,
     Dataset,
     ManifestRow,
-    Plan,
     PlanArtifactRow,
+    PlanRow,
     Segment,
-    Split,
     SplitAssignment,
+    SplitRow,
     SplitStatsRow,
     Version,
 )
@@ -209,11 +209,11 @@ class Repository:
 
     # -- splits -----------------------------------------------------------------------
 
-    def get_split(self, split_id: str) -> Split | None:
+    def get_split(self, split_id: str) -> SplitRow | None:
         """The split ``split_id``."""
-        return self.session.get(Split, split_id)
+        return self.session.get(SplitRow, split_id)
 
-    def add_split(self, split: Split) -> None:
+    def add_split(self, split: SplitRow) -> None:
         """Insert a split row (flushed)."""
         self.session.add(split)
         self.session.flush()
@@ -253,11 +253,11 @@ class Repository:
 
     # -- plans ------------------------------------------------------------------------
 
-    def get_plan(self, plan_id: str) -> Plan | None:
+    def get_plan(self, plan_id: str) -> PlanRow | None:
         """The plan ``plan_id``."""
-        return self.session.get(Plan, plan_id)
+        return self.session.get(PlanRow, plan_id)
 
-    def add_plan(self, plan: Plan) -> None:
+    def add_plan(self, plan: PlanRow) -> None:
         """Insert a plan row (flushed)."""
         self.session.add(plan)
         self.session.flush()
@@ -276,7 +276,7 @@ class Repository:
 
     # -- retirement -------------------------------------------------------------------
 
-    def retire(self, row: Version | Split | Plan, when: datetime) -> None:
+    def retire(self, row: Version | SplitRow | PlanRow, when: datetime) -> None:
         """Set ``retired_at`` once (a row already retired keeps its first time)."""
         if row.retired_at is None:
             row.retired_at = when
@@ -285,10 +285,10 @@ class Repository:
     def plan_retired_at(self, plan_id: str) -> datetime | None:
         """When the plan, its split or its version was retired (the earliest), else None."""
         stmt = (
-            sa.select(Plan.retired_at, Split.retired_at, Version.retired_at)
-            .join(Split, Split.id == Plan.split_id)
-            .join(Version, Version.id == Split.version_id)
-            .where(Plan.id == plan_id)
+            sa.select(PlanRow.retired_at, SplitRow.retired_at, Version.retired_at)
+            .join(SplitRow, SplitRow.id == PlanRow.split_id)
+            .join(Version, Version.id == SplitRow.version_id)
+            .where(PlanRow.id == plan_id)
         )
         row = self.session.execute(stmt).first()
         times = [t for t in (row or ()) if t is not None]
@@ -297,9 +297,9 @@ class Repository:
     def split_retired_at(self, split_id: str) -> datetime | None:
         """When the split or its version was retired (the earliest), else None."""
         stmt = (
-            sa.select(Split.retired_at, Version.retired_at)
-            .join(Version, Version.id == Split.version_id)
-            .where(Split.id == split_id)
+            sa.select(SplitRow.retired_at, Version.retired_at)
+            .join(Version, Version.id == SplitRow.version_id)
+            .where(SplitRow.id == split_id)
         )
         row = self.session.execute(stmt).first()
         times = [t for t in (row or ()) if t is not None]

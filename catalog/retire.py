@@ -16,7 +16,7 @@ from typing import cast
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from catalog.models import Plan, Split, Version, utcnow
+from catalog.models import PlanRow, SplitRow, Version, utcnow
 from catalog.repository import Repository
 from services.contract.errors import NotFound, WindpipeError, retired_error
 from services.database import session_scope
@@ -39,11 +39,11 @@ def _missing(kind: str, key: str) -> WindpipeError:
     return NotFound(f"{kind} {key!r} does not exist", details={kind: key})
 
 
-def _retire(sessions: SessionFactory, model: type[Version | Split | Plan], kind: str,
-            key: str) -> Version | Split | Plan:
+def _retire(sessions: SessionFactory, model: type[Version | SplitRow | PlanRow], kind: str,
+            key: str) -> Version | SplitRow | PlanRow:
     with session_scope(sessions) as session:
         repo = Repository(session)
-        row = cast("Version | Split | Plan | None", session.get(model, key))
+        row = cast("Version | SplitRow | PlanRow | None", session.get(model, key))
         if row is None:
             raise _missing(kind, key)
         repo.retire(row, utcnow())
@@ -58,17 +58,17 @@ def retire_version(sessions: SessionFactory, version_id: str) -> Version:
     return row
 
 
-def retire_split(sessions: SessionFactory, split_id: str) -> Split:
+def retire_split(sessions: SessionFactory, split_id: str) -> SplitRow:
     """Retire a split (and so its plans)."""
-    row = _retire(sessions, Split, "split", split_id)
-    assert isinstance(row, Split)
+    row = _retire(sessions, SplitRow, "split", split_id)
+    assert isinstance(row, SplitRow)
     return row
 
 
-def retire_plan(sessions: SessionFactory, plan_id: str) -> Plan:
+def retire_plan(sessions: SessionFactory, plan_id: str) -> PlanRow:
     """Retire a plan: its tickets are refused from now on."""
-    row = _retire(sessions, Plan, "plan", plan_id)
-    assert isinstance(row, Plan)
+    row = _retire(sessions, PlanRow, "plan", plan_id)
+    assert isinstance(row, PlanRow)
     return row
 
 

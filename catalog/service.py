@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 
 import polars as pl
 from sqlalchemy.exc import IntegrityError
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from catalog.context import CatalogContext
 from catalog.index import build_index
@@ -27,7 +28,7 @@ from catalog.limits import (
     check_manifest_rows,
 )
 from catalog.manifest import load_manifest, manifest_from_rows
-from catalog.models import Dataset, Split, Version
+from catalog.models import Dataset, SplitRow, Version
 from catalog.pattern import PatternSource, manifest_from_pattern
 from catalog.profile import profile_for, profile_warnings
 from catalog.protocol_warnings import protocol_warnings
@@ -58,7 +59,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-_RETRIES = 3
+_RETRIES = 3  # tries of a registration's insert (a lost race, then the winner found)
 
 
 @dataclass(frozen=True)
@@ -180,13 +181,15 @@ def _store_with_retries(
     ctx: CatalogContext, name: str, prepared: PreparedVersion, description: str | None,
     visible: Callable[[str], bool] | None, *, profile: VersionProfile,
 ) -> Created[Version]:
-    for attempt in range(_RETRIES):
-        try:
-            return _store_version(ctx, name, prepared, description, visible, profile=profile)
-        except IntegrityError:
-            if attempt == _RETRIES - 1:
-                raise
-    raise AssertionError("unreachable")
+    """Store, again at once after a lost race: the unique key an identical registration
+    inserted first (``IntegrityError``) makes the next try find the winner's version.
+    tenacity states the policy (what to retry, how often, no wait); the error of the
+    last try is raised as is. Not the ``Transient`` branch: a database that is down is
+    answered 503 here and retried by the client (``sdk._rest``)."""
+    retrying = Retrying(stop=stop_after_attempt(_RETRIES),
+                        retry=retry_if_exception_type(IntegrityError), reraise=True)
+    return retrying(_store_version, ctx, name, prepared, description, visible,
+                    profile=profile)
 
 
 def _store_version(
@@ -334,12 +337,13 @@ def list_segments(
 # -- splits ---------------------------------------------------------------------------
 
 
-def get_split(ctx: CatalogContext, split_id: str) -> Split:
+def get_split(ctx: CatalogContext, split_id: str) -> SplitRow:
     """The split ``split_id`` or ``not_found``."""
     return fetch(ctx, "split", split_id, Repository.get_split)
 
 
-def create_split(ctx: CatalogContext, version_id: str, config: ValidationConfig) -> Created[Split]:
+def create_split(ctx: CatalogContext, version_id: str, config: ValidationConfig,
+                 ) -> Created[SplitRow]:
     """Assign every manifest row of a version to ``train`` or ``val`` and store it.
 
     Unknown columns and selectors that match nothing are ``invalid_config``; a retired
@@ -358,7 +362,7 @@ def create_split(ctx: CatalogContext, version_id: str, config: ValidationConfig)
     try:
         with session_scope(ctx.sessions) as session:
             repo = Repository(session)
-            split = Split(id=split_id, version_id=version_id, config=config_json, counts=counts)
+            split = SplitRow(id=split_id, version_id=version_id, config=config_json, counts=counts)
             repo.add_split(split)
             repo.insert_assignments(split_id, assigned)
             session.flush()

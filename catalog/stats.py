@@ -52,7 +52,7 @@ from services.contract.stats import (
     QUANTILES,
     ColumnStats,
     Histogram,
-    SplitStats,
+    SplitStatsData,
     StatsRequest,
 )
 from services.database import session_scope
@@ -76,16 +76,16 @@ def columns_key(columns: tuple[str, ...] | None) -> str:
 
 
 def stored_split_stats(ctx: CatalogContext, split_id: str, request: StatsRequest,
-                       ) -> SplitStats | None:
+                       ) -> SplitStatsData | None:
     """The statistics stored for this split, side and columns, if they were computed."""
     with session_scope(ctx.sessions) as session:
         body = Repository(session).get_split_stats(split_id, request.side,
                                                    columns_key(request.columns))
-    return None if body is None else SplitStats.model_validate(body)
+    return None if body is None else SplitStatsData.model_validate(body)
 
 
 def split_stats(ctx: CatalogContext, split_id: str, request: StatsRequest,
-                ) -> Created[SplitStats]:
+                ) -> Created[SplitStatsData]:
     """The statistics of one side of a split: the stored ones, else computed and stored
     (``created``). A retired split is ``conflict``; an unknown or non-numeric column is
     ``invalid_request``; a request above ``max_stats_bytes`` is refused unread."""
@@ -100,7 +100,7 @@ def split_stats(ctx: CatalogContext, split_id: str, request: StatsRequest,
     check_stats_bytes(work.nbytes, ctx.limits, side=request.side)
     started = time.perf_counter()
     work.read(open_root(version.root_uri, ctx.storage))
-    stats = SplitStats(
+    stats = SplitStatsData(
         split_id=split_id, version_id=version.id, side=request.side,
         columns=None if request.columns is None else list(request.columns),
         rows=work.rows, stats=[entry for _t, entry in bounded_map(

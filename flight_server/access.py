@@ -1,11 +1,15 @@
-"""Who a Flight caller is and whether it may read a plan, in the deployment's two shapes.
+"""Who a Flight caller is and whether it may read a plan: :class:`FlightAccess`.
 
-* :class:`DatabaseAccess`: the Flight server reads the catalog database (plans too), so
-  it checks stored tokens and plan ownership with :mod:`catalog.principals` directly.
+The protocol is the Flight server's; what implements it is chosen by whoever starts
+the server (``flight_server.runner``):
+
 * :class:`RestAccess`: the Flight server knows only the catalog's URL; it asks the
   catalog with the *caller's* token: ``GET /v1/whoami`` (who) and ``GET
   /v1/plans/{id}`` (may this caller read this plan: 200, 401 or 403), so the catalog's
   rules are the only rules.
+* ``catalog.flight_adapters.DatabaseAccess``: the Flight server reads the catalog
+  database (plans too), so it checks stored tokens and plan ownership with the
+  catalog's own functions; the CLI wires it in, this package never imports the catalog.
 * :class:`StaticAccess`: a server given only a bootstrap token (tests, a library user).
 
 :class:`CachedAccess` wraps either and trusts a positive answer for ``ttl_s`` seconds
@@ -16,7 +20,6 @@ by every Flight server within that bound. Entries are keyed by the token's SHA-2
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import threading
 import time
@@ -24,11 +27,7 @@ from collections import OrderedDict
 from typing import Protocol
 
 import httpx
-from sqlalchemy.engine import Engine
 
-from catalog import principals
-from catalog.context import CatalogContext
-from catalog.principals import Principal, Role
 from services.contract.auth import http_headers
 from services.contract.errors import (
     Unauthenticated,
@@ -36,14 +35,13 @@ from services.contract.errors import (
     WindpipeError,
     error_from_envelope,
 )
+from services.contract.principals import BOOTSTRAP, Principal, Role, hash_token
 from services.contract.shapes import check_plan_id
-from services.database import translate_outage
 from services.logging import get_logger
 
-__all__ = ["CachedAccess", "DatabaseAccess", "FlightAccess", "RestAccess", "StaticAccess"]
+__all__ = ["CachedAccess", "FlightAccess", "RestAccess", "StaticAccess"]
 
 _log = get_logger("windpipe.flight.access")
-_WHO = "this Flight server's catalog"
 _NEEDS_TOKEN = ("this Flight server requires a bearer token: send the header "
                 "'authorization: Bearer <token>' (sdk: Catalog(url, token=...))")
 
@@ -72,34 +70,10 @@ class StaticAccess:
             raise Unauthenticated(_NEEDS_TOKEN)
         if not hmac.compare_digest(token.encode(), self._bootstrap.encode()):
             raise Unauthenticated("the bearer token sent to this Flight server is not valid")
-        return Principal(principals.BOOTSTRAP, Role.ADMIN)
+        return Principal(BOOTSTRAP, Role.ADMIN)
 
     def authorize_plan(self, token: str | None, principal: Principal, plan_id: str) -> None:
         """An admin reads every plan."""
-
-
-class DatabaseAccess:
-    """Tokens and plan owners read from the catalog database."""
-
-    def __init__(self, engine: Engine, *, bootstrap: str | None, loopback: bool) -> None:
-        self._ctx = CatalogContext.from_engine(engine)
-        self._bootstrap = bootstrap
-        self._loopback = loopback
-
-    def authenticate(self, token: str | None) -> Principal:
-        """:func:`catalog.principals.authenticate` against the database (``unavailable``
-        while it is down)."""
-        with translate_outage(who=_WHO, checking="the caller's token"):
-            return principals.authenticate(self._ctx, token, bootstrap=self._bootstrap,
-                                           loopback=self._loopback)
-
-    def authorize_plan(self, token: str | None, principal: Principal, plan_id: str) -> None:
-        """A reader scoped to the plan's dataset (an unknown plan is left to not_found;
-        ``unavailable`` while the database is down)."""
-        with translate_outage(who=_WHO, plan_id=plan_id):
-            dataset = (principals.dataset_of(self._ctx, "plan", plan_id)
-                       if principal.datasets is not None else None)
-        principals.authorize(principal, Role.READER, dataset)
 
 
 class RestAccess:
@@ -163,7 +137,7 @@ class CachedAccess:
 
     @staticmethod
     def _key(token: str | None) -> str:
-        return hashlib.sha256(token.encode()).hexdigest() if token else "-"
+        return hash_token(token) if token else "-"
 
     def _cached(self, key: tuple[str, str]) -> Principal | None:
         with self._lock:

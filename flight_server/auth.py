@@ -2,7 +2,7 @@
 
 With an access layer (:mod:`flight_server.access`; every served deployment has one)
 :class:`PrincipalAuthFactory` turns ``authorization: Bearer <token>`` into a
-:class:`catalog.principals.Principal` in ``start_call`` and refuses a call without a
+:class:`services.contract.principals.Principal` in ``start_call`` and refuses a call without a
 valid one with ``FlightUnauthenticatedError`` (the ``unauthenticated`` envelope in
 ``extra_info``). The open ``local`` principal (no tokens anywhere) is refused to a
 caller on another host (:func:`caller`). ``DoAction`` is the exception: the action's
@@ -22,11 +22,11 @@ from typing import Any
 
 import pyarrow.flight as fl
 
-from catalog.principals import LOCAL, Principal, Role
 from flight_server.access import FlightAccess
 from flight_server.calls import peer_is_local
 from services.contract.auth import AUTH_HEADER, bearer_token
 from services.contract.errors import ErrorType, Unauthenticated, Unavailable, WindpipeError
+from services.contract.principals import LOCAL, Principal, Role
 from services.logging import get_logger
 
 __all__ = ["AUTH_MIDDLEWARE", "CallAuth", "PrincipalAuthFactory", "caller", "caller_token"]

@@ -1,20 +1,25 @@
-"""What a Flight server is set to: :class:`FlightServerConfig`, built from
+"""What a Flight server is set to: :class:`FlightServerConfig`, made from
 :class:`services.settings.Settings` in one place (:meth:`FlightServerConfig.from_settings`).
 
 ``flight_server.server.WindpipeFlightServer`` and ``flight_server.runner`` read every
 knob from it (bind address, cache, read-ahead, endpoints and their discovery, bad
 segments, tickets, the host's tier and its host id, limits, storage); what the server
-talks to (where plans come from, the access layer) is passed beside it. The settings'
-own fields hold the defaults, so this module writes none.
+talks to (where plans come from, the access layer) is passed beside it.
+
+A setting is declared once, as a field of :class:`Settings` (its default, bounds, help
+text and CLI flag): the config keeps the settings themselves and the server reads each
+plain knob by its ``Settings`` name (``config.settings.readahead_batches``), so a new
+knob is one new field there and nothing here. The config's own fields are only what is
+resolved from the settings when the server starts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from services.contract.limits import Limits
-from services.materialize.builder import BadSegmentPolicy
 from services.materialize.tier import tier_budget
 from services.settings import Settings
 from services.storage.store import StorageOptions
@@ -26,35 +31,21 @@ _ANY_HOST = ("0.0.0.0", "::", "")  # the wildcard binds, reached on loopback her
 
 @dataclass(frozen=True, kw_only=True)
 class FlightServerConfig:
-    """A Flight server's knobs (each one a field of :class:`Settings`, see there).
+    """A Flight server's settings and what is resolved from them at start.
 
-    ``tier_dir`` and ``tier_bytes`` are resolved when the config is made (at server
-    start): an unset budget becomes half the free space of the tier's disk
-    (:func:`services.materialize.tier.tier_budget`, said in ``tier_source``), and
-    ``tier_dir`` is None when the tier is off. ``ticket_secret`` and ``storage`` (which
-    holds the S3 secret) stay out of the repr.
+    ``tier_dir`` and ``tier_bytes``: an unset budget becomes half the free space of the
+    tier's disk (:func:`services.materialize.tier.tier_budget`, said in ``tier_source``),
+    and ``tier_dir`` is None when the tier is off. ``ticket_secret`` is the secret's
+    bytes, ``limits`` and ``storage`` the settings' (:meth:`Settings.limits`,
+    :meth:`StorageOptions.from_settings`). ``settings``, ``ticket_secret`` and
+    ``storage`` (which hold secrets) stay out of the repr.
     """
 
-    host: str
-    port: int
-    public_location: str | None
-    locations: tuple[str, ...]
-    discovery: str | None
-    discovery_s: float
-    host_id: str | None
+    settings: Settings = field(repr=False)
     ticket_secret: bytes = field(repr=False)
-    ticket_ttl_s: float
-    cache_bytes: int
-    cache_wait_s: float
-    readahead_batches: int
-    endpoint_batches: int
-    on_bad_segment: BadSegmentPolicy
     tier_dir: Path | None
     tier_bytes: int
     tier_source: str
-    auto_blocks: bool
-    build_ahead_bytes: int
-    auth_cache_s: float
     limits: Limits
     storage: StorageOptions = field(repr=False)
 
@@ -62,40 +53,38 @@ class FlightServerConfig:
     def from_settings(cls, settings: Settings, *, port: int | None = None,
                       cache_bytes: int | None = None) -> FlightServerConfig:
         """The Flight server part of ``settings``; ``port`` and ``cache_bytes`` override
-        theirs (tests bind port 0 and use budgets below the settings' 1 MiB floor)."""
+        ``flight_port`` and ``cache_bytes`` (tests bind port 0 and use budgets below the
+        settings' 1 MiB floor)."""
+        overrides: dict[str, Any] = {}
+        if port is not None:
+            overrides["flight_port"] = port
+        if cache_bytes is not None:
+            overrides["cache_bytes"] = cache_bytes
+        if overrides:  # no validation: an override may lie below a setting's floor
+            settings = settings.model_copy(update=overrides)
         budget = tier_budget(settings.resolved_tier_dir(), settings.tier_bytes)
         return cls(
-            host=settings.resolved_flight_host(),
-            port=settings.flight_port if port is None else port,
-            public_location=settings.flight_public_location,
-            locations=tuple(settings.flight_locations),
-            discovery=settings.flight_discovery,
-            discovery_s=settings.flight_discovery_s,
-            host_id=settings.host_id,
+            settings=settings,
             ticket_secret=settings.ticket_secret.get_secret_value().encode(),
-            ticket_ttl_s=settings.ticket_ttl_s,
-            cache_bytes=settings.cache_bytes if cache_bytes is None else cache_bytes,
-            cache_wait_s=settings.cache_wait_s,
-            readahead_batches=settings.readahead_batches,
-            endpoint_batches=settings.endpoint_batches,
-            on_bad_segment=settings.on_bad_segment,
             tier_dir=settings.resolved_tier_dir() if budget.bytes else None,
             tier_bytes=budget.bytes,
             tier_source=budget.source,
-            auto_blocks=settings.auto_blocks,
-            build_ahead_bytes=settings.build_ahead_bytes,
-            auth_cache_s=settings.auth_cache_s,
             limits=settings.limits(),
             storage=StorageOptions.from_settings(settings),
         )
 
     @property
+    def host(self) -> str:
+        """The address the server binds (``Settings.resolved_flight_host``)."""
+        return self.settings.resolved_flight_host()
+
+    @property
     def bind_location(self) -> str:
         """``grpc://host:port`` the server binds (port 0: any free port)."""
-        return f"grpc://{self.host}:{self.port}"
+        return f"grpc://{self.host}:{self.settings.flight_port}"
 
     def advertised_location(self, bound_port: int) -> str:
         """Where clients reach the server once bound on ``bound_port``: the public
         location when set, else the bind address (loopback for a wildcard bind)."""
         reachable = "127.0.0.1" if self.host in _ANY_HOST else self.host
-        return self.public_location or f"grpc://{reachable}:{bound_port}"
+        return self.settings.flight_public_location or f"grpc://{reachable}:{bound_port}"

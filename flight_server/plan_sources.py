@@ -1,6 +1,8 @@
-"""Where a Flight server gets its plans: the stored artifact, from the database or over REST.
+"""Where a Flight server gets its plans: :class:`PlanSource`, the stored artifact.
 
-Both sources fetch the bytes the catalog stored when it made the plan and decode
+:class:`RestPlanSource` reads it over REST; ``catalog.flight_adapters.DatabasePlanSource``
+reads it from the catalog database (the CLI wires it in; this package never imports the
+catalog). Both fetch the bytes the catalog stored when it made the plan and decode
 them with the one loader, :meth:`services.planning.artifact.PlanArtifact.from_ipc`; neither
 reads the index or rebuilds streams. :class:`PlanCache` keeps a few loaded plans
 (:class:`services.materialize.plan.PlanContext`) and loads each at most once at a time; an
@@ -20,25 +22,19 @@ from datetime import datetime
 from typing import Protocol
 
 import httpx
-from sqlalchemy.engine import Engine
 
-from catalog.context import CatalogContext
-from catalog.plans import plan_artifact_bytes
-from catalog.retire import check_plan_live
 from services.contract.auth import http_headers
 from services.contract.errors import NotFound, Unavailable, retired_error
 from services.contract.shapes import check_plan_id
-from services.database import translate_outage
 from services.logging import get_logger
 from services.materialize.plan import PlanContext
 from services.memo import Memo, deep_nbytes
 from services.planning.artifact import ARTIFACT_MEDIA_TYPE, PlanArtifact
 from services.storage.packs import PackStore
 
-__all__ = ["DatabasePlanSource", "PlanCache", "PlanSource", "RestPlanSource"]
+__all__ = ["PlanCache", "PlanSource", "RestPlanSource"]
 
 _log = get_logger("windpipe.flight.plans")
-_WHO = "this Flight server's catalog"
 
 
 class PlanSource(Protocol):
@@ -51,26 +47,6 @@ class PlanSource(Protocol):
     def check_live(self, plan_id: str) -> None:
         """``conflict`` when the plan (or its split or version) is retired."""
         ...
-
-
-class DatabasePlanSource:
-    """Plans read from the catalog database (the ``plan_artifacts`` table)."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._ctx = CatalogContext.from_engine(engine)
-
-    def load(self, plan_id: str) -> PlanArtifact:
-        """Read and decode the stored artifact; ``unavailable`` while the database is down."""
-        with translate_outage(who=_WHO, plan_id=plan_id):
-            data = plan_artifact_bytes(self._ctx, plan_id)
-        return PlanArtifact.from_ipc(data)
-
-    def check_live(self, plan_id: str) -> None:
-        """One query: is the plan, its split or its version retired? ``unavailable`` while
-        the database is down (also for a plan this server holds: its retirement cannot be
-        known)."""
-        with translate_outage(who=_WHO, plan_id=plan_id):
-            check_plan_live(self._ctx.sessions, plan_id)
 
 
 class RestPlanSource:

@@ -1,13 +1,21 @@
 """Start a Flight server from :class:`services.settings.Settings` (CLI, demo, tests).
 
-``start_flight_server(settings)`` binds ``settings.resolved_flight_host()`` on
-``settings.flight_port`` (``port=0`` picks a free port), serves in background
+``start_flight_server(settings, backend=...)`` binds ``settings.resolved_flight_host()``
+on ``settings.flight_port`` (``port=0`` picks a free port), serves in background
 threads and returns a :class:`RunningFlightServer`. Every knob (cache budget and wait,
 read-ahead, endpoint size, bad-segment policy, ticket lifetime, the host's shared tier
 of decoded blocks) reaches the server as one
 :class:`flight_server.config.FlightServerConfig` made from the settings, so
-``WINDPIPE_*`` variables and CLI flags set them alike; here the settings only choose
-where plans come from and who may read them.
+``WINDPIPE_*`` variables and CLI flags set them alike.
+
+Where plans come from and who may read them is the caller's choice, a
+:class:`flight_server.backend.FlightBackend`: this package never imports the catalog,
+so a server reading the catalog database is handed
+``catalog.flight_adapters.DatabaseBackend`` by whoever may import both (``windpipe
+serve``: ``windpipe._serving``). Without one, ``settings.catalog_url`` makes the
+REST-backed shape (:class:`flight_server.backend.RestBackend`), and a bare
+``plan_source`` (tests, a library user) serves its plans to the bootstrap token
+(``settings.admin_token``), or to anyone on loopback without one.
 """
 
 from __future__ import annotations
@@ -16,25 +24,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.engine import Engine
-
-from catalog.context import CatalogContext
-from catalog.principals import stored_tokens_exist
-from flight_server.access import (
-    CachedAccess,
-    DatabaseAccess,
-    FlightAccess,
-    RestAccess,
-    StaticAccess,
-)
+from flight_server.access import CachedAccess, FlightAccess, StaticAccess
+from flight_server.backend import FlightBackend, RestBackend
 from flight_server.config import FlightServerConfig
-from flight_server.plan_sources import DatabasePlanSource, PlanCache, PlanSource, RestPlanSource
+from flight_server.metrics import MetricsEndpoint, serve_metrics
+from flight_server.plan_sources import PlanCache, PlanSource
 from flight_server.server import WindpipeFlightServer
-from services.database import create_engine
 from services.exposure import check_exposure
 from services.planning.artifact import PlanArtifact
 from services.runtime import warm_imports
-from services.settings import Settings, is_loopback
+from services.settings import Settings
 from services.storage.packs import PackStore
 
 __all__ = ["RunningFlightServer", "start_flight_server"]
@@ -49,7 +48,8 @@ class RunningFlightServer:
 
     server: WindpipeFlightServer
     location: str
-    _owned_engine: Engine | None = field(default=None, repr=False)
+    metrics: MetricsEndpoint | None = None  # its /metrics (settings.flight_metrics_port)
+    _backend: FlightBackend | None = field(default=None, repr=False)
     _stopped: bool = field(default=False, repr=False)
 
     def __iter__(self) -> Iterator[Any]:
@@ -60,64 +60,75 @@ class RunningFlightServer:
         if self._stopped:
             return True
         self._stopped = True
+        if self.metrics is not None:
+            self.metrics.close()
         ok = self.server.stop(grace_s=grace_s)
-        if self._owned_engine is not None:
-            self._owned_engine.dispose()
+        if self._backend is not None:
+            self._backend.close()
         return ok
 
 
 def start_flight_server(
     settings: Settings,
     *,
-    engine: Engine | None = None,
+    backend: FlightBackend | None = None,
     port: int | None = None,
     plan_source: PlanSource | Callable[[str], PlanArtifact] | None = None,
     cache_bytes: int | None = None,
 ) -> RunningFlightServer:
-    """Start serving in background threads; plans come from ``plan_source``, else
-    ``engine``, else ``settings.catalog_url`` (REST), else ``settings``' database.
+    """Start serving in background threads; plans and access come from ``backend``, else
+    from ``settings.catalog_url`` (REST); ``plan_source`` replaces the backend's plans.
 
-    ``cache_bytes`` overrides ``settings.cache_bytes`` (tests use budgets below the
-    settings' 1 MiB floor).
+    The server owns ``backend`` from here: it is closed when the server stops, or when
+    it cannot start. ``cache_bytes`` overrides ``settings.cache_bytes`` (tests use
+    budgets below the settings' 1 MiB floor).
     """
     warm_imports()
     config = FlightServerConfig.from_settings(settings, port=port, cache_bytes=cache_bytes)
-    owned = None
-    token = settings.token.get_secret_value() if settings.token else None
-    host = config.host
-    access: FlightAccess | None = StaticAccess(token) if token else None
-    if plan_source is None:
-        if engine is None and not settings.catalog_url:
-            engine = owned = create_engine(
-                settings.resolved_database_url(),
-                sqlite_busy_timeout_s=settings.sqlite_busy_timeout_s)
-        if engine is not None:
-            plan_source = DatabasePlanSource(engine)
-            access = DatabaseAccess(engine, bootstrap=token,
-                                    loopback=is_loopback(host) or settings.insecure)
-        else:
-            assert settings.catalog_url is not None
-            plan_source = RestPlanSource(settings.catalog_url, token=token)
-            access = RestAccess(settings.catalog_url)
-    elif engine is not None:
-        access = DatabaseAccess(engine, bootstrap=token,
-                                loopback=is_loopback(host) or settings.insecure)
-    rest = access if isinstance(access, RestAccess) else None
+    if backend is None and plan_source is None:
+        if not settings.catalog_url:
+            msg = ("a Flight server needs its plans: set settings.catalog_url (the catalog's "
+                   "REST API) or pass backend= (the catalog database: "
+                   "catalog.flight_adapters.DatabaseBackend, as windpipe serve does)")
+            raise ValueError(msg)
+        backend = RestBackend.from_settings(settings)
     try:
-        check_exposure(
-            settings, service="Flight server", host=host, signs_tickets=True,
-            catalog_decides=rest is not None,  # only the catalog's tokens admit callers
-            tokens_configured=rest.requires_tokens if rest is not None else lambda: (
-                engine is not None
-                and stored_tokens_exist(CatalogContext.from_engine(engine))),
-        )
-    except Exception:
-        if owned is not None:
-            owned.dispose()
+        return _start(config, settings, backend=backend, plan_source=plan_source)
+    except BaseException:
+        if backend is not None:
+            backend.close()
         raise
+
+
+def _start(config: FlightServerConfig, settings: Settings, *, backend: FlightBackend | None,
+           plan_source: PlanSource | Callable[[str], PlanArtifact] | None,
+           ) -> RunningFlightServer:
+    access: FlightAccess | None
+    if backend is not None:
+        access = backend.access
+        source = backend.plans if plan_source is None else plan_source
+    else:  # plans of the caller's; the bootstrap token, else loopback callers, read them
+        assert plan_source is not None  # start_flight_server makes a backend otherwise
+        token = settings.admin_token_text()
+        access = StaticAccess(token) if token else None
+        source = plan_source
+    check_exposure(
+        settings, service="Flight server", host=config.host, signs_tickets=True,
+        # a REST-backed server: only the catalog's tokens admit callers
+        catalog_decides=backend is not None and backend.catalog_decides,
+        tokens_configured=backend.tokens_configured if backend is not None else lambda: False,
+    )
     if access is not None:
-        access = CachedAccess(access, ttl_s=config.auth_cache_s)
-    plans = PlanCache(plan_source, packs=PackStore.from_settings(settings))
+        access = CachedAccess(access, ttl_s=settings.auth_cache_s)
+    plans = PlanCache(source, packs=PackStore.from_settings(settings))
     server = WindpipeFlightServer(config, plans=plans, access=access)
     location = config.advertised_location(server.port)
-    return RunningFlightServer(server=server, location=location, _owned_engine=owned)
+    running = RunningFlightServer(server=server, location=location, _backend=backend)
+    if settings.flight_metrics_port is not None:
+        try:
+            running.metrics = serve_metrics(server.metrics.registry, host=config.host,
+                                            port=settings.flight_metrics_port)
+        except BaseException:
+            server.stop(grace_s=1.0)  # the backend is closed by start_flight_server
+            raise
+    return running

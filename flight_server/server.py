@@ -5,7 +5,7 @@
   locations the rank's pass is cut (at unit boundaries) into endpoints whose first
   location is the server that owns their segments (rendezvous hashing of segment
   paths), the others listed as fallbacks. The locations are the configured ones and
-  those ``WINDPIPE_FLIGHT_DISCOVERY`` names (``catalog.discovery``), re-read as it changes.
+  those ``WINDPIPE_FLIGHT_DISCOVERY`` names (``services.discovery``), re-read as it changes.
 * ``DoGet``: a ticket -> one record batch per training batch, the batch's
   :class:`services.contract.wire.BatchMetadata` as ``app_metadata``.
 * ``DoAction``: ``health``, ``cache-stats``, ``tier-info``, ``warm`` (progress results
@@ -38,9 +38,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from catalog.discovery import FlightDiscovery, parse_source
-from catalog.limits import check_world_size
-from catalog.principals import Principal
 from flight_server.access import FlightAccess
 from flight_server.auth import AUTH_MIDDLEWARE, PrincipalAuthFactory, caller, caller_token
 from flight_server.calls import (
@@ -54,6 +51,7 @@ from flight_server.calls import (
 )
 from flight_server.config import FlightServerConfig
 from flight_server.locality import endpoint_ranges
+from flight_server.metrics import METRICS_MIDDLEWARE, FlightMetrics
 from flight_server.plan_sources import PlanCache
 from flight_server.stream_checks import StreamAuth, check_cache_fit
 from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
@@ -67,6 +65,8 @@ from services.contract.errors import (
     Unavailable,
     WindpipeError,
 )
+from services.contract.limits import check_world_size
+from services.contract.principals import Principal
 from services.contract.reports import (
     CacheCounters,
     FlightHealth,
@@ -86,6 +86,7 @@ from services.contract.wire import (
     batch_schema,
     to_flight_error,
 )
+from services.discovery import FlightDiscovery
 from services.logging import get_logger
 from services.materialize.builder import BatchBuilder
 from services.materialize.cache import ChunkCache
@@ -106,7 +107,8 @@ _log = get_logger("windpipe.flight")
 class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
     """Streams plan batches; plans come from ``plans``, chunks through ``cache``.
 
-    Every knob is in ``config`` (:class:`flight_server.config.FlightServerConfig`); the
+    Every knob is in ``config`` (:class:`flight_server.config.FlightServerConfig`: the
+    settings, read by their ``Settings`` names, and what is resolved from them); the
     server makes its chunk cache, the host's tier and its storage roots from it.
     """
 
@@ -118,7 +120,9 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         access: FlightAccess | None = None,
         **kwargs: Any,
     ) -> None:
-        middleware = {**kwargs.get("middleware", {}), CALL_FILTER: CallFilterFactory()}
+        self.metrics = FlightMetrics()  # its own registry: flight_server.metrics
+        middleware = {**kwargs.get("middleware", {}), CALL_FILTER: CallFilterFactory(),
+                      METRICS_MIDDLEWARE: self.metrics.middleware()}
         if access is not None:
             middleware[AUTH_MIDDLEWARE] = PrincipalAuthFactory(access)
         kwargs["middleware"] = middleware
@@ -126,24 +130,24 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         self.config = config
         self._access = access
         self.plans = plans
-        self.cache = ChunkCache(config.cache_bytes, wait_timeout_s=config.cache_wait_s)
+        knobs = config.settings
+        self.cache = ChunkCache(knobs.cache_bytes, wait_timeout_s=knobs.cache_wait_s)
         self.tier = (Tier(config.tier_dir, budget_bytes=config.tier_bytes,
                           budget_source=config.tier_source)
                      if config.tier_dir is not None else None)
         # plans beyond the cache are decoded into the tier behind their first pass
-        self.tier_fill = (TierFill(self.tier, cache_bytes=config.cache_bytes)
-                          if self.tier is not None and config.auto_blocks else None)
+        self.tier_fill = (TierFill(self.tier, cache_bytes=knobs.cache_bytes)
+                          if self.tier is not None and knobs.auto_blocks else None)
         _log.info("flight.tier", path=str(config.tier_dir) if config.tier_dir else None,
                   budget_bytes=config.tier_bytes, budget=config.tier_source,
-                  cache_bytes=config.cache_bytes)
+                  cache_bytes=knobs.cache_bytes)
         self._storage_for: Callable[[str], Storage] = StorageRoots(config.storage).open
-        self.discovery = FlightDiscovery(
-            config.locations, parse_source(config.discovery) if config.discovery else None,
-            interval_s=config.discovery_s)
+        self.discovery = FlightDiscovery.from_settings(knobs)
         self._stopping = threading.Event()
         self._active = 0
         self._streams = 0  # streams started since the server started
         self._active_lock = threading.Lock()
+        self.metrics.watch(cache=self.cache, tier=self.tier, active_streams=lambda: self._active)
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -168,7 +172,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         return principal
 
     def _ticket(self, cmd: FlightCommand, start: int, end: int, sub: str) -> fl.Ticket:
-        exp = time.time() + self.config.ticket_ttl_s
+        exp = time.time() + self.config.settings.ticket_ttl_s
         payload = TicketPayload(
             plan_id=cmd.plan_id, epoch=cmd.epoch, rank=cmd.rank, world_size=cmd.world_size,
             start_batch=start, end_batch=end, exp=exp, sub=sub, wire=cmd.wire,
@@ -177,7 +181,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def locations(self) -> tuple[str, ...]:
         """The deployment's Flight servers this one routes endpoints to: the configured
-        locations and the discovered ones (``catalog.discovery``, re-read as it changes)."""
+        locations and the discovered ones (``services.discovery``, re-read as it changes)."""
         return self.discovery.locations()
 
     # -- Flight methods ---------------------------------------------------------------
@@ -207,7 +211,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         locations = self.locations()
         for a, b, home in endpoint_ranges(plan, schedule, batches, start=start,
                                           locations=locations,
-                                          min_batches=self.config.endpoint_batches):
+                                          min_batches=self.config.settings.endpoint_batches):
             locs: tuple[str, ...] = ()
             if len(locations) > 1:
                 primary = locations[home]
@@ -240,8 +244,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             schema = self._schema(plan, wire=payload.wire)
             builder = BatchBuilder(
                 plan, self._storage_for(plan.root_uri), self.cache, schema,
-                on_bad_segment=self.config.on_bad_segment, tier=self.tier,
-                blocks="auto" if self.config.auto_blocks else "cached",
+                on_bad_segment=self.config.settings.on_bad_segment, tier=self.tier,
+                blocks="auto" if self.config.settings.auto_blocks else "cached",
             )
             fields = {"plan": payload.plan_id, "epoch": payload.epoch, "rank": payload.rank,
                       "world_size": payload.world_size, "start_batch": start,
@@ -251,7 +255,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             if self.tier_fill is not None:
                 self.tier_fill.start(plan, builder.storage)
             auth = StreamAuth(self._access, token=caller_token(context), principal=principal,
-                              plan_id=payload.plan_id, trust_s=self.config.auth_cache_s)
+                              plan_id=payload.plan_id, trust_s=self.config.settings.auth_cache_s)
             gen = self._stream(context, builder, schedule, batches,
                                start=start, end=end, fields=fields, auth=auth)
             return fl.GeneratorStream(schema, gen)
@@ -269,10 +273,10 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         sent = nbytes = 0
         outcome, error_type = "completed", None
         pipeline = BatchPipeline(builder, schedule, batches, start=start, end=end,
-                                 readahead_batches=self.config.readahead_batches,
-                                 build_ahead_bytes=self.config.build_ahead_bytes)
+                                 readahead_batches=self.config.settings.readahead_batches,
+                                 build_ahead_bytes=self.config.settings.build_ahead_bytes)
         try:
-            for i, built in pipeline:
+            for i, built in self.metrics.timed(pipeline):
                 if context.is_cancelled():
                     outcome = "cancelled"
                     return
@@ -287,6 +291,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                 nbytes += built.nbytes
                 yield builder.record_batch(built), pa.py_buffer(meta.encode())
                 sent += 1
+                self.metrics.sent(built.nbytes)
         except WindpipeError as exc:
             outcome, error_type = "error", exc.type.value
             if exc.type == ErrorType.SEGMENT_CHANGED:
@@ -315,6 +320,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                 self._active -= 1
             if outcome == "completed" and start + sent < end:
                 outcome = "cancelled"  # the client stopped reading (generator dropped)
+            self.metrics.stream_ended(outcome)
             emit = _log.error if outcome == "error" else _log.info
             emit("flight.stream.end", plan=fields["plan"], epoch=fields["epoch"],
                  rank=fields["rank"], world_size=fields["world_size"], peer=fields["peer"],
@@ -380,7 +386,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         name, which a pod's hostname is not), else the hostname."""
         assert self.tier is not None
         info = self.tier.info()
-        host_id = self.config.host_id
+        host_id = self.config.settings.host_id
         return dataclasses.replace(info, host=host_id) if host_id else info
 
     def _warm(self, context: Any, body: bytes) -> Iterator[bytes]:

@@ -24,9 +24,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from catalog.principals import Principal
 from flight_server.access import FlightAccess
 from services.contract.errors import ErrorType, Unavailable, WindpipeError, error_class
+from services.contract.principals import Principal
 from services.logging import get_logger
 from services.materialize.cache import working_set_error
 from services.materialize.plan import PlanContext

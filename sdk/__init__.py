@@ -20,7 +20,6 @@ install).
 
 from typing import TYPE_CHECKING, Any
 
-import services  # noqa: F401  (first: sets Arrow's allocator options, services.runtime)
 from sdk._aligned import AlignedBatch
 from sdk._batch import Batch, BatchSegmentRef, BatchState, batch_from_arrow
 from sdk._catalog import Catalog
@@ -51,12 +50,15 @@ from sdk._stats import LoaderStats
 from sdk._torch_import import torch_support
 from services.contract.configs import (
     DatasetProtocolId,
+    DeviceOptions,
     LoaderConfig,
     LoaderOptions,
     PlanSpec,
     ScalingSpec,
+    SourceOptions,
     ValidationConfig,
     WindowConfig,
+    WorkerOptions,
 )
 
 if TYPE_CHECKING:
@@ -74,6 +76,7 @@ __all__ = [
     "DatasetProtocolId",
     "DatasetVersion",
     "DeviceLoader",
+    "DeviceOptions",
     "Forbidden",
     "InternalError",
     "InvalidConfig",
@@ -93,15 +96,17 @@ __all__ = [
     "ScalingSpec",
     "SegmentChanged",
     "SegmentError",
-    "Transient",
+    "SourceOptions",
     "Split",
     "SplitStats",
+    "Transient",
     "Unauthenticated",
     "Unavailable",
     "ValidationConfig",
     "WindowConfig",
     "WindpipeError",
     "WindpipeIterableDataset",
+    "WorkerOptions",
     "batch_from_arrow",
     "resolve_device",
 ]

@@ -8,7 +8,7 @@ ver = cat.register("demo", root="file:///data/demo", manifest="manifest.parquet"
 Flight locations come from the catalog's ``GET /v1/config`` unless given with
 ``flight_locations=[...]``. ``Catalog()`` takes the URL and token from ``WINDPIPE_URL`` and
 ``WINDPIPE_TOKEN`` (arguments win). ``windpipe.embedded(data_dir)`` returns a
-``Catalog`` whose catalog runs in this process (``in_process=``, ``sdk._embedded``).
+``Catalog`` whose catalog runs in this process (``in_process=``, ``sdk._in_process``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from services.contract.stats import DATA_WARNINGS
 if TYPE_CHECKING:
     import httpx
 
-    from sdk._embedded import InProcess
+    from sdk._in_process import InProcess
     from sdk._stream import FlightStream
 
 __all__ = ["Catalog"]
@@ -53,6 +53,9 @@ class Catalog:
     deployment advertises into ones this machine reaches
     (``{"flight-1:8815": "localhost:8815"}``; default: the
     ``WINDPIPE_FLIGHT_LOCATION_MAP`` variable; see ``sdk._locations``).
+    ``http_transport``: the ``httpx`` transport of the REST calls (a test's seam, e.g.
+    ``httpx.MockTransport``); not the batch path, which is the loader option
+    ``transport``.
     """
 
     def __init__(
@@ -64,7 +67,7 @@ class Catalog:
         retries: int = 3,
         read_timeout: float | None = 60.0,
         flight_locations: Sequence[str] | None = None,
-        transport: httpx.BaseTransport | None = None,
+        http_transport: httpx.BaseTransport | None = None,
         location_map: Mapping[str, str] | None = None,
         in_process: InProcess | None = None,
     ) -> None:
@@ -78,7 +81,7 @@ class Catalog:
             read_timeout=read_timeout,
             flight_locations=tuple(flight_locations) if flight_locations else None,
             location_map=location_map, in_process=in_process,
-        ), transport=transport)
+        ), http_transport=http_transport)
 
     def __repr__(self) -> str:
         return f"Catalog({self.url!r})"

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from sdk._answer import AnswerFields, FromAnswer
 from sdk._html import html_table, text_table
 from sdk._models import MlDatasetIndex
 from sdk._plan import Plan
@@ -33,7 +34,7 @@ __all__ = ["DatasetVersion", "Plan", "Split"]
 
 
 @dataclass(frozen=True, eq=False)
-class DatasetVersion:
+class DatasetVersion(FromAnswer):
     """An immutable registered version of a dataset (id = digest of its content)."""
 
     id: str
@@ -43,15 +44,11 @@ class DatasetVersion:
     raw: dict[str, Any] = field(repr=False)
     _state: ClientState = field(repr=False)
 
-    @classmethod
-    def from_json(
-        cls, state: ClientState, body: dict[str, Any], *, created: bool = False,
-    ) -> DatasetVersion:
-        """From a ``register_version`` / ``get_version`` answer (``VersionOut``)."""
-        return cls(
-            id=str(body["id"]), dataset=str(body["dataset"]), root=str(body["root_uri"]),
-            created=created, raw=body, _state=state,
-        )
+    # from a ``register_version`` / ``get_version`` answer (``VersionOut``)
+    ANSWER_FIELDS: ClassVar[AnswerFields] = {
+        "dataset": ("dataset", str),
+        "root": ("root_uri", str),
+    }
 
     @property
     def warnings(self) -> list[dict[str, Any]]:
@@ -90,12 +87,6 @@ class DatasetVersion:
         body = self._state.delete_json(f"/v1/versions/{self.id}")
         return DatasetVersion.from_json(self._state, body)
 
-    @property
-    def retired_at(self) -> str | None:
-        """When this version was retired (ISO 8601), or None."""
-        value = self.raw.get("retired_at")
-        return None if value is None else str(value)
-
     def _rows(self) -> list[tuple[str, Any]]:
         keys = ("n_manifest_rows", "n_segments", "n_rows", "metadata_columns", "created_at",
                 "retired_at")
@@ -111,7 +102,7 @@ class DatasetVersion:
 
 
 @dataclass(frozen=True, eq=False)
-class Split(TrainValMixin):
+class Split(TrainValMixin, FromAnswer):
     """A train/val split of a version; ``counts`` has the group and row counts per split;
     ``plans(config)`` / ``loaders(config, epoch=e)``: train and validation of one config."""
 
@@ -123,16 +114,12 @@ class Split(TrainValMixin):
     raw: dict[str, Any] = field(repr=False)
     _state: ClientState = field(repr=False)
 
-    @classmethod
-    def from_json(
-        cls, state: ClientState, body: dict[str, Any], *, created: bool = False,
-    ) -> Split:
-        """From a ``create_split`` / ``get_split`` answer (``SplitOut``)."""
-        return cls(
-            id=str(body["id"]), version_id=str(body["version_id"]),
-            config=ValidationConfig.model_validate(body["config"]),
-            counts=dict(body["counts"]), created=created, raw=body, _state=state,
-        )
+    # from a ``create_split`` / ``get_split`` answer (``SplitOut``)
+    ANSWER_FIELDS: ClassVar[AnswerFields] = {
+        "version_id": ("version_id", str),
+        "config": ("config", ValidationConfig.model_validate),
+        "counts": ("counts", dict),
+    }
 
     def index(self) -> MlDatasetIndex:
         """The version's ML index with a ``split`` column."""
@@ -169,12 +156,6 @@ class Split(TrainValMixin):
         :class:`Conflict`, and so do its plans' new streams."""
         body = self._state.delete_json(f"/v1/splits/{self.id}")
         return Split.from_json(self._state, body)
-
-    @property
-    def retired_at(self) -> str | None:
-        """When this split (or its version) was retired (ISO 8601), or None."""
-        value = self.raw.get("retired_at")
-        return None if value is None else str(value)
 
     def plot(self) -> Figure:
         """Groups per split over the grouping columns (needs ``windpipe[plot]``)."""

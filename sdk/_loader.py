@@ -16,10 +16,12 @@ How a batch reaches the GPU (CUDA, ``pin_memory`` and ``prefetch_to_device`` on)
    copy overlaps the consumer's compute of earlier batches;
 5. a buffer returns to the pool only after its copy's event has completed.
 
-At most ``prefetch_factor`` batches are read ahead. Without CUDA (``device="auto"``
-or ``"cpu"``) the same thread reads ahead and the batches are CPU tensors. Asking
-for ``"cuda"`` on a machine without CUDA raises :class:`InvalidConfig`: there is no
-silent fall-back to the CPU.
+At most ``read_ahead`` batches are read ahead (``plan.loader`` passes
+``LoaderOptions.read_ahead``, ``prefetch_factor * max(1, num_workers)``: as many as a
+torch DataLoader with those options keeps in flight; docs/types.md). Without CUDA
+(``device="auto"`` or ``"cpu"``) the same thread reads ahead and the batches are CPU
+tensors. Asking for ``"cuda"`` on a machine without CUDA raises
+:class:`InvalidConfig`: there is no silent fall-back to the CPU.
 """
 
 from __future__ import annotations
@@ -162,7 +164,8 @@ class _Item:
 class DeviceLoader:
     """Iterate batches on ``device``, read ahead by a background thread (see module doc).
 
-    ``source`` makes the batch iterator (it runs in the reader thread). After a full
+    ``source`` makes the batch iterator (it runs in the reader thread); at most
+    ``read_ahead`` batches wait, ready, for the consumer. After a full
     pass, ``stats`` holds a :class:`LoaderStats` with a one-line verdict. ``len()`` is
     the pass's batch count (``total``, else ``length()``, e.g. ``Plan.pass_length``), and
     a progress bar shown (``progress``) gets it as its total, so it has an ETA.
@@ -179,7 +182,7 @@ class DeviceLoader:
         source: Callable[[], Iterator[AnyBatch]],
         *,
         device: str | torch.device = "auto",
-        prefetch_factor: int = 4,
+        read_ahead: int = 4,
         pin_memory: bool | None = None,
         non_blocking: bool = True,
         prefetch_to_device: bool | None = None,
@@ -192,8 +195,8 @@ class DeviceLoader:
         timeline: bool = False,
         gather_source: Callable[[BatchMemory], Iterator[AnyBatch]] | None = None,
     ) -> None:
-        if prefetch_factor < 1:
-            msg = f"prefetch_factor must be >= 1, got {prefetch_factor}"
+        if read_ahead < 1:
+            msg = f"read_ahead must be >= 1, got {read_ahead}"
             raise InvalidConfig(msg)
         self.device = resolve_device(device)
         cuda = self.device.type == "cuda"
@@ -204,7 +207,7 @@ class DeviceLoader:
             prefetch_to_device
         )
         self.non_blocking = non_blocking
-        self.prefetch_factor = prefetch_factor
+        self.read_ahead = read_ahead
         self.pinned_bytes_cap = (_DEFAULT_PINNED_CAP if pinned_bytes_cap is None
                                  else pinned_bytes_cap)
         self._source = source
@@ -235,7 +238,7 @@ class DeviceLoader:
     def __repr__(self) -> str:
         done = "not run yet" if self.stats is None else f"last pass: {self.stats.batches} batches"
         return (f"DeviceLoader({self._desc}, device={self.device}, "
-                f"prefetch_factor={self.prefetch_factor}, pin_memory={self.pin_memory}, {done})")
+                f"read_ahead={self.read_ahead}, pin_memory={self.pin_memory}, {done})")
 
     def _run(self) -> Iterator[AnyBatch]:
         tqdm = progress_bar()  # imported only when a bar is drawn
@@ -245,7 +248,7 @@ class DeviceLoader:
         self.pool = PinnedPool(self.pinned_bytes_cap) if pinned else None
         self.copy_events = []
         side = torch.cuda.Stream(self.device) if cuda and self.prefetch_to_device else None
-        q: queue.Queue[_Item] = queue.Queue(maxsize=self.prefetch_factor)
+        q: queue.Queue[_Item] = queue.Queue(maxsize=self.read_ahead)
         stop = threading.Event()
         stats = LoaderStats(device=str(self.device))
         pool_lock = threading.Lock()

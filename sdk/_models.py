@@ -15,7 +15,7 @@ import polars as pl
 
 from sdk._exceptions import InvalidRequest
 from sdk._html import html_table, human_bytes, human_count, text_table
-from services.contract.reports import PlanReport as ReportModel
+from services.contract.reports import PlanReportData
 
 __all__ = ["DatasetInfo", "MlDatasetIndex", "PlanReport"]
 
@@ -83,7 +83,7 @@ class PlanReport:
     """What a plan yields per epoch (and per rank for ``world_size``), and what it drops.
 
     ``GET /v1/plans/{id}/report``, validated as the wire contract's
-    :class:`services.contract.reports.PlanReport` (``model``). Its fields read as
+    :class:`services.contract.reports.PlanReportData` (``model``). Its fields read as
     attributes (``report.batches``, ``report.dropped.distributed_trimmed_batches``,
     ``report.protocols["cycling"].tokens``); ``report["name"]`` and ``raw`` give the
     JSON the server answered. ``warnings`` lists what the plan does that is probably not
@@ -93,10 +93,10 @@ class PlanReport:
     plan_id: str
     world_size: int
     raw: dict[str, Any]
-    model: ReportModel = field(init=False, repr=False)
+    model: PlanReportData = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "model", ReportModel.model_validate(self.raw))
+        object.__setattr__(self, "model", PlanReportData.model_validate(self.raw))
 
     def __getattr__(self, name: str) -> Any:
         """A field of the report (``batches``, ``tokens``, ``dropped``, ...)."""
@@ -114,7 +114,7 @@ class PlanReport:
     def fields(self) -> list[str]:
         """The report's field names, in display order (the contract's, then any other
         key the server sent)."""
-        known = [k for k in ReportModel.model_fields if k in self.raw]
+        known = [k for k in PlanReportData.model_fields if k in self.raw]
         return known + [k for k in self.raw if k not in known]
 
     def __getitem__(self, key: str) -> Any:

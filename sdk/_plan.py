@@ -10,10 +10,12 @@ Made by :meth:`sdk._handles.Split.plan` (and re-exported there).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from sdk._answer import AnswerFields, FromAnswer
+from sdk._exceptions import InvalidConfig
 from sdk._html import html_table, human_count, text_table
 from sdk._loader import DeviceLoader
 from sdk._models import PlanReport
@@ -21,9 +23,19 @@ from sdk._plots import plot_plan
 from sdk._torch_import import require_torch, torch_support
 from sdk._train_val import PassLengthMixin
 from services.contract.configs import LoaderConfig
+from services.contract.options import (
+    DeviceOptions,
+    LoaderOptions,
+    OptionKeywords,
+    SourceOptions,
+    Transport,
+    WorkerOptions,
+)
 from services.planning.artifact import PlanArtifact
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from matplotlib.figure import Figure
     from torch.utils.data import DataLoader
 
@@ -36,9 +48,18 @@ if TYPE_CHECKING:
 
 __all__ = ["Plan"]
 
+# the options each call reads; another one given to it is refused, not ignored
+_SOURCE = tuple(SourceOptions.model_fields)
+_READS: dict[str, tuple[str, ...]] = {
+    "plan.batches": _SOURCE,
+    "plan.torch_dataset": _SOURCE,
+    "plan.loader": (*_SOURCE, *DeviceOptions.model_fields, "prefetch_factor", "num_workers"),
+    "plan.dataloader": (*_SOURCE, "pin_memory", *WorkerOptions.model_fields),
+}
+
 
 @dataclass(frozen=True, eq=False)
-class Plan(PassLengthMixin):
+class Plan(PassLengthMixin, FromAnswer):
     """A stored window plan: report it, stream it, feed a device or a torch DataLoader.
 
     ``config`` is the :class:`LoaderConfig` given to ``split.plan`` (its runtime
@@ -52,20 +73,12 @@ class Plan(PassLengthMixin):
     raw: dict[str, Any] = field(repr=False)
     _state: ClientState = field(repr=False)
 
-    @classmethod
-    def from_json(
-        cls, state: ClientState, body: dict[str, Any], *, created: bool = False,
-        config: LoaderConfig | None = None,
-    ) -> Plan:
-        """From a ``create_plan`` / ``get_plan`` answer (``PlanOut``).
-
-        ``config`` keeps the caller's runtime fields; else the stored planning fields.
-        """
-        return cls(
-            id=str(body["id"]), split_id=str(body["split_id"]),
-            config=config or LoaderConfig.model_validate(body["config"]),
-            created=created, raw=body, _state=state,
-        )
+    # from a ``create_plan`` / ``get_plan`` answer (``PlanOut``); ``from_json(...,
+    # config=...)`` keeps the caller's runtime fields, else the stored planning fields
+    ANSWER_FIELDS: ClassVar[AnswerFields] = {
+        "split_id": ("split_id", str),
+        "config": ("config", LoaderConfig.model_validate),
+    }
 
     @property
     def n_batches(self) -> int:
@@ -77,12 +90,6 @@ class Plan(PassLengthMixin):
         finish, new ones (Flight tickets or same-host passes) raise :class:`Conflict`."""
         body = self._state.delete_json(f"/v1/plans/{self.id}")
         return Plan.from_json(self._state, body, config=self.config)
-
-    @property
-    def retired_at(self) -> str | None:
-        """When this plan (or its split or version) was retired (ISO 8601), or None."""
-        value = self.raw.get("retired_at")
-        return None if value is None else str(value)
 
     def report(self, world_size: int = 1) -> PlanReport:
         """Batches, tokens and bytes per epoch and per rank, and everything dropped."""
@@ -99,85 +106,99 @@ class Plan(PassLengthMixin):
         results = self._state.warm(self.id, epoch=epoch, progress=progress)
         return {loc: r.as_dict() for loc, r in results.items()}
 
-    def _source(self, *, transport: str | None, data_access: str | None = None,
-                epoch: int = 0, progress: bool | None = None) -> BatchSource:
-        """Where this plan's batches come from, with ``transport`` and ``data_access``
-        (arguments, else the config): the host's tier (warmed by its server) or Flight
-        (every server warmed first for ``full_in_mem``); see ``ClientState.source``."""
-        return self._state.source(
-            self.id, transport=self.config.transport if transport is None else transport,
-            data_access=self.config.data_access if data_access is None else data_access,
-            epoch=epoch, progress=progress,
-        )
+    def _options(self, call: str, overrides: Mapping[str, Any]) -> LoaderOptions:
+        """The plan's options with a call's ``overrides`` merged by
+        :meth:`LoaderOptions.merged` (names and values checked; a value given wins, 0
+        and False too); an option ``call`` does not read is refused, naming the calls
+        that do, rather than silently ignored."""
+        options = self.config.merged(**overrides)
+        for name in overrides:
+            if name not in _READS[call]:
+                where = ", ".join(c for c, names in _READS.items() if name in names)
+                msg = f"{call} does not use the option {name!r}: it steers {where}"
+                raise InvalidConfig(msg, details={"option": name, "call": call})
+        return options
 
-    def transport(self, transport: str | None = None) -> str:
+    def _source(self, *, epoch: int = 0, progress: bool | None = None,
+                **options: Unpack[OptionKeywords]) -> BatchSource:
+        """Where this plan's batches come from, with the config's ``transport`` and
+        ``data_access`` unless given: the host's tier (warmed by its server) or Flight
+        (every server warmed first for ``full_in_mem``); see ``ClientState.source``."""
+        return self._open(self._options("plan.batches", options).source, epoch=epoch,
+                          progress=progress)
+
+    def _open(self, source: SourceOptions, *, epoch: int,
+              progress: bool | None) -> BatchSource:
+        return self._state.source(self.id, transport=source.transport,
+                                  data_access=source.data_access, epoch=epoch,
+                                  progress=progress)
+
+    def transport(self, transport: Transport | None = None) -> str:
         """``"local"`` or ``"flight"``: the path :meth:`batches` takes with ``transport``
         (argument, else the config; see ``sdk._local``)."""
-        return self._source(transport=transport, data_access="windowed",
-                            progress=False).transport
+        given: OptionKeywords = {} if transport is None else {"transport": transport}
+        path = self._options("plan.batches", given).transport
+        return self._open(SourceOptions(transport=path), epoch=0, progress=False).transport
 
     def batches(
         self, epoch: int = 0, rank: int = 0, world_size: int = 1, start_batch: int = 0,
-        *, data_access: str | None = None, progress: bool | None = None,
-        transport: str | None = None,
+        *, progress: bool | None = None, **options: Unpack[OptionKeywords],
     ) -> Iterator[Batch | AlignedBatch]:
         """One rank's pass over ``epoch`` as CPU :class:`Batch` es, from ``start_batch`` on
         (an aligned plan's are :class:`AlignedBatch` es, SEMANTICS 9).
 
-        ``transport`` (argument, else the plan's config): ``"auto"`` builds the batches
-        in this process from the host's shared tier when a Flight server of the
-        deployment shares one with this host, else streams them; ``"local"`` and
-        ``"flight"`` insist (``sdk._local``). Both give the same batches, byte for byte.
-        With ``data_access="full_in_mem"`` a streamed plan is first warmed into the
-        servers' caches (:meth:`warm`), before this returns. Needs torch.
+        ``options``: ``transport`` and ``data_access``, else the config's (any other
+        option is :class:`InvalidConfig`: it does not steer this call). ``transport``
+        ``"auto"`` builds the batches in this process from the host's shared tier when a
+        Flight server of the deployment shares one with this host, else streams them;
+        ``"local"`` and ``"flight"`` insist (``sdk._local``). Both give the same
+        batches, byte for byte. With ``data_access="full_in_mem"`` a streamed plan is
+        first warmed into the servers' caches (:meth:`warm`), before this returns.
+        Needs torch.
         """
         require_torch()
-        source = self._source(transport=transport, data_access=data_access, epoch=epoch,
-                              progress=progress)
+        source = self._source(epoch=epoch, progress=progress, **options)
         return source.batches(epoch=epoch, rank=rank, world_size=world_size,
                               start_batch=start_batch)
 
     def loader(
         self,
-        device: str | None = None,
         epoch: int = 0,
         *,
         rank: int = 0,
         world_size: int = 1,
         start_batch: int = 0,
-        prefetch_factor: int | None = None,
-        pin_memory: bool | None = None,
-        non_blocking: bool | None = None,
-        prefetch_to_device: bool | None = None,
         pinned_bytes_cap: int | None = None,
         progress: bool | None = None,
-        data_access: str | None = None,
-        transport: str | None = None,
+        **options: Unpack[OptionKeywords],
     ) -> DeviceLoader:
-        """Batches on ``device`` (default ``config.device``), read ahead in the background.
+        """Batches on the device, read ahead in the background (docs/sdk.md, "The
+        device feed").
 
-        Options left as None come from the plan's :class:`LoaderConfig`; ``transport``
-        and ``full_in_mem`` as in :meth:`batches`. Needs torch.
+        ``options`` override the plan's :class:`LoaderConfig` (a value given wins):
+        ``device``, ``pin_memory``, ``prefetch_to_device``, ``non_blocking``, the
+        read-ahead's ``prefetch_factor`` and ``num_workers`` (``read_ahead`` batches,
+        :attr:`LoaderOptions.read_ahead`), ``transport`` and ``data_access`` as in
+        :meth:`batches`. Needs torch.
         """
+        if not isinstance(epoch, int):
+            msg = f"epoch must be an int, got {epoch!r} (the device is a keyword: device=...)"
+            raise InvalidConfig(msg)
         require_torch()
-        source = self._source(transport=transport, data_access=data_access, epoch=epoch,
-                              progress=progress)
-        c = self.config
+        opts = self._options("plan.loader", options)
+        source = self._open(opts.source, epoch=epoch, progress=progress)
+
         def gather_source(memory: BatchMemory) -> Iterator[Batch | AlignedBatch]:
             return source.batches(epoch=epoch, rank=rank, world_size=world_size,
                                   start_batch=start_batch, memory=memory)
 
+        feed = opts.device_feed
         return DeviceLoader(
             lambda: source.batches(epoch=epoch, rank=rank, world_size=world_size,
                                    start_batch=start_batch),
-            gather_source=gather_source,
-            device=device or c.device,
-            prefetch_factor=prefetch_factor or c.prefetch_factor,
-            pin_memory=c.pin_memory if pin_memory is None else pin_memory,
-            non_blocking=c.non_blocking if non_blocking is None else non_blocking,
-            prefetch_to_device=(
-                c.prefetch_to_device if prefetch_to_device is None else prefetch_to_device
-            ),
+            gather_source=gather_source, device=feed.device, read_ahead=opts.read_ahead,
+            pin_memory=feed.pin_memory, non_blocking=feed.non_blocking,
+            prefetch_to_device=feed.prefetch_to_device,
             pinned_bytes_cap=pinned_bytes_cap, failovers=source.failovers(),
             progress=progress, desc=f"epoch {epoch}", length=functools.partial(
                 self.pass_length, epoch, rank=rank, world_size=world_size,
@@ -186,21 +207,28 @@ class Plan(PassLengthMixin):
 
     def torch_dataset(
         self, epoch: int = 0, *, rank: int | None = None, world_size: int | None = None,
-        transform: Any = None, data_access: str | None = None, progress: bool | None = None,
-        transport: str | None = None,
+        transform: Any = None, progress: bool | None = None,
+        **options: Unpack[OptionKeywords],
     ) -> WindpipeIterableDataset:
         """An ``IterableDataset`` for ``DataLoader(ds, batch_size=None)`` (see ``sdk._torch``).
 
-        The plan is warmed once, here, in this process (not in each DataLoader worker):
-        into the host's tier when ``transport`` takes the same-host path (each worker
-        then maps it), else into the servers' caches for ``full_in_mem``.
-        :meth:`dataloader` applies the config's runtime fields. Needs torch.
+        ``options``: ``transport`` and ``data_access``, as in :meth:`batches`. The plan
+        is warmed once, here, in this process (not in each DataLoader worker): into the
+        host's tier when ``transport`` takes the same-host path (each worker then maps
+        it), else into the servers' caches for ``full_in_mem``. :meth:`dataloader`
+        applies the config's other options. Needs torch.
         """
+        opts = self._options("plan.torch_dataset", options)
+        return self._dataset(opts.source, epoch, rank=rank, world_size=world_size,
+                             transform=transform, progress=progress)
+
+    def _dataset(self, source: SourceOptions, epoch: int, *, rank: int | None,
+                 world_size: int | None, transform: Any,
+                 progress: bool | None) -> WindpipeIterableDataset:
         support = torch_support()
-        source = self._source(transport=transport, data_access=data_access, epoch=epoch,
-                              progress=progress)
+        path = self._open(source, epoch=epoch, progress=progress).transport
         dataset: WindpipeIterableDataset = support.WindpipeIterableDataset(
-            self._state.worker_source(self.id, transport=source.transport),
+            self._state.worker_source(self.id, transport=path),
             plan_id=self.id, epoch=epoch, rank=rank, world_size=world_size, transform=transform,
             length=self.pass_length,
         )
@@ -208,27 +236,28 @@ class Plan(PassLengthMixin):
 
     def dataloader(
         self, epoch: int = 0, *, rank: int | None = None, world_size: int | None = None,
-        transform: Any = None, data_access: str | None = None, progress: bool | None = None,
-        transport: str | None = None, **options: Any,
+        transform: Any = None, progress: bool | None = None, **options: Any,
     ) -> DataLoader[Any]:
         """``DataLoader(self.torch_dataset(...), batch_size=None, ...)`` from the config.
 
-        ``num_workers``, ``persistent_workers``, ``multiprocessing_context`` (default
-        ``"spawn"`` with workers: gRPC and ``fork`` do not mix), ``pin_memory`` (only
-        with CUDA) and ``prefetch_factor`` come from the plan's :class:`LoaderConfig`
-        unless given in ``options``; other ``options`` go to ``DataLoader`` as is
-        (see ``sdk._torch.dataloader_options``). The loader's ``dataset`` is the
-        :class:`WindpipeIterableDataset` (``set_epoch``, ``state_dict``); the loader
-        keeps its resume cursor also with workers. A transform spawn workers cannot
-        import (a lambda, a notebook function) raises :class:`InvalidConfig` here.
+        ``options`` named as :class:`LoaderOptions` fields override the config's
+        (``num_workers``, ``prefetch_factor`` (per worker, as torch means it),
+        ``persistent_workers``, ``multiprocessing_context`` (default ``"spawn"`` with
+        workers: gRPC and ``fork`` do not mix), ``pin_memory`` (only with CUDA),
+        ``transport``, ``data_access``); the others must be ``DataLoader``'s own and go
+        to it as they are (see ``sdk._torch.dataloader_options``). The loader's
+        ``dataset`` is the :class:`WindpipeIterableDataset` (``set_epoch``,
+        ``state_dict``); the loader keeps its resume cursor also with workers. A
+        transform spawn workers cannot import (a lambda, a notebook function) raises
+        :class:`InvalidConfig` here.
         """
         support = torch_support()
+        ours = {k: v for k, v in options.items() if k in LoaderOptions.OPTION_NAMES}
+        opts = self._options("plan.dataloader", ours)
         kwargs = support.dataloader_options(self.config, **options)
         support.check_spawn(transform, kwargs)
-        dataset = self.torch_dataset(
-            epoch, rank=rank, world_size=world_size, transform=transform,
-            data_access=data_access, progress=progress, transport=transport,
-        )
+        dataset = self._dataset(opts.source, epoch, rank=rank, world_size=world_size,
+                                transform=transform, progress=progress)
         loader: DataLoader[Any] = support.WindpipeDataLoader(dataset, **kwargs)
         return loader
 

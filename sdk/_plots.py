@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from sdk._batch import Batch
     from sdk._stats import LoaderStats
     from services.contract.configs import ScalingSpec
-    from services.contract.stats import SplitStats
+    from services.contract.stats import SplitStatsData
     from services.planning.artifact import PlanArtifact
 
 __all__ = ["plot_batch", "plot_loader_stats", "plot_plan", "plot_split", "plot_split_stats"]
@@ -263,7 +263,7 @@ def plot_loader_stats(stats: LoaderStats) -> Figure:
     return fig
 
 
-def plot_split_stats(stats: SplitStats, *, columns: Sequence[str] | None = None) -> Figure:
+def plot_split_stats(stats: SplitStatsData, *, columns: Sequence[str] | None = None) -> Figure:
     """One histogram per protocol and column (the stored fixed bins over ``[min, max]``),
     with the mean, the mean +- std and the p1 / p99 quantiles marked."""
     entries = [e for e in stats.stats

@@ -9,7 +9,7 @@ transports make the same bytes:
 * :class:`LocalSource` builds them in this process, after asking the catalog, as a
   Flight server would, whether the plan is still live: from the host's shared tier
   (``sdk._local``), or from storage when the catalog runs in this process
-  (``sdk._embedded``).
+  (``sdk._in_process``).
 
 Choosing the transport is choosing the source (``ClientState.source``, ``sdk._state``).
 """
@@ -38,7 +38,7 @@ Record = tuple[Any, BatchMetadata]
 
 class PassReader(Protocol):
     """What builds a plan's passes in this process (``sdk._local.LocalReader``,
-    ``sdk._embedded.InProcessReader``)."""
+    ``sdk._in_process.InProcessReader``)."""
 
     def records(self, *, epoch: int, rank: int, world_size: int, start_batch: int,
                 memory: BatchMemory | None = None,

@@ -1,7 +1,7 @@
 """``SplitStats``: the statistics of one side of a split, in a notebook.
 
 ``split.stats(side="train", columns=None)`` answers the wire contract's
-:class:`services.contract.stats.SplitStats` (``POST /v1/splits/{id}/stats``, computed
+:class:`services.contract.stats.SplitStatsData` (``POST /v1/splits/{id}/stats``, computed
 once by the catalog over that side's rows only) as this subclass: the same fields and
 ``column_stats``, plus ``frame`` (one polars row per protocol and column), ``plot()``
 (per-column histograms) and a readable repr. ``ScalingSpec.from_stats(stats, column,
@@ -16,7 +16,7 @@ import polars as pl
 
 from sdk._html import html_table, human_count, text_table
 from sdk._plots import plot_split_stats
-from services.contract.stats import SplitStats as _SplitStatsModel
+from services.contract.stats import SplitStatsData
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -33,7 +33,7 @@ _SCHEMA = {name: (pl.String if name in ("protocol", "column")
            for name in _FIELDS}
 
 
-class SplitStats(_SplitStatsModel):
+class SplitStats(SplitStatsData):
     """Statistics of one side of a split, per protocol and column (SEMANTICS 6a).
 
     ``stats`` lists :class:`~services.contract.stats.ColumnStats` (``count``, ``nulls``,

@@ -9,7 +9,7 @@ methods; nothing reaches into the ``Catalog``.
 :meth:`ClientState.source` picks a plan's :class:`~sdk._sources.BatchSource`: the
 same-host path when ``transport`` takes it, else Flight (first warming every Flight
 server for ``data_access="full_in_mem"``). A catalog run in this process
-(``ClientSettings.in_process``, ``sdk._embedded``) has no Flight server: its REST calls
+(``ClientSettings.in_process``, ``sdk._in_process``) has no Flight server: its REST calls
 go to the app in this process and every batch is built here, from storage. A
 DataLoader worker is another process: :class:`WorkerSource` carries only the picklable
 :class:`ClientSettings` there and opens its own connections (or its own in-process
@@ -31,8 +31,8 @@ import polars as pl
 import pyarrow as pa
 
 from sdk import _worker_exit as worker_exit
-from sdk._embedded import IN_PROCESS_URL, InProcess, InProcessReaders
 from sdk._exceptions import InvalidConfig, Unavailable
+from sdk._in_process import IN_PROCESS_URL, InProcess, InProcessReaders
 from sdk._local import LocalReaders
 from sdk._locations import LocationMap
 from sdk._rest import RestClient
@@ -109,22 +109,23 @@ def flight_locations_of(config: Mapping[str, Any]) -> list[str]:
 class ClientState:
     """The connections and settings of one client (see the module docstring).
 
-    ``transport``: an ``httpx`` transport for the REST client (tests); never sent to
-    DataLoader workers. With ``settings.in_process`` the transport is the in-process
-    catalog's (``InProcess.open_transport``, once per process).
+    ``http_transport``: an ``httpx`` transport for the REST client (a test's seam; not
+    the batch path ``transport`` of the loader options); never sent to DataLoader
+    workers. With ``settings.in_process`` it is the in-process catalog's
+    (``InProcess.open_transport``, once per process).
     """
 
     def __init__(self, settings: ClientSettings, *,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 http_transport: httpx.BaseTransport | None = None) -> None:
         self.location_map = LocationMap(settings.location_map)
         self.settings = dataclasses.replace(settings, url=settings.url.rstrip("/"),
                                             location_map=dict(self.location_map.mapping))
         spec = settings.in_process
-        if spec is not None and transport is None:
-            transport = spec.open_transport(spec)
+        if spec is not None and http_transport is None:
+            http_transport = spec.open_transport(spec)
         self._rest = RestClient(IN_PROCESS_URL if spec is not None else self.settings.url,
                                 token=settings.token, timeout=settings.timeout,
-                                retries=settings.retries, transport=transport)
+                                retries=settings.retries, http_transport=http_transport)
         self._stream: FlightStream | None = None
         self._lock = threading.Lock()
         self._live: dict[str, float] = {}  # plan id -> when it was last found live

@@ -19,7 +19,7 @@
   with ``num_workers=0`` (stateful groups stay consecutive). Each worker reads the
   rank's stream and decodes only its own batches, so workers help when decoding or
   a ``transform`` is the bottleneck, not the transport.
-* :func:`dataloader_options` turns a :class:`LoaderConfig`'s runtime fields into
+* :func:`dataloader_options` turns a :class:`LoaderConfig`'s runtime options into
   ``DataLoader`` keyword arguments (``Plan.dataloader`` uses it). With workers the
   default ``multiprocessing_context`` is ``"spawn"``: gRPC channels (the Flight
   client) do not survive ``fork``, and a forked worker that inherits one can hang.
@@ -31,6 +31,8 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import multiprocessing
 import pickle
 import sys
@@ -44,8 +46,8 @@ from sdk._aligned import AlignedBatch
 from sdk._batch import Batch
 from sdk._exceptions import InvalidConfig
 from sdk._spawn import check_main_guard
-from services.contract.configs import LoaderConfig
 from services.contract.errors import WindpipeError
+from services.contract.options import LoaderOptions
 from services.contract.ranks import check_rank
 
 __all__ = ["WindpipeDataLoader", "WindpipeIterableDataset", "check_spawn",
@@ -248,51 +250,57 @@ def check_spawn(transform: Any, options: dict[str, Any]) -> None:
         raise InvalidConfig(msg) from None
 
 
-def dataloader_options(
-    config: LoaderConfig,
-    *,
-    num_workers: int | None = None,
-    persistent_workers: bool | None = None,
-    multiprocessing_context: Any = None,
-    pin_memory: bool | None = None,
-    prefetch_factor: int | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """``DataLoader`` kwargs from ``config``'s runtime fields (arguments given win).
+def dataloader_options(config: LoaderOptions, **options: Any) -> dict[str, Any]:
+    """``DataLoader`` kwargs from ``config``'s runtime options, ``options`` winning.
+
+    ``options`` named as :class:`LoaderOptions` fields are merged into ``config``
+    (:meth:`LoaderOptions.merged`); the others must be ``DataLoader``'s own
+    (``collate_fn``, ``timeout``, ...) and pass through; a name that is neither is
+    :class:`InvalidConfig`. Then:
 
     * ``batch_size=None``: the dataset yields whole batches (anything else is refused);
-    * ``num_workers``; with workers, ``prefetch_factor``, ``persistent_workers`` and
-      ``multiprocessing_context`` (default ``"spawn"``; ``"fork"`` is only safe before
-      any Flight connection exists in the parent) — without workers torch refuses
-      them, so the config's values are not passed then;
+    * ``num_workers``; with workers, ``prefetch_factor`` (per worker, torch's meaning),
+      ``persistent_workers`` and ``multiprocessing_context`` (default ``"spawn"``;
+      ``"fork"`` is only safe before any Flight connection exists in the parent).
+      Without workers torch refuses them, so the config's values are not passed then,
+      and giving one here is :class:`InvalidConfig`;
     * ``pin_memory``: only when CUDA is available (``None`` means yes on CUDA).
-
-    ``extra`` (``collate_fn``, ``timeout``, ...) is passed through.
     """
+    given = {k: v for k, v in options.items() if k in LoaderOptions.OPTION_NAMES}
+    extra = {k: v for k, v in options.items() if k not in given}
+    _check_dataloader_arguments(extra)
     if extra.get("batch_size") is not None:
         msg = ("a windpipe dataset yields whole batches: DataLoader needs batch_size=None, "
                f"got {extra['batch_size']!r}; set the batch size in WindowConfig")
         raise InvalidConfig(msg)
     extra.pop("batch_size", None)
-    workers = config.num_workers if num_workers is None else num_workers
-    if workers < 0:
-        msg = f"num_workers must be >= 0, got {workers}"
-        raise InvalidConfig(msg)
-    pin = config.pin_memory if pin_memory is None else pin_memory
-    options: dict[str, Any] = {
-        "batch_size": None, "num_workers": workers,
+    opts = config.merged(**given)
+    workers = opts.workers
+    pin = opts.pin_memory
+    kwargs: dict[str, Any] = {
+        "batch_size": None, "num_workers": workers.num_workers,
         "pin_memory": bool(torch.cuda.is_available() and (pin is None or pin)),
     }
-    if workers > 0:
-        options["prefetch_factor"] = prefetch_factor or config.prefetch_factor
-        options["persistent_workers"] = (
-            config.persistent_workers if persistent_workers is None else persistent_workers
-        )
-        options["multiprocessing_context"] = (
-            multiprocessing_context or config.multiprocessing_context or "spawn"
-        )
-    elif persistent_workers or multiprocessing_context is not None or prefetch_factor:
+    if workers.num_workers > 0:
+        context = workers.multiprocessing_context
+        kwargs["prefetch_factor"] = workers.prefetch_factor
+        kwargs["persistent_workers"] = workers.persistent_workers
+        kwargs["multiprocessing_context"] = "spawn" if context is None else context
+    elif (given.get("persistent_workers") or given.get("multiprocessing_context") is not None
+          or "prefetch_factor" in given):
         msg = ("persistent_workers, multiprocessing_context and prefetch_factor need "
                "num_workers > 0")
         raise InvalidConfig(msg)
-    return {**options, **extra}
+    return {**kwargs, **extra}
+
+
+def _check_dataloader_arguments(extra: dict[str, Any]) -> None:
+    accepted = set(inspect.signature(DataLoader.__init__).parameters) - {"self", "dataset"}
+    for name in extra:
+        if name not in accepted:
+            close = difflib.get_close_matches(
+                name, [*LoaderOptions.OPTION_NAMES, *accepted], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            msg = (f"{name!r} is neither a loader option (LoaderOptions) nor an argument "
+                   f"of torch's DataLoader{hint}")
+            raise InvalidConfig(msg, details={"option": name})

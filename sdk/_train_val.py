@@ -19,9 +19,12 @@ from sdk._counts import PassLengths
 from services.contract.configs import LoaderConfig, PlanSpec
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from sdk._handles import Plan
     from sdk._loader import DeviceLoader
     from sdk._state import ClientState
+    from services.contract.options import OptionKeywords
 
 __all__ = ["PassLengthMixin", "TrainValMixin", "train_val_configs"]
 
@@ -71,12 +74,12 @@ class TrainValMixin:
         return self.plan(train), self.plan(val)
 
     def loaders(
-        self: _Plans, config: LoaderConfig, *, epoch: int = 0, device: str | None = None,
-        progress: bool | None = None,
+        self: _Plans, config: LoaderConfig, *, epoch: int = 0, progress: bool | None = None,
+        **options: Unpack[OptionKeywords],
     ) -> tuple[DeviceLoader, DeviceLoader]:
         """``(train, val)`` device loaders of one config: train's pass of ``epoch``, the
-        validation plan's one pass (``len()`` of each is its batch count). The other
-        options come from ``config`` (``plan.loader`` for more)."""
+        validation plan's one pass (``len()`` of each is its batch count). ``options``
+        (``device=``, ...) override ``config``'s for both, as in ``plan.loader``."""
         train, val = train_val_configs(config)
-        return (self.plan(train).loader(device, epoch, progress=progress),
-                self.plan(val).loader(device, 0, progress=progress))
+        return (self.plan(train).loader(epoch, progress=progress, **options),
+                self.plan(val).loader(0, progress=progress, **options))

@@ -1,9 +1,7 @@
-"""What the windpipe services share: settings, logging, database engine, CLI.
+"""What the windpipe packages share beneath the catalog, the Flight server and the SDK:
+the wire contract (:mod:`services.contract`), the planning core, the materializer,
+storage, settings, logging and the database engine (``docs/architecture.md``).
 
-Importing the package sets Arrow's allocator options before pyarrow loads
-(:func:`services.runtime.prefer_small_pages`).
+Importing it changes nothing in the process: what a process sets before pyarrow loads
+is its entry point's to set (:mod:`services.runtime`).
 """
-
-from services.runtime import prefer_small_pages
-
-prefer_small_pages()

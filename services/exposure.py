@@ -2,11 +2,11 @@
 
 Binding a non-loopback host without API tokens configured, or (a Flight server) with
 the published development ticket secret, raises :class:`InsecureDeploymentError` naming what
-to set. What counts as tokens: ``WINDPIPE_TOKEN`` or a stored token in the database, for
+to set. What counts as tokens: ``WINDPIPE_ADMIN_TOKEN`` or a stored token in the database, for
 the catalog and a database-backed Flight server; for a Flight server that asks its
 catalog over REST (``--catalog-url``), only the catalog's own answer: it must refuse an
 anonymous ``GET /v1/whoami`` (``catalog_decides=True``; the Flight server's own
-``WINDPIPE_TOKEN`` admits nobody there). ``insecure=True`` (``--insecure``,
+``WINDPIPE_ADMIN_TOKEN`` admits nobody there). ``insecure=True`` (``--insecure``,
 ``WINDPIPE_INSECURE``) starts anyway and logs a warning at every start. Loopback (the
 embedded single-user mode) needs nothing.
 
@@ -50,15 +50,15 @@ def _tokens_problem(settings: Settings, *, tokens_configured: Callable[[], bool]
                     catalog_decides: bool) -> str | None:
     """Why callers would not need a token (None: they do)."""
     try:
-        if (not catalog_decides and settings.token is not None) or tokens_configured():
+        if (not catalog_decides and settings.admin_token is not None) or tokens_configured():
             return None
     except WindpipeError as exc:  # the catalog could not be asked
         return f"cannot tell whether callers need a token: {exc.message}"
     if catalog_decides:
         return ("its catalog (--catalog-url) answers calls without a token, as the open "
                 "`local` admin (it has no tokens): create tokens on the catalog "
-                "(WINDPIPE_TOKEN there, or `windpipe token create`)")
-    return ("no API token is configured: set WINDPIPE_TOKEN (a bootstrap admin "
+                "(WINDPIPE_ADMIN_TOKEN there, or `windpipe token create`)")
+    return ("no API token is configured: set WINDPIPE_ADMIN_TOKEN (a bootstrap admin "
             "token) or create tokens with `windpipe token create`")
 
 
@@ -70,7 +70,7 @@ def check_exposure(settings: Settings, *, service: str, host: str,
     ``tokens_configured``: whether tokens exist (asked only for a non-loopback host; it
     may raise ``WindpipeError`` when it cannot tell, which refuses too);
     ``catalog_decides``: a REST-backed Flight server, whose callers only the catalog's
-    tokens admit (``WINDPIPE_TOKEN`` of this process does not count).
+    tokens admit (``WINDPIPE_ADMIN_TOKEN`` of this process does not count).
     """
     if settings.insecure:
         _log.warning("security.insecure", service=service, host=host,

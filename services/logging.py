@@ -56,7 +56,11 @@ def shared_processors() -> list[Any]:
 def _renderer(*, json: bool) -> Any:
     if json:
         return structlog.processors.JSONRenderer()
-    return structlog.dev.ConsoleRenderer(colors=False)
+    # a plain traceback: structlog's default draws it with rich, every frame's locals
+    # included, which costs seconds of CPU per logged exception (a server stopping with
+    # a request's body pending waited on one for most of a minute on a busy machine)
+    return structlog.dev.ConsoleRenderer(colors=False,
+                                         exception_formatter=structlog.dev.plain_traceback)
 
 
 def _configure_structlog(final: Any) -> None:

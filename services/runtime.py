@@ -10,10 +10,14 @@ distributions), each first touch of a 2 MiB page zeroes all of it. Measured on t
 31-47 ms of system time in 22-28 page faults, against 3-5 ms with the option off; a
 cold epoch over small segments paid that before its first batch.
 :func:`prefer_small_pages` turns the option off unless the environment sets it.
-mimalloc reads it once, when pyarrow loads, so it runs when the package
-:mod:`services` is imported: ``catalog``, ``flight_server``, ``sdk``, ``windpipe`` and
-``bench`` import it first. A process that imported pyarrow before windpipe keeps the
-allocator's default; ``MIMALLOC_ALLOW_THP=1`` in the environment keeps it too.
+mimalloc reads it once, when pyarrow loads, so the entry points call it before they
+import anything that loads pyarrow: the ``windpipe`` command's ``main`` (every server
+starts through it: ``windpipe serve``, in docker-compose and Kubernetes alike) and the
+benchmarks' package (``bench/__init__.py``, which runs before each ``python -m
+bench...`` script's own imports); ``MIMALLOC_ALLOW_THP=1`` in their environment keeps
+the allocator's default. Importing a package sets nothing: a program of its own (a
+notebook, a training script) keeps the default unless its environment sets
+``MIMALLOC_ALLOW_THP=0``.
 
 **Imports a first request would pay.** pyarrow imports pandas (when installed) the
 first time it converts a Python or numpy value (``pyarrow.array``, ``to_numpy``):

@@ -5,7 +5,10 @@ embedded defaults (SQLite and local storage under ``data_dir``) need no setup.
 
 Each field is the one place a setting is written: its default, its ``description``
 (the CLI's help text and the README's table) and, in ``json_schema_extra``, its CLI
-``flag`` and the ``default_text`` shown where the default is not a plain value.
+``flag`` and the ``default_text`` shown where the default is not a plain value. The
+request bounds (``max_*``, and ``cache_bytes``, which the catalog checks plans against)
+take their defaults from :class:`services.contract.limits.Limits`, which the catalog
+also uses without settings.
 :func:`setting_infos` reads them back for ``windpipe/cli.py`` (which builds the server
 flags from them) and for the README table (:func:`settings_table`;
 ``tests/services/test_settings.py`` holds the two together).
@@ -35,6 +38,7 @@ __all__ = [
 ]
 
 DEV_TICKET_SECRET = "windpipe-dev-secret-change-me"
+_LIMITS = Limits()  # the request bounds' defaults are written once, in Limits
 _ENV_PREFIX = "WINDPIPE_"
 
 
@@ -86,6 +90,12 @@ class Settings(BaseSettings):
         default=8815, description="the Flight server's port (0: any free port)",
         json_schema_extra={"flag": "--flight-port"},
     )
+    flight_metrics_port: int | None = Field(
+        default=None, ge=0, le=65535,
+        description="HTTP port of the Flight server's Prometheus /metrics, on the Flight "
+                    "host, without a token (0: any free port)",
+        json_schema_extra={"flag": "--flight-metrics-port", "default_text": "none: not served"},
+    )
     flight_public_location: str | None = Field(
         default=None,
         description="grpc://host:port clients reach this Flight server at (what it advertises)",
@@ -124,7 +134,8 @@ class Settings(BaseSettings):
         json_schema_extra={"flag": "--host-id", "default_text": "the hostname"},
     )
     cache_bytes: int = Field(
-        default=1 << 30, ge=1 << 20, description="each Flight server's chunk cache budget",
+        default=_LIMITS.cache_bytes, ge=1 << 20,
+        description="each Flight server's chunk cache budget",
         json_schema_extra={"flag": "--cache-bytes"},
     )
     cache_wait_s: float = Field(
@@ -194,10 +205,11 @@ class Settings(BaseSettings):
                     "deployment shares it)",
         json_schema_extra={"default_text": "a development secret: set it in production"},
     )
-    token: SecretStr | None = Field(
+    admin_token: SecretStr | None = Field(
         default=None,
-        description="bootstrap admin bearer token; with it (or a stored token: windpipe "
-                    "token create) every call but the health checks needs a token",
+        description="the servers' bootstrap admin bearer token (a client's own token is "
+                    "WINDPIPE_TOKEN); with it (or a stored token: windpipe token create) "
+                    "every call but the health checks needs a token",
     )
     auth_cache_s: float = Field(
         default=30.0, ge=0,
@@ -277,31 +289,39 @@ class Settings(BaseSettings):
         description="seconds without a heartbeat after which a running registration job "
                     "reads as interrupted (its server stopped; nothing of it was stored)",
     )
-    max_batch_size: int = Field(default=65_536, ge=1, description="largest batch_size of a plan")
-    max_seq_len: int = Field(default=1 << 20, ge=1, description="largest seq_len of a plan")
+    max_batch_size: int = Field(
+        default=_LIMITS.max_batch_size, ge=1, description="largest batch_size of a plan"
+    )
+    max_seq_len: int = Field(
+        default=_LIMITS.max_seq_len, ge=1, description="largest seq_len of a plan"
+    )
     max_world_size: int = Field(
-        default=65_536, ge=1, description="most ranks a report, schedule or Flight pass is for"
+        default=_LIMITS.max_world_size, ge=1,
+        description="most ranks a report, schedule or Flight pass is for"
     )
     max_plan_windows: int = Field(
-        default=20_000_000, ge=1, description="most lanes (windows) in one epoch of a plan"
+        default=_LIMITS.max_plan_windows, ge=1,
+        description="most lanes (windows) in one epoch of a plan"
     )
     max_batch_bytes: int = Field(
-        default=1 << 30, ge=1, description="largest batch of a plan (bytes on the wire)"
+        default=_LIMITS.max_batch_bytes, ge=1,
+        description="largest batch of a plan (bytes on the wire)"
     )
     max_body_bytes: int = Field(
-        default=64 << 20, ge=1024, description="largest REST request body"
+        default=_LIMITS.max_body_bytes, ge=1024, description="largest REST request body"
     )
     max_description_chars: int = Field(
-        default=4096, ge=0, description="longest dataset/version/split description"
+        default=_LIMITS.max_description_chars, ge=0,
+        description="longest dataset/version/split description"
     )
     max_manifest_rows: int = Field(
-        default=1_000_000, ge=1, description="most rows in one manifest"
+        default=_LIMITS.max_manifest_rows, ge=1, description="most rows in one manifest"
     )
     max_manifest_bytes: int = Field(
-        default=256 << 20, ge=1024, description="largest manifest file"
+        default=_LIMITS.max_manifest_bytes, ge=1024, description="largest manifest file"
     )
     max_stats_bytes: int = Field(
-        default=1 << 30, ge=1024,
+        default=_LIMITS.max_stats_bytes, ge=1024,
         description="memory one split-statistics request may hold: the finite values of "
                     "its columns (4 or 8 bytes each) for exact quantiles",
     )
@@ -327,7 +347,7 @@ class Settings(BaseSettings):
     def _check_discovery(cls, value: str | None) -> str | None:
         if value and not value.startswith(("dns://", "file://")):
             msg = (f"flight discovery {value!r}: expected dns://NAME:PORT or "
-                   "file:///PATH (catalog/discovery.py)")
+                   "file:///PATH (services/discovery.py)")
             raise ValueError(msg)
         return value or None
 
@@ -377,6 +397,10 @@ class Settings(BaseSettings):
     def resolved_pack_dir(self) -> Path:
         """Where packs live (``pack_dir``, else ``packs/`` in the data dir)."""
         return self.pack_dir if self.pack_dir is not None else self.data_dir / "packs"
+
+    def admin_token_text(self) -> str | None:
+        """The bootstrap admin token's text, or None when none is set."""
+        return self.admin_token.get_secret_value() if self.admin_token is not None else None
 
     def resolved_flight_host(self) -> str:
         """Where the Flight server binds (``host`` unless set)."""

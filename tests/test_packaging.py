@@ -74,9 +74,8 @@ def test_the_server_runs_without_torch(server_venv: Path, tmp_path: Path) -> Non
         cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
         ready = None
-        while time.monotonic() < deadline and proc.poll() is None:
+        while proc.poll() is None:  # until it answers or exits (pytest-timeout bounds it)
             try:
                 ready = httpx.get(f"{url}/readyz", timeout=2)
                 break

@@ -8,7 +8,9 @@ Every public name is the SDK's (:mod:`sdk`), loaded on first use so that ``impor
 windpipe`` alone stays cheap (the CLI's ``--help`` and the servers never pay for the
 client, torch or polars), and ``embedded`` (:mod:`windpipe._embedded`: a ``Catalog``
 whose catalog runs in this process, no server; it needs ``windpipe[server]``). The
-``windpipe`` command lives in :mod:`windpipe.cli`.
+list of names is ``sdk.__all__``'s: ``__all__`` here is made from it on first use, and
+type checkers read it through ``from sdk import *``. The ``windpipe`` command lives in
+:mod:`windpipe.cli`.
 """
 
 from __future__ import annotations
@@ -16,124 +18,51 @@ from __future__ import annotations
 from importlib import import_module, metadata
 from typing import TYPE_CHECKING, Any
 
-import services  # noqa: F401  (first: sets Arrow's allocator options, services.runtime)
-
-if TYPE_CHECKING:
-    from sdk import (
-        AlignedBatch,
-        Batch,
-        BatchSegmentRef,
-        BatchState,
-        Catalog,
-        Conflict,
-        DatasetInfo,
-        DatasetProtocolId,
-        DatasetVersion,
-        DataWarning,
-        DeviceLoader,
-        Forbidden,
-        InternalError,
-        InvalidConfig,
-        InvalidManifest,
-        InvalidRequest,
-        InvalidTicket,
-        LoaderConfig,
-        LoaderOptions,
-        LoaderStats,
-        MlDatasetIndex,
-        NotFound,
-        Plan,
-        PlanReport,
-        PlanSpec,
-        RegistrationWarning,
-        ResourceExhausted,
-        ScalingSpec,
-        SegmentChanged,
-        SegmentError,
-        Transient,
-        Split,
-        SplitStats,
-        Unauthenticated,
-        Unavailable,
-        ValidationConfig,
-        WindowConfig,
-        WindpipeError,
-        WindpipeIterableDataset,
-        batch_from_arrow,
-        resolve_device,
-    )
-    from windpipe._embedded import embedded
+if TYPE_CHECKING:  # what type checkers see: every name of sdk.__all__, and ours
+    from sdk import *  # noqa: F403
+    from windpipe._embedded import embedded as embedded
 
 try:
     __version__ = metadata.version("windpipe")
 except metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
     __version__ = "0+unknown"
 
-__all__ = [
-    "AlignedBatch",
-    "Batch",
-    "BatchSegmentRef",
-    "BatchState",
-    "Catalog",
-    "Conflict",
-    "DataWarning",
-    "DatasetInfo",
-    "DatasetProtocolId",
-    "DatasetVersion",
-    "DeviceLoader",
-    "Forbidden",
-    "InternalError",
-    "InvalidConfig",
-    "InvalidManifest",
-    "InvalidRequest",
-    "InvalidTicket",
-    "LoaderConfig",
-    "LoaderOptions",
-    "LoaderStats",
-    "MlDatasetIndex",
-    "NotFound",
-    "Plan",
-    "PlanReport",
-    "PlanSpec",
-    "RegistrationWarning",
-    "ResourceExhausted",
-    "ScalingSpec",
-    "SegmentChanged",
-    "SegmentError",
-    "Transient",
-    "Split",
-    "SplitStats",
-    "Unauthenticated",
-    "Unavailable",
-    "ValidationConfig",
-    "WindowConfig",
-    "WindpipeError",
-    "WindpipeIterableDataset",
-    "__version__",
-    "batch_from_arrow",
-    "embedded",
-    "resolve_device",
-]
-_PUBLIC = frozenset(__all__) - {"__version__"}
-_HOMES = {"embedded": "windpipe._embedded"}  # the rest are the SDK's
+_OWN = {"embedded": "windpipe._embedded"}  # the public names that are not the SDK's
 _SERVER_PACKAGES = frozenset({"alembic", "fastapi", "fastapi_offline", "sqlalchemy"})
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _PUBLIC:
-        raise AttributeError(f"module 'windpipe' has no attribute {name!r}")
+def _sdk_names() -> list[str]:
+    """``sdk.__all__``, the list of the SDK's public names (importing the SDK)."""
+    names: list[str] = import_module("sdk").__all__
+    return names
+
+
+def _own(name: str) -> Any:
     try:
-        module = import_module(_HOMES.get(name, "sdk"))
+        module = import_module(_OWN[name])
     except ModuleNotFoundError as exc:
-        if name not in _HOMES or exc.name not in _SERVER_PACKAGES:
+        if exc.name not in _SERVER_PACKAGES:
             raise
         msg = (f"windpipe.{name} runs the catalog in this process and needs its packages "
                f"({exc.name} is missing): pip install 'windpipe[server]'")
         raise ModuleNotFoundError(msg, name=exc.name) from exc
-    value = getattr(module, name)
+    return getattr(module, name)
+
+
+def __getattr__(name: str) -> Any:
+    """The public names on first use: ``__all__`` (``sdk.__all__``, ``embedded`` and
+    ``__version__``), the SDK's names and ours."""
+    if name == "__all__":
+        value: Any = [*_sdk_names(), *_OWN, "__version__"]
+    elif name in _OWN:
+        value = _own(name)
+    elif not name.startswith("_") and name in _sdk_names():
+        value = getattr(import_module("sdk"), name)
+    else:
+        raise AttributeError(f"module 'windpipe' has no attribute {name!r}")
     globals()[name] = value  # resolved once
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC})
+    return sorted({*globals(), *_sdk_names(), *_OWN})

@@ -9,7 +9,7 @@ batches as a served one; only where its calls go differs:
   loop is never touched; the app's lifespan (the SQLite engine under ``data_dir``,
   migrations) starts with the transport and ends with ``cat.close()``.
 * Batches are built in this process from storage, over the host's tier of decoded
-  blocks (``sdk._embedded``): there is no Flight server.
+  blocks (``sdk._in_process``): there is no Flight server.
 
 The user is the operator here: registrations may name any root this process can read
 (no allow-list, no root scopes; segment paths stay confined to their root), and no
@@ -19,7 +19,7 @@ request limits, cache and tier budgets) except what describes a server: database
 token, host, allowed roots and root scopes, Flight locations.
 
 This module sits in the top layer because it imports the catalog; the SDK only
-calls the picklable :class:`~sdk._embedded.InProcess` it is handed.
+calls the picklable :class:`~sdk._in_process.InProcess` it is handed.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from fastapi import FastAPI
 
 from catalog.api.app import create_app
 from sdk import Catalog
-from sdk._embedded import InProcess
+from sdk._in_process import InProcess
 from services.materialize.tier import tier_budget
 from services.settings import Settings
 from services.storage.store import StorageOptions
@@ -86,7 +86,7 @@ def embedded_settings(data_dir: Path) -> Settings:
     """The catalog settings of embedded mode over ``data_dir``: the ``WINDPIPE_*``
     variables, less what describes a server (see the module docstring)."""
     return Settings().model_copy(update={
-        "data_dir": data_dir, "database_url": None, "token": None, "host": "127.0.0.1",
+        "data_dir": data_dir, "database_url": None, "admin_token": None, "host": "127.0.0.1",
         "insecure": False, "allowed_roots": (), "root_scopes": (), "catalog_url": None,
         "flight_locations": (), "flight_public_location": None,
     })

@@ -22,15 +22,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from services.runtime import prefer_small_pages
 from windpipe.commands.bench import bench
 from windpipe.commands.common import CliError, add_server_flags, settings_from
-from windpipe.commands.data import demo, ingest, synth, upload
+from windpipe.commands.data import CyclerChoices, demo, ingest, synth, upload
 from windpipe.commands.serve import migrate, serve
 from windpipe.commands.token import duration, token
 
 __all__ = ["CliError", "build_parser", "main"]
 
-_CYCLERS = ("arbin", "maccor", "batterydata", "biologic")  # services.ingest.CYCLERS
 _settings = settings_from  # the server flags of parsed arguments as Settings
 
 
@@ -107,8 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="export files, or folders holding them")
     ingest.add_argument("--out", required=True, type=Path, help="where segments/, "
                         "manifest.parquet and ingest.json go (required, no default)")
-    ingest.add_argument("--cycler", default="auto", choices=("auto", *_CYCLERS),
-                        help="who wrote the files (default %(default)s: name and header say)")
+    ingest.add_argument("--cycler", default="auto", choices=CyclerChoices(), metavar="CYCLER",
+                        help="who wrote the files: %(choices)s (default %(default)s: name "
+                             "and header say)")
     ingest.add_argument("--set-id", help="every row's set_id (default: --out's name)")
     ingest.add_argument("--protocol", default="cycling",
                         help="the time series' protocol, spectra are eis (default %(default)s)")
@@ -133,7 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``windpipe`` console script."""
+    """Entry point of the ``windpipe`` console script (every server starts here, so it
+    sets Arrow's allocator option first: nothing has loaded pyarrow yet)."""
+    prefer_small_pages()
     given = list(sys.argv[1:] if argv is None else argv)
     if given[:1] == ["bench"]:  # every option belongs to the benchmark's own parser
         return bench(given[1:])

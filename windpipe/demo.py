@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from catalog.api.server import start_catalog_server
-from flight_server.runner import start_flight_server
 from sdk import (
     AlignedBatch,
     Batch,
@@ -31,6 +30,7 @@ from sdk import (
 )
 from services.settings import Settings
 from services.synth import write_synthetic_dataset
+from windpipe._serving import serve_flight
 
 __all__ = ["DemoResult", "run_demo"]
 
@@ -67,7 +67,7 @@ def run_demo(
         settings = Settings(data_dir=data_dir / "state", port=0, flight_port=0,
                             cache_bytes=512 << 20, log_level="WARNING",
                             allowed_roots=(str(synth.path),))
-        flight = start_flight_server(settings)
+        flight = serve_flight(settings)
         stack.callback(flight.stop, grace_s=5.0)
         settings = settings.model_copy(update={"flight_locations": (flight.location,)})
         catalog = start_catalog_server(settings, port=0)

@@ -18,12 +18,12 @@ from importlib.metadata import PackageNotFoundError, version
 from fastapi import Depends, FastAPI
 from fastapi_offline import FastAPIOffline
 from sqlalchemy.engine import Engine
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from catalog.api.audit import AuditMiddleware, RequestIdMiddleware
+from catalog.api.audit import AuditMiddleware, LogRequestId, request_id_middleware
 from catalog.api.auth import authenticate
 from catalog.api.body import BodyLimitMiddleware
 from catalog.api.errors import install_error_handlers
+from catalog.api.metrics import HttpMetrics, RequestMetricsMiddleware
 from catalog.api.routes import (
     access,
     datasets,
@@ -36,7 +36,6 @@ from catalog.api.routes import (
 )
 from catalog.api.storage_pool import StoragePool
 from catalog.context import CatalogContext
-from catalog.flight_stats import RequestCounter
 from catalog.jobs import Jobs
 from migrations import upgrade_engine
 from services.database import create_engine
@@ -45,7 +44,7 @@ from services.storage.packs import PackStore
 from services.storage.roots import RootScopes
 from services.storage.store import StorageOptions
 
-__all__ = ["RequestCountMiddleware", "create_app", "server_version"]
+__all__ = ["create_app", "server_version"]
 
 
 def server_version() -> str:
@@ -54,51 +53,6 @@ def server_version() -> str:
         return version("windpipe")
     except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
         return "0+unknown"
-
-
-class RequestCountMiddleware:
-    """Counts every answered request by method, route template and status (``/metrics``).
-
-    Outermost, so it also sees the 500s of the error middleware; paths that match no
-    route are counted as route ``unmatched`` (the label set stays bounded).
-    """
-
-    def __init__(self, app: ASGIApp, *, counter: RequestCounter) -> None:
-        self.app = app
-        self.counter = counter
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 500
-
-        async def _send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, _send)
-        finally:
-            self.counter.add(str(scope.get("method", "")), _route_template(scope), status)
-
-
-def _route_template(scope: Scope) -> str:
-    """The matched route's full path template (``/v1/plans/{plan_id}``) or ``unmatched``.
-
-    FastAPI >= 0.16x keeps the router's own route (without the include prefix) in
-    ``scope["route"]`` and the prefixed path in ``scope["fastapi"]["effective_route_context"]``.
-    """
-    fastapi_state = scope.get("fastapi")
-    context = fastapi_state.get("effective_route_context") if isinstance(
-        fastapi_state, dict) else None
-    effective = getattr(context, "path", None)
-    if isinstance(effective, str) and effective:
-        return effective
-    route = getattr(scope.get("route"), "path_format", None)
-    return route if isinstance(route, str) and route else "unmatched"
 
 
 def create_app(settings: Settings | None = None, *, engine: Engine | None = None,
@@ -153,12 +107,13 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.requests = RequestCounter()
+    app.state.metrics = HttpMetrics()  # this app's own registry (``/metrics``)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     app.add_middleware(AuditMiddleware)
-    app.add_middleware(RequestIdMiddleware)
-    app.add_middleware(RequestCountMiddleware, counter=app.state.requests)
+    app.add_middleware(LogRequestId)
+    app.add_middleware(request_id_middleware)  # outside the two above: they read its id
+    app.add_middleware(RequestMetricsMiddleware, metrics=app.state.metrics)
     app.include_router(health.router)
     secured = [Depends(authenticate)]
     app.include_router(flight.metrics, dependencies=secured)

@@ -1,7 +1,7 @@
 """Authentication and authorization of REST calls: FastAPI dependencies.
 
 ``authenticate`` (on every ``/v1`` router) turns the bearer header into a
-:class:`catalog.principals.Principal` (401 for none or an unknown token, unless the
+:class:`services.contract.principals.Principal` (401 for none or an unknown token, unless the
 catalog is the open, loopback ``local`` one and the caller is on its host: ``local`` is
 never granted to a remote caller, ``--insecure`` or not) and keeps it in
 ``request.state``;
@@ -25,8 +25,8 @@ from fastapi import Depends, Request
 
 from catalog import principals
 from catalog.context import CatalogContext
-from catalog.principals import Principal, Role
 from services.contract.auth import AUTH_HEADER, bearer_token
+from services.contract.principals import Principal, Role, authorize
 from services.exposure import is_local_peer
 from services.settings import Settings, is_loopback
 
@@ -47,7 +47,7 @@ DatasetOf = Callable[[Request, CatalogContext], str | None]
 def authenticate(request: Request) -> Principal:
     """The caller's principal (401 ``unauthenticated`` when there is none)."""
     settings: Settings = request.app.state.settings
-    bootstrap = settings.token.get_secret_value() if settings.token is not None else None
+    bootstrap = settings.admin_token_text()
     peer = request.client.host if request.client is not None else None
     principal = principals.authenticate(  # `local` only for a caller on this host
         request.app.state.catalog, bearer_token(request.headers.get(AUTH_HEADER)),
@@ -68,7 +68,7 @@ def require(role: Role, *, dataset: DatasetOf | None = None) -> Callable[..., Pr
         name = None
         if dataset is not None and principal.datasets is not None:
             name = dataset(request, request.app.state.catalog)
-        principals.authorize(principal, role, name)
+        authorize(principal, role, name)
         return principal
 
     dependency.__name__ = f"require_{role}"

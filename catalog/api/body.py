@@ -16,6 +16,10 @@ from services.contract.limits import limit_error
 __all__ = ["BodyLimitMiddleware"]
 
 
+class _BodyTooLarge(Exception):  # noqa: N818
+    """Ends the app's read of a body refused mid-stream (its 422 already sent)."""
+
+
 class BodyLimitMiddleware:
     """Refuses request bodies larger than ``max_bytes``."""
 
@@ -25,8 +29,7 @@ class BodyLimitMiddleware:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, size: int) -> None:
         err = limit_error("max_body_bytes", size, self.max_bytes, what="request body (bytes)")
-        await error_response(err.type, err.message, err.details, status=422)(
-            scope, receive, send)
+        await error_response(err, status=422)(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -63,7 +66,10 @@ class BodyLimitMiddleware:
                 if seen > self.max_bytes and not started:
                     await self._refuse(scope, receive, send, seen)
                     refused = True
-                    return {"type": "http.disconnect"}
+                    raise _BodyTooLarge
             return message
 
-        await self.app(scope, _receive, _send)
+        try:
+            await self.app(scope, _receive, _send)
+        except _BodyTooLarge:
+            return

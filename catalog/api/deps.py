@@ -8,7 +8,7 @@ from fastapi import Depends, Query, Request
 
 from catalog.api.schemas import MAX_PAGE_SIZE
 from catalog.context import CatalogContext
-from catalog.discovery import FlightDiscovery
+from services.discovery import FlightDiscovery
 from services.settings import Settings
 
 __all__ = ["AppSettings", "Context", "Discovery", "PageSize", "PageToken"]

@@ -27,7 +27,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from catalog.api.audit import request_id_of
 from services.contract.configs import LoaderOptions
-from services.contract.errors import ErrorType, WindpipeError, error_envelope
+from services.contract.errors import (
+    ErrorType,
+    InternalError,
+    InvalidRequest,
+    WindpipeError,
+    error_class,
+)
 from services.database import DATABASE_DOWN, database_unavailable
 from services.logging import get_logger
 
@@ -48,20 +54,17 @@ _STATUS_TYPES: dict[int, ErrorType] = {
 }
 
 
-def error_response(
-    type_: ErrorType, message: str, details: dict[str, Any] | None = None, *, status: int
-) -> JSONResponse:
-    """A JSON error envelope with ``status``."""
+def error_response(error: WindpipeError, *, status: int | None = None) -> JSONResponse:
+    """``error``'s envelope, with its type's HTTP status unless ``status`` says otherwise
+    (a body over its bound is 422 whatever the limit's type)."""
+    status = error.http_status if status is None else status
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(
-        jsonable_encoder(error_envelope(type_, message, details)), status_code=status,
-        headers=headers,
-    )
+    return JSONResponse(jsonable_encoder(error.envelope()), status_code=status, headers=headers)
 
 
 async def _windpipe_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, WindpipeError)
-    return error_response(exc.type, exc.message, exc.details, status=exc.http_status)
+    return error_response(exc)
 
 
 _NOT_CONFIG = frozenset({"json_invalid", "model_attributes_type", "dict_type"})
@@ -87,7 +90,8 @@ def _error_text(request: Request, error: dict[str, Any]) -> str:
     route = request.scope.get("route")
     if (getattr(route, "operation_id", None) == "create_plan"
             and error.get("type") == "extra_forbidden" and len(loc) == 2
-            and loc[0] == "body" and loc[1] in LoaderOptions.model_fields):
+            and loc[0] == "body"
+            and loc[1] in (*LoaderOptions.OPTION_NAMES, *LoaderOptions.model_fields)):
         return ("a runtime option of LoaderConfig, not part of a plan: the SDK keeps it "
                 "client-side (send LoaderConfig.planning_dict())")
     return str(error.get("msg", "invalid request"))
@@ -108,7 +112,7 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         ErrorType.INVALID_CONFIG if _is_config_body_error(request, errors)
         else ErrorType.INVALID_REQUEST
     )
-    return error_response(kind, message, {"errors": errors}, status=422)
+    return error_response(error_class(kind)(message, details={"errors": errors}), status=422)
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -123,7 +127,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
         message = f"method {request.method} is not allowed on {request.url.path}"
     else:
         message = str(exc.detail)
-    return error_response(kind, message, {}, status=exc.status_code)
+    return error_response(error_class(kind)(message), status=exc.status_code)
 
 
 class InternalErrorMiddleware:
@@ -154,10 +158,9 @@ class InternalErrorMiddleware:
                 error=type(exc).__name__, request_id=request_id, exc_info=exc))
             if started:
                 raise
-            response = error_response(
-                ErrorType.INTERNAL, "internal server error; the request's outcome is unknown "
-                f"(request id {request_id}: the server log has the details)", {}, status=500,
-            )
+            response = error_response(InternalError(
+                "internal server error; the request's outcome is unknown "
+                f"(request id {request_id}: the server log has the details)"))
             await response(scope, receive, send)
 
 
@@ -165,17 +168,14 @@ async def _database_down(_request: Request, exc: Exception) -> JSONResponse:
     """The database cannot be reached, dropped the connection or (SQLite) stayed locked
     past the busy timeout: 503, retry later."""
     _log.warning("database unavailable", error=type(exc).__name__)
-    err = database_unavailable(exc)
-    return error_response(err.type, err.message, err.details, status=503)
+    return error_response(database_unavailable(exc))
 
 
 async def _database_refused(_request: Request, exc: Exception) -> JSONResponse:
     """A value the database cannot store (a NUL byte, an integer out of its range)."""
-    return error_response(
-        ErrorType.INVALID_REQUEST,
+    return error_response(InvalidRequest(
         "a value in the request cannot be stored (a NUL character or an out-of-range "
-        "integer)", {}, status=422,
-    )
+        "integer)"))
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -10,26 +10,26 @@ contract's models (``services.contract.reports``).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from catalog.jobs import JobPhase, JobState, JobView
+from catalog.jobs import JobView
 from catalog.models import (
     ApiToken,
     AuditEvent,
     Dataset,
-    Plan,
+    PlanRow,
     Segment,
-    Split,
+    SplitRow,
     Version,
     as_utc,
 )
-from catalog.principals import MAX_TOKEN_LIFETIME_S, MIN_TOKEN_LIFETIME_S, Role
+from catalog.principals import MAX_TOKEN_LIFETIME_S, MIN_TOKEN_LIFETIME_S
 from services.contract.configs import PlanSpec, ValidationConfig
+from services.contract.principals import Role
 from services.contract.reports import CacheCounters
 from services.contract.stats import VersionProfile
 
@@ -192,7 +192,7 @@ class VersionOut(_Out):
 
 
 
-class JobOut(_Out):
+class JobOut(JobView[VersionOut]):  # the fields are the job's own (catalog.jobs.JobView)
     """A registration run as a job (``catalog/jobs.py``): while ``running``, its
     ``phase`` and the segments ``checked`` and ``profiled`` of ``total`` (null until the
     manifest is read), then
@@ -200,24 +200,11 @@ class JobOut(_Out):
     envelope's object; ``failed``, or ``interrupted`` when its server stopped: nothing was
     stored, post the same registration again)."""
 
-    id: str
-    dataset: str
-    state: JobState
-    phase: JobPhase
-    checked: int
-    profiled: int
-    total: int | None
-    created_at: datetime
-    updated_at: datetime
-    version: VersionOut | None = None
-    created: bool | None = None
-    error: dict[str, Any] | None = None
-
     @classmethod
-    def from_view(cls, job: JobView) -> JobOut:
-        """From the job as :meth:`catalog.jobs.Jobs.view` reads it (the same fields; its
-        ``version`` is the stored ``VersionOut`` JSON, validated here)."""
-        return cls.model_validate(dataclasses.asdict(job))
+    def from_view(cls, job: JobView[dict[str, Any]]) -> JobOut:
+        """From the job as :meth:`catalog.jobs.Jobs.view` reads it (its ``version`` is
+        the stored ``VersionOut`` JSON, validated here)."""
+        return cls.model_validate(job.model_dump())
 
 
 class SegmentOut(_Out):
@@ -252,7 +239,7 @@ class SplitOut(_Out):
     retired_at: datetime | None = None  # the split's or its version's retirement
 
     @classmethod
-    def from_row(cls, row: Split, *, retired_at: datetime | None = None) -> SplitOut:
+    def from_row(cls, row: SplitRow, *, retired_at: datetime | None = None) -> SplitOut:
         """From the ORM row (``retired_at``: its effective retirement, when known)."""
         return cls(
             id=row.id, version_id=row.version_id,
@@ -276,7 +263,7 @@ class PlanOut(_Out):
     retired_at: datetime | None = None  # the plan's, its split's or its version's retirement
 
     @classmethod
-    def from_row(cls, row: Plan, *, retired_at: datetime | None = None) -> PlanOut:
+    def from_row(cls, row: PlanRow, *, retired_at: datetime | None = None) -> PlanOut:
         """From the ORM row (its split loaded; ``retired_at``: its effective retirement)."""
         return cls(
             id=row.id, split_id=row.split_id, version_id=row.split.version_id,

@@ -7,6 +7,7 @@ stops with a deadline.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,15 +41,46 @@ class CatalogServer:
         return f"http://{self.host}:{self.port}"
 
     def stop(self, *, grace_s: float = 10.0) -> None:
-        """Stop accepting, let in-flight requests finish within ``grace_s``, then exit."""
+        """Stop accepting, let in-flight requests finish within ``grace_s``, then close
+        the connections left, so the app's lifespan still shuts down (disposing of its
+        engine). Bounded even when a request's body never finishes arriving: uvicorn
+        alone waits on such a request for its whole graceful timeout
+        (``shutdown_grace_s``, whatever ``grace_s`` says), and ``force_exit`` alone
+        leaves its connection open."""
         if self._stopped:
             return
         self._stopped = True
+        config = self.server.config
+        bound = max(1, math.ceil(grace_s))  # past it uvicorn cancels the requests left
+        if config.timeout_graceful_shutdown is None or config.timeout_graceful_shutdown > bound:
+            config.timeout_graceful_shutdown = bound
         self.server.should_exit = True
         self.thread.join(timeout=grace_s)
         if self.thread.is_alive():
+            self._close_connections()
+            self.thread.join(timeout=5)
+        if self.thread.is_alive():
             self.server.force_exit = True
             self.thread.join(timeout=5)
+
+    def _close_connections(self) -> None:
+        """Close every open connection on the server's loop: a request still waiting
+        on its body sees the client go away and ends, and the shutdown goes on."""
+        servers = self.server.servers
+        if not servers:
+            return
+        loop = servers[0].get_loop()
+
+        def close_all() -> None:
+            for connection in list(self.server.server_state.connections):
+                transport = getattr(connection, "transport", None)
+                if transport is not None:
+                    transport.close()
+
+        try:
+            loop.call_soon_threadsafe(close_all)
+        except RuntimeError:  # the loop closed meanwhile: the thread is ending
+            return
 
 
 def _tokens_in(settings: Settings) -> bool:

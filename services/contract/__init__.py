@@ -6,12 +6,15 @@ from services.contract.configs import (
     DEFAULT_GROUP_KEY,
     IDENTITY_COLUMNS,
     DatasetProtocolId,
+    DeviceOptions,
     LoaderConfig,
     LoaderOptions,
     PlanSpec,
     ScalingSpec,
+    SourceOptions,
     ValidationConfig,
     WindowConfig,
+    WorkerOptions,
 )
 from services.contract.errors import ERROR_TABLE, ErrorType, WindpipeError
 
@@ -22,12 +25,15 @@ __all__ = [
     "ERROR_TABLE",
     "IDENTITY_COLUMNS",
     "DatasetProtocolId",
+    "DeviceOptions",
     "ErrorType",
     "LoaderConfig",
     "LoaderOptions",
     "PlanSpec",
     "ScalingSpec",
+    "SourceOptions",
     "ValidationConfig",
     "WindowConfig",
     "WindpipeError",
+    "WorkerOptions",
 ]

@@ -13,13 +13,28 @@ happens here.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, ClassVar, Literal, Self, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
 from services.contract.frozen import Frozen as _Frozen
 from services.contract.frozen import freeze as _freeze
+from services.contract.options import (
+    DATA_ACCESS_MODES,
+    TRANSPORTS,
+    DataAccess,
+    DeviceOptions,
+    LoaderOptions,
+    SourceOptions,
+    Transport,
+    WorkerOptions,
+)
 from services.contract.scaling import ScalingSpec
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from services.contract.options import OptionKeywords
 
 __all__ = [
     "DATA_ACCESS_MODES",
@@ -30,14 +45,17 @@ __all__ = [
     "TRANSPORTS",
     "DataAccess",
     "DatasetProtocolId",
+    "DeviceOptions",
     "LoaderConfig",
     "LoaderOptions",
     "PlanSpec",
     "ScalingSpec",
     "Selector",
+    "SourceOptions",
     "Transport",
     "ValidationConfig",
     "WindowConfig",
+    "WorkerOptions",
 ]
 
 IDENTITY_COLUMNS: tuple[str, str, str, str] = ("set_id", "cell_id", "cidx", "protocol")
@@ -46,13 +64,6 @@ DEFAULT_GROUP_KEY: tuple[str, ...] = ("set_id", "cell_id", "cidx", "protocol")
 DEFAULT_ALIGNMENT_KEY: tuple[str, ...] = ("set_id", "cell_id", "cidx")
 
 Selector = dict[str, str | int | float | bool]
-
-# how a loader reads a plan's batches (LoaderOptions.data_access, .transport): the one
-# spelling of each set; the SDK checks its arguments against these tuples
-DataAccess = Literal["windowed", "full_in_mem"]
-Transport = Literal["auto", "local", "flight"]
-DATA_ACCESS_MODES: tuple[DataAccess, ...] = get_args(DataAccess)
-TRANSPORTS: tuple[Transport, ...] = get_args(Transport)
 
 class DatasetProtocolId(StrEnum):
     """Built-in protocols; any lower-case name is accepted wherever a protocol is."""
@@ -362,49 +373,48 @@ class PlanSpec(_Frozen):
         return next((s for s in self.scaling if s.column == column), None)
 
 
-class LoaderOptions(_Frozen):
-    """How the SDK and the Flight server deliver a plan's batches (TYPES, runtime fields).
-
-    None of these changes a batch, so none is part of a plan's identity.
-    """
-
-    data_access: DataAccess = "windowed"
-    num_workers: int = Field(default=0, ge=0)
-    prefetch_factor: int = Field(default=4, ge=1)
-    persistent_workers: bool = False
-    pin_memory: bool | None = None
-    multiprocessing_context: str | None = None
-    device: str = "auto"
-    prefetch_to_device: bool | None = None
-    non_blocking: bool = True
-    transport: Transport = "auto"
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, value: str) -> str:
-        ok = value in ("auto", "cpu", "cuda") or (
-            value.startswith("cuda:") and value[5:].isascii() and value[5:].isdigit()
-        )
-        if not ok:
-            msg = f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}"
-            raise ValueError(msg)
-        return value
-
-
 class LoaderConfig(LoaderOptions, PlanSpec):
     """What to stream and how: the user's entry point (TYPES ``LoaderConfig``).
 
     The planning fields (:class:`PlanSpec`) define a plan's identity; the runtime
-    fields (:class:`LoaderOptions`, ``data_access`` onward) only steer the SDK and
-    the Flight server and never change a batch. :meth:`plan_spec` and
-    :meth:`options` split one into the other.
+    options (:class:`LoaderOptions`: the groups ``source``, ``device_feed`` and
+    ``workers``) only steer the SDK and never change a batch. The options are written
+    and read flat as TYPES lists them (``LoaderConfig(..., num_workers=2)``,
+    ``config.num_workers``) or by group. :meth:`plan_spec` and :meth:`options` split
+    one into the other.
     """
 
     PLANNING_FIELDS: ClassVar[tuple[str, ...]] = tuple(PlanSpec.model_fields)
-    RUNTIME_FIELDS: ClassVar[tuple[str, ...]] = tuple(LoaderOptions.model_fields)
+    RUNTIME_FIELDS: ClassVar[tuple[str, ...]] = LoaderOptions.OPTION_NAMES
+
+    if TYPE_CHECKING:  # the planning fields, the groups and the flat option keywords
+
+        def __init__(
+            self, /, *,
+            split: str = ...,
+            default_window: WindowConfig = ...,
+            window_by_protocol: dict[str, WindowConfig] = ...,
+            seed: int = ...,
+            strategy: Literal["sequential", "shuffled", "block_shuffled"] = ...,
+            shuffle_block_bytes: int | None = ...,
+            phase_shift: bool = ...,
+            protocol_order: tuple[str, ...] | None = ...,
+            stateful_n_windows: int = ...,
+            cross_protocol_state_carry: Literal["chain"] | None = ...,
+            drop_incomplete_batches: bool = ...,
+            drop_incomplete_distributed: bool = ...,
+            group_key: tuple[str, ...] = ...,
+            alignment_key: tuple[str, ...] = ...,
+            align_by: Literal["alignment_key"] | None = ...,
+            inputs: dict[str, tuple[str, ...]],
+            targets: dict[str, tuple[str, ...]],
+            scaling: tuple[ScalingSpec, ...] = ...,
+            source: SourceOptions = ...,
+            device_feed: DeviceOptions = ...,
+            workers: WorkerOptions = ...,
+            **options: Unpack[OptionKeywords],
+        ) -> None: ...
 
     def options(self) -> LoaderOptions:
         """Just the runtime options."""
-        return LoaderOptions.model_validate(
-            self.model_dump(include=set(LoaderOptions.model_fields))
-        )
+        return LoaderOptions(**{g: getattr(self, g) for g in LoaderOptions.GROUPS})

@@ -83,7 +83,8 @@ class Frozen(BaseModel):
 def config_error(model: type[BaseModel], exc: ValidationError) -> WindpipeError:
     """An ``invalid_config`` error naming each problem of ``exc`` by field (an unknown
     field with the closest known name, e.g. ``colum``: did you mean ``column``?)."""
-    fields = list(model.model_fields)
+    # a model that also takes flat keywords (LoaderOptions) names them for suggestions
+    fields = [*model.model_fields, *getattr(model, "OPTION_NAMES", ())]
     problems = []
     for err in exc.errors(include_url=False):
         where = ".".join(str(p) for p in err["loc"]) or model.__name__

@@ -15,14 +15,16 @@ from typing import Any
 
 from services.contract.errors import ErrorType, WindpipeError, error_class
 
-__all__ = ["INT64_MAX", "Limits", "check_limit", "limit_error"]
+__all__ = ["INT64_MAX", "Limits", "check_limit", "check_world_size", "limit_error"]
 
 INT64_MAX = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """The configurable bounds (``WINDPIPE_MAX_*``; defaults as in ``Settings``)."""
+    """The configurable bounds (``WINDPIPE_MAX_*``, and the Flight servers' cache budget
+    the catalog checks plans against). The defaults written here are the only ones:
+    ``services.settings.Settings`` takes each of its fields' defaults from them."""
 
     max_batch_size: int = 65_536
     max_seq_len: int = 1 << 20
@@ -65,3 +67,9 @@ def check_limit(
     """Raise :func:`limit_error` when ``value > maximum``."""
     if value > maximum:
         raise limit_error(limit, value, maximum, what=what, kind=kind, **details)
+
+
+def check_world_size(world_size: int, limits: Limits) -> None:
+    """The ranks a report, schedule or Flight pass is computed for (the catalog and
+    every Flight server check it alike)."""
+    check_limit("max_world_size", world_size, limits.max_world_size, what="world_size")

@@ -1,9 +1,10 @@
 """What the services report: a plan's report and schedule, a Flight server's state.
 
-:class:`PlanReport` is ``GET /v1/plans/{id}/report`` (SEMANTICS section 7): the
+:class:`PlanReportData` is ``GET /v1/plans/{id}/report`` (SEMANTICS section 7): the
 planner (``services.planning.report``) builds it, the catalog stores it as JSON with
-the plan and answers it, and the SDK reads it back (``sdk.PlanReport`` wraps it). A
-stored report validates from its JSON (:meth:`PlanReport.model_validate`), and a key
+the plan and answers it, and the SDK reads it back (``sdk.PlanReport``, the user's
+class, wraps it; ``Data``: this is the report's data as the wire carries it). A
+stored report validates from its JSON (:meth:`PlanReportData.model_validate`), and a key
 this version does not know is kept (``extra="allow"``), so an older or newer peer's
 report still loads and nothing it says is lost. :class:`ScheduleBatch` is one item of
 ``GET /v1/plans/{id}/schedule``.
@@ -33,7 +34,7 @@ __all__ = [
     "FlightHealth",
     "FlightTierInfo",
     "HealthTier",
-    "PlanReport",
+    "PlanReportData",
     "ProtocolReport",
     "ReportWarning",
     "ScheduleBatch",
@@ -118,10 +119,11 @@ class ReportWarning(_Wire):
                                   "real target (1 - real_tokens / tokens)")
 
 
-class PlanReport(_Wire):
+class PlanReportData(_Wire):
     """What a plan yields per epoch (and per rank for ``world_size``), and what it drops.
 
-    ``docs/api.md`` ("The report") explains each field.
+    ``docs/api.md`` ("The report") explains each field. The user reads it as
+    ``sdk.PlanReport``, which wraps it with the plan id and a notebook view.
     """
 
     epoch: int = Field(description="the epoch the numbers describe")

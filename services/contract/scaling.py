@@ -4,7 +4,7 @@ The one definition of the map: the Flight server scales every chunk with
 :meth:`ScalingSpec.forward`, and users invert model outputs with
 :meth:`ScalingSpec.inverse` (numpy arrays and torch tensors alike).
 :meth:`ScalingSpec.from_stats` fits one from a split side's statistics
-(:class:`services.contract.stats.SplitStats`): the fitted numbers are fields, so they
+(:class:`services.contract.stats.SplitStatsData`): the fitted numbers are fields, so they
 are part of a plan's identity and of every cache and tier key that digests the spec.
 """
 
@@ -19,7 +19,7 @@ from pydantic import Field, model_validator
 
 from services.contract.errors import InvalidConfig
 from services.contract.frozen import Frozen
-from services.contract.stats import SplitStats
+from services.contract.stats import SplitStatsData
 
 __all__ = ["FIT_KINDS", "FitKind", "ScalingSpec", "torch_log1p_or_nan"]
 
@@ -120,7 +120,7 @@ class ScalingSpec(Frozen):
 
     @classmethod
     def from_stats(
-        cls, stats: SplitStats, column: str, *, kind: FitKind = "standard",
+        cls, stats: SplitStatsData, column: str, *, kind: FitKind = "standard",
         protocol: str | Sequence[str] | None = None, output_min: float = -1.0,
         output_max: float = 1.0,
     ) -> ScalingSpec:

@@ -1,12 +1,13 @@
 """What the data holds: statistics of one side of a split, and a version's profile.
 
-:class:`SplitStats` is ``POST /v1/splits/{id}/stats`` (SEMANTICS section 6a): per
+:class:`SplitStatsData` is ``POST /v1/splits/{id}/stats`` (SEMANTICS section 6a): per
 protocol and column, over the rows of one side of a split (``train`` by default)
 and nothing else, the counts, bounds, moments and quantiles a fitted
 :class:`~services.contract.scaling.ScalingSpec` needs (``ScalingSpec.from_stats``), with
 a small fixed-bin histogram. The catalog computes it once (``catalog.stats``), stores
 it keyed by split, side and columns, and answers the stored one afterwards; the SDK
-reads it back (``sdk.SplitStats`` subclasses it).
+reads it back (``sdk.SplitStats``, the user's class, subclasses it; ``Data``: these are
+the statistics as the wire carries them).
 
 :class:`VersionProfile` is what registration learned about the values
 (``catalog.profile``): per protocol and column the null and non-finite counts, and,
@@ -43,7 +44,7 @@ __all__ = [
     "Histogram",
     "SamplingProblem",
     "Side",
-    "SplitStats",
+    "SplitStatsData",
     "StatsRequest",
     "VersionProfile",
     "pooled_stats",
@@ -125,7 +126,7 @@ class StatsRequest(BaseModel):
         return tuple(sorted(set(cols)))
 
 
-class SplitStats(_Wire):
+class SplitStatsData(_Wire):
     """Statistics of one side of a split, per protocol and column (SEMANTICS 6a)."""
 
     split_id: str

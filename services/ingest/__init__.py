@@ -7,17 +7,18 @@ on, names the file and row at fault, and writes one segment per cell, cycle and
 protocol with the column names and units of ``services.synth``. See docs/data.md.
 """
 
-from services.ingest.base import CYCLERS, UNITS, IngestError, Measurement
-from services.ingest.readers import detect_cycler, read_cell
+from services.ingest.base import UNITS, IngestError, Measurement
+from services.ingest.readers import READERS, Reader, detect_cycler, read_cell
 from services.ingest.writer import PATTERN, IngestResult, ingest_exports
 
 __all__ = [
-    "CYCLERS",
     "PATTERN",
+    "READERS",
     "UNITS",
     "IngestError",
     "IngestResult",
     "Measurement",
+    "Reader",
     "detect_cycler",
     "ingest_exports",
     "read_cell",

@@ -16,7 +16,6 @@ from pathlib import Path
 import polars as pl
 
 __all__ = [
-    "CYCLERS",
     "SPECTRUM",
     "TIME_SERIES",
     "UNITS",
@@ -24,14 +23,6 @@ __all__ = [
     "Measurement",
 ]
 
-# the cyclers windpipe ingest reads, and the library that reads each
-CYCLERS: dict[str, str] = {
-    "arbin": "battery-data-toolkit (battdat.io.arbin.ArbinReader), Arbin CSV",
-    "maccor": "battery-data-toolkit (battdat.io.maccor.MACCORReader), MACCOR ASCII .NNN",
-    "batterydata": "battery-data-toolkit (battdat.io.batterydata.BDReader), "
-                   "batterydata.energy.gov <cell>-raw.csv",
-    "biologic": "galvani (galvani.BioLogic.MPRfile), BioLogic EC-Lab .mpr",
-}
 TIME_SERIES: tuple[str, ...] = ("cycle", "test_time_s", "current_a", "voltage_v",
                                 "temperature_c")
 SPECTRUM: tuple[str, ...] = ("cycle", "freq_hz", "z_real_ohm", "z_imag_ohm")

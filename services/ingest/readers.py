@@ -20,6 +20,7 @@ import functools
 import re
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ import polars as pl
 from services.ingest.base import IngestError, Measurement
 from services.ingest.checks import LAYOUTS, check_csv, import_reader
 
-__all__ = ["READERS", "cell_of", "detect_cycler", "read_cell"]
+__all__ = ["READERS", "Reader", "cell_of", "detect_cycler", "read_cell"]
 
 _MACCOR = re.compile(r"^(?P<cell>.+)\.(?P<part>\d{3})$")
 _BATTERYDATA = re.compile(r"^(?P<cell>[-\w]+)[- ](?P<kind>summary|raw)\.csv$")
@@ -195,12 +196,28 @@ def read_cell(cycler: str, files: Sequence[Path]) -> list[Measurement]:
     order) read by ``cycler``'s library."""
     if cycler not in READERS:
         raise IngestError(files[0], f"unknown cycler {cycler!r}; windpipe reads {sorted(READERS)}")
-    return READERS[cycler](files)
+    return READERS[cycler].read(files)
 
 
-READERS: dict[str, Callable[[Sequence[Path]], list[Measurement]]] = {
-    "arbin": lambda files: _read_battdat("arbin", files),
-    "maccor": lambda files: _read_battdat("maccor", files),
-    "batterydata": lambda files: _read_battdat("batterydata", files),
-    "biologic": _read_biologic,
+@dataclass(frozen=True)
+class Reader:
+    """How one cycler's exports are read: ``library`` names the library and the format
+    (in ``ingest.json``), ``read`` turns one cell's files into measurements."""
+
+    library: str
+    read: Callable[[Sequence[Path]], list[Measurement]]
+
+
+READERS: dict[str, Reader] = {
+    "arbin": Reader("battery-data-toolkit (battdat.io.arbin.ArbinReader), Arbin CSV",
+                    lambda files: _read_battdat("arbin", files)),
+    "maccor": Reader("battery-data-toolkit (battdat.io.maccor.MACCORReader), MACCOR ASCII "
+                     ".NNN", lambda files: _read_battdat("maccor", files)),
+    "batterydata": Reader("battery-data-toolkit (battdat.io.batterydata.BDReader), "
+                          "batterydata.energy.gov <cell>-raw.csv",
+                          lambda files: _read_battdat("batterydata", files)),
+    "biologic": Reader("galvani (galvani.BioLogic.MPRfile), BioLogic EC-Lab .mpr",
+                       _read_biologic),
 }
+"""The cyclers ``windpipe ingest`` reads, by name: the one list (the CLI's ``--cycler``
+choices and the writer's checks are its keys)."""

@@ -29,8 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from services.ingest.base import CYCLERS, UNITS, IngestError, Measurement
-from services.ingest.readers import cell_of, detect_cycler, read_cell
+from services.ingest.base import UNITS, IngestError, Measurement
+from services.ingest.readers import READERS, cell_of, detect_cycler, read_cell
 
 __all__ = ["PATTERN", "IngestResult", "ingest_exports"]
 
@@ -70,7 +70,7 @@ def _inputs(inputs: Sequence[Path | str], cycler: str) -> list[tuple[Path, str]]
             kind = detect_cycler(path) if cycler == "auto" else cycler
             if kind is None:
                 raise IngestError(path, "no reader recognizes this file; name the cycler "
-                                        f"(one of {sorted(CYCLERS)})")
+                                        f"(one of {sorted(READERS)})")
             found.append((path, kind))
         else:
             raise IngestError(path, "does not exist")
@@ -133,7 +133,7 @@ def ingest_exports(
     """Read the cycler exports ``inputs`` (files or folders) and write the normalized
     dataset under ``out_dir``.
 
-    ``cycler``: ``auto`` (from each file's name and header) or one of :data:`CYCLERS`;
+    ``cycler``: ``auto`` (from each file's name and header) or one of :data:`READERS`;
     ``set_id`` (default: ``out_dir``'s name); ``protocol``: the time series' protocol
     (spectra are ``eis``); ``cell_pattern``: a regular expression whose group ``cell``
     (else its first group) in a file's name is its cell (default: the name without its
@@ -147,8 +147,8 @@ def ingest_exports(
             raise IngestError(out, f"{what} {value!r}: use letters, digits, '.', '_', '-'")
     if protocol != protocol.lower():
         raise IngestError(out, f"protocol {protocol!r}: protocol names are lower-case")
-    if cycler != "auto" and cycler not in CYCLERS:
-        raise IngestError(out, f"unknown cycler {cycler!r}; one of {sorted(CYCLERS)} or auto")
+    if cycler != "auto" and cycler not in READERS:
+        raise IngestError(out, f"unknown cycler {cycler!r}; one of {sorted(READERS)} or auto")
     regex = re.compile(cell_pattern) if cell_pattern else None
     cells: dict[tuple[str, str], list[Path]] = {}
     for path, kind in _inputs(inputs, cycler):
@@ -185,7 +185,7 @@ def ingest_exports(
         info: dict[str, Any] = {
             "generator": "windpipe ingest", "set_id": set_id, "files": list(files),
             "cells": dict(sorted(cells)),
-            "readers": {kind: CYCLERS[kind] for _cell, kind in cells},
+            "readers": {kind: READERS[kind].library for _cell, kind in cells},
             "library_versions": _versions(), "units": UNITS,
             "sign_convention": "current positive on charge", "manifest": "manifest.parquet",
             "pattern": PATTERN, "n_segments": len(rows),

@@ -6,7 +6,7 @@ and schedule routes, every Flight server, any other reader) through
 :meth:`PlanArtifact.from_ipc`, from the database or from ``GET
 /v1/plans/{id}/artifact``. It holds the plan's identity and :class:`PlanSpec`, its
 streams, the storage layout of every piece (format, fingerprint, chunk sizes) and,
-for the epoch-independent strategies (``plain``, ``sequential``), the schedule
+for the epoch-independent strategies (``sequential``, ``stateful``, ``aligned``), the schedule
 itself. Only the per-epoch order of a shuffled plan is computed when read, by
 :meth:`PlanArtifact.epoch_schedule` (a pure function of plan, seed and epoch); no
 consumer rebuilds streams from the index.
@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from services.contract.configs import PlanSpec
 from services.contract.errors import InternalError, InvalidRequest, WindpipeError
-from services.contract.reports import PlanReport
+from services.contract.reports import PlanReportData
 from services.planning.report import plan_report
 from services.planning.schedule import SCHEDULE_ARRAYS, DropCounts, Schedule
 from services.planning.strategies import Strategy, epoch_schedule, strategy_for
@@ -156,7 +156,7 @@ class PlanArtifact:
                              chunk_rows=self.pieces.chunk_rows,
                              row_bytes=protocol_row_bytes(self.spec, self.streams.protocols))
 
-    def report(self, *, world_size: int = 1, schedule: Schedule | None = None) -> PlanReport:
+    def report(self, *, world_size: int = 1, schedule: Schedule | None = None) -> PlanReportData:
         """The plan report of epoch 0 (or of ``schedule``) for ``world_size`` ranks."""
         return plan_report(
             self.streams, self.spec,

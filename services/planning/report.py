@@ -1,6 +1,6 @@
 """The plan report: what an epoch yields, costs and drops (SEMANTICS section 7).
 
-A :class:`~services.contract.reports.PlanReport` (the wire contract) computed from a
+A :class:`~services.contract.reports.PlanReportData` (the wire contract) computed from a
 :class:`~services.planning.schedule.Schedule`. For
 ``shuffled`` and ``block_shuffled`` plans every number belongs to the schedule's epoch
 (phases and permutations change the counts slightly from one epoch to the next).
@@ -16,7 +16,7 @@ from services.contract.configs import PlanSpec
 from services.contract.reports import (
     AlignedReport,
     DroppedReport,
-    PlanReport,
+    PlanReportData,
     ProtocolReport,
     ReportWarning,
     ShuffleBlocksReport,
@@ -118,7 +118,7 @@ def plan_report(
     world_size: int = 1,
     chunks: ChunkTable | None = None,
     channels: np.ndarray | None = None,
-) -> PlanReport:
+) -> PlanReportData:
     """Batches, lanes, tokens, bytes and drops of ``schedule`` for ``world_size`` ranks.
 
     ``chunks``: the plan's chunk layout, for ``cache_working_set_bytes``
@@ -169,7 +169,7 @@ def plan_report(
         parts_per_batch=parts,
         keys=int(np.unique(schedule.lane_key).shape[0]) if schedule.lane_key is not None else 0,
     ) if parts > 1 else None
-    return PlanReport(
+    return PlanReportData(
         epoch=int(schedule.epoch),
         strategy=spec.strategy,
         epoch_dependent=spec.strategy != "sequential",

@@ -135,7 +135,7 @@ def _do(client: httpx.Client, call: Call, ids: dict[str, str], token: str | None
 @pytest.fixture
 def served(database_url: str, tmp_path: Path):
     settings = Settings(database_url=database_url, data_dir=tmp_path / "state",
-                        token=SecretStr(BOOT), log_level="WARNING")
+                        admin_token=SecretStr(BOOT), log_level="WARNING")
     with run_catalog_server(settings) as url, httpx.Client(base_url=url, timeout=60) as client:
         yield client
 

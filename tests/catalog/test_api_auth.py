@@ -14,7 +14,7 @@ from tests.fixtures.servers import run_catalog_server
 
 def test_bearer_token(sqlite_url: str, tmp_path: Path) -> None:
     settings = Settings(database_url=sqlite_url, data_dir=tmp_path,
-                        token=SecretStr("s3cret"), flight_locations=("grpc://127.0.0.1:9",))
+                        admin_token=SecretStr("s3cret"), flight_locations=("grpc://127.0.0.1:9",))
     with run_catalog_server(settings) as url, httpx.Client(base_url=url) as client:
         assert client.get("/healthz").status_code == 200
         denied = client.get("/v1/config")

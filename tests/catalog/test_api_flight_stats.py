@@ -1,9 +1,9 @@
 """``GET /v1/flight/stats`` and ``GET /metrics`` against a real Flight server, on SQLite and
-PostgreSQL, with one more configured location where nothing listens."""
+PostgreSQL, with one more configured location where nothing listens. The page is read
+with prometheus_client's own parser."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,16 +13,15 @@ from typing import Any
 import httpx
 import pyarrow.flight as fl
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from catalog.api.metrics import HttpMetrics
 from catalog.flight_stats import LocationStats, render_metrics
-from flight_server.runner import start_flight_server
 from services.contract.wire import FlightCommand
 from services.settings import Settings
 from tests.catalog.api_support import assert_error, write_small_dataset
 from tests.fixtures.servers import free_ports, run_catalog_server
-
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (-?[0-9.e+]+|NaN|[+-]Inf)$')
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+from windpipe._serving import serve_flight
 
 
 @dataclass
@@ -40,8 +39,8 @@ def deployed(database_url: str, tmp_path: Path) -> Iterator[Deployed]:
     settings = Settings(database_url=database_url, data_dir=tmp_path / "catalog",
                         flight_locations=(live, dead), log_level="WARNING")
     with run_catalog_server(settings) as url:
-        flight = start_flight_server(settings, port=int(live.rsplit(":", 1)[1]),
-                                     cache_bytes=64 << 20)
+        flight = serve_flight(settings, port=int(live.rsplit(":", 1)[1]),
+                              cache_bytes=64 << 20)
         try:
             with httpx.Client(base_url=url, timeout=30) as client:
                 yield Deployed(client=client, live=live, dead=dead)
@@ -93,36 +92,26 @@ def _servers(client: httpx.Client) -> dict[str, dict[str, Any]]:
 
 
 def _settled(client: httpx.Client, location: str) -> dict[str, int]:
-    """Stats once read-ahead has finished loading (no load in flight)."""
-    deadline = time.monotonic() + 10
+    """Stats once read-ahead has finished loading (no load in flight; pytest-timeout
+    bounds a wait that never ends)."""
     while True:
         stats: dict[str, int] = _servers(client)[location]["stats"]
-        if stats["loads_in_flight"] == 0 or time.monotonic() > deadline:
+        if stats["loads_in_flight"] == 0:
             return stats
         time.sleep(0.05)
 
 
 def parse_metrics(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """Samples of a Prometheus text page, checking its syntax: TYPE before samples."""
-    typed: dict[str, str] = {}
+    """Samples of a Prometheus text page by (name, labels), read with prometheus_client's
+    parser; every family typed, no sample twice."""
     out: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
     assert text.endswith("\n")
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split(" ")
-            assert kind in ("counter", "gauge"), line
-            assert name not in typed, f"family {name} typed twice"
-            typed[name] = kind
-            continue
-        if line.startswith("# HELP "):
-            continue
-        match = _SAMPLE.match(line)
-        assert match, f"not a sample line: {line!r}"
-        name, _, labels, value = match.groups()
-        assert name in typed, f"sample before its TYPE: {line!r}"
-        key = (name, frozenset(_LABEL.findall(labels or "")))
-        assert key not in out, f"duplicate sample {line!r}"
-        out[key] = float(value)
+    for family in text_string_to_metric_families(text):
+        assert family.type in ("counter", "gauge", "histogram"), family
+        for sample in family.samples:
+            key = (sample.name, frozenset(sample.labels.items()))
+            assert key not in out, f"duplicate sample {key}"
+            out[key] = sample.value
     return out
 
 
@@ -184,13 +173,26 @@ def test_flight_stats_and_metrics_follow_the_cache(deployed: Deployed, tmp_path:
     assert _sample(samples, requests, method="GET", route="/v1/flight/stats",
                    status="200") >= 4
     assert _sample(samples, requests, method="GET", route="unmatched", status="404") == 1
+    latency = "windpipe_http_request_duration_seconds"
+    stats_route = {"method": "GET", "route": "/v1/flight/stats"}
+    count = _sample(samples, f"{latency}_count", **stats_route)
+    assert count == _sample(samples, requests, status="200", **stats_route)
+    assert _sample(samples, f"{latency}_bucket", le="+Inf", **stats_route) == count
+    assert _sample(samples, f"{latency}_sum", **stats_route) > 0
+    routes = {dict(labels)["route"] for name, labels in samples if name == requests}
+    assert routes == {  # path templates, never the ids of the raw paths
+        "/v1/datasets/{name}/versions", "/v1/versions/{version_id}/splits",
+        "/v1/splits/{split_id}/plans", "/v1/flight/stats", "unmatched"}
+    om = client.get("/metrics", headers={"accept": "application/openmetrics-text"})
+    assert om.headers["content-type"].startswith("application/openmetrics-text")
+    assert om.text.endswith("# EOF\n")
 
 
 def test_metrics_need_the_token_when_one_is_set(database_url: str, tmp_path: Path) -> None:
     from pydantic import SecretStr  # noqa: PLC0415
 
     settings = Settings(database_url=database_url, data_dir=tmp_path, log_level="WARNING",
-                        token=SecretStr("t0k"), flight_locations=("grpc://127.0.0.1:1",))
+                        admin_token=SecretStr("t0k"), flight_locations=("grpc://127.0.0.1:1",))
     with run_catalog_server(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
         assert_error(client.get("/metrics"), 401, "unauthenticated")
         assert_error(client.get("/v1/flight/stats"), 401, "unauthenticated")
@@ -202,14 +204,28 @@ def test_metrics_need_the_token_when_one_is_set(database_url: str, tmp_path: Pat
 
 
 def test_render_metrics_escapes_labels() -> None:
-    text = render_metrics(
-        table_rows={"datasets": 2}, requests={("GET", '/a"b\\c', 200): 4},
+    http = HttpMetrics()
+    http.observe(method="GET", route='/a"b\\c', status=200, seconds=0.01)
+    body, content_type = render_metrics(
+        table_rows={"datasets": 2}, http=http.registry,
         servers=[LocationStats("grpc://x:1", stats={"hits": 5, "misses": 1}),
                  LocationStats("grpc://y:2", error={"type": "unavailable", "message": "down"})],
     )
+    assert content_type.startswith("text/plain; version=0.0.4")
+    text = body.decode()
     samples = parse_metrics(text)
     assert _sample(samples, "windpipe_catalog_datasets") == 2
     assert _sample(samples, "windpipe_catalog_plans") == 0
     assert _sample(samples, "windpipe_cache_hits_total", location="grpc://x:1") == 5
     assert 'route="/a\\"b\\\\c"' in text
+    assert _sample(samples, "windpipe_http_requests_total", method="GET", route='/a"b\\c',
+                   status="200") == 1
     assert _sample(samples, "windpipe_flight_up", location="grpc://y:2") == 0
+
+
+def test_two_apps_in_one_process_count_apart() -> None:
+    one, two = HttpMetrics(), HttpMetrics()
+    one.observe(method="GET", route="/healthz", status=200, seconds=0.001)
+    labels = {"method": "GET", "route": "/healthz", "status": "200"}
+    assert one.registry.get_sample_value("windpipe_http_requests_total", labels) == 1
+    assert two.registry.get_sample_value("windpipe_http_requests_total", labels) is None

@@ -35,13 +35,12 @@ def client(catalog_server: str):
         yield http
 
 
-def _follow(client: httpx.Client, job: dict[str, Any], *, timeout_s: float = 120
+def _follow(client: httpx.Client, job: dict[str, Any]
             ) -> tuple[dict[str, Any], list[tuple[str, int, int | None]]]:
-    """Poll a job until it is no longer running; its end and the progress seen."""
+    """Poll a job until it is no longer running; its end and the progress seen
+    (pytest-timeout bounds a job that never ends)."""
     seen = [(job["phase"], job["checked"] + job["profiled"], job["total"])]
-    deadline = time.monotonic() + timeout_s
     while job["state"] == "running":
-        assert time.monotonic() < deadline, job
         time.sleep(0.1)
         answer = client.get(f"/v1/jobs/{job['id']}")
         assert answer.status_code == 200, answer.text
@@ -161,10 +160,8 @@ def test_a_server_killed_mid_job_leaves_nothing_and_the_same_request_registers_a
     try:
         with httpx.Client(base_url=url, timeout=60) as client:
             job = client.post("/v1/datasets/many/versions", json=body, headers=ASYNC).json()
-            deadline = time.monotonic() + 60
             while job["checked"] == 0:  # killed once its checks are under way
                 assert job["state"] == "running", job
-                assert time.monotonic() < deadline, job
                 time.sleep(0.05)
                 job = client.get(f"/v1/jobs/{job['id']}").json()
             proc.send_signal(signal.SIGKILL)
@@ -175,10 +172,8 @@ def test_a_server_killed_mid_job_leaves_nothing_and_the_same_request_registers_a
     proc, url = _serve(state, many, env)
     try:
         with httpx.Client(base_url=url, timeout=60) as client:
-            deadline = time.monotonic() + 30
             while (seen := client.get(f"/v1/jobs/{job['id']}").json())["state"] == "running":
-                assert time.monotonic() < deadline, seen
-                time.sleep(0.2)
+                time.sleep(0.2)  # until the stale job is seen (pytest-timeout)
             assert seen["state"] == "interrupted", seen
             assert seen["error"]["type"] == "unavailable"
             assert seen["error"]["details"]["retryable"] is True

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,19 +47,17 @@ def test_missing_segments_stop_the_checks_early(catalog: httpx.Client, tmp_path:
     body = {"root": root, "rows": _missing_rows(40_000)}
     catalog.get("/v1/datasets")  # the server's first-call costs are paid here
 
-    t0 = time.monotonic()
     response, growth = peak_rss_growth(
         lambda: catalog.post("/v1/datasets/big/versions", json=body))
-    seconds = time.monotonic() - t0
     error = assert_error(response, 422, "invalid_manifest")
     details = error["details"]
     assert len(details["problems"]) == 100
     assert [p["row"] for p in details["problems"]] == list(range(100))
     assert all("does not exist" in p["problem"] for p in details["problems"])
     assert details["problems_complete"] is False
-    assert 100 <= details["problem_count"] < 1_000  # the checks stopped: a lower bound
+    # the checks stopped (before: every one of 40,000 files looked up): a lower bound
+    assert 100 <= details["problem_count"] < 1_000
     assert error["message"].startswith(f"at least {details['problem_count']} problems")
-    assert seconds < 5.0, seconds  # before: every one of 40,000 files looked up (~8 s)
     assert growth < 120 * _MIB, growth / _MIB  # before: ~250 MiB (a traceback per file)
 
 
@@ -155,12 +152,10 @@ def test_index_page_tokens_past_the_end_are_an_empty_page(
         assert full["items"]
         assert full["next_page_token"] is None
         n = len(full["items"])
-        for start in (n, n + 1, 10**9, (1 << 63) - 1):
-            t0 = time.monotonic()
+        for start in (n, n + 1, 10**9, (1 << 63) - 1):  # no walk up to the token
             page = catalog.get(path, params={"page_token": _token(start), "page_size": 1000})
             assert page.status_code == 200, page.text
             assert page.json() == {"items": [], "next_page_token": None}
-            assert time.monotonic() - t0 < 1.0
         last = catalog.get(path, params={"page_token": _token(n - 1)}).json()
         assert last["items"] == full["items"][-1:]
         assert last["next_page_token"] is None

@@ -12,7 +12,6 @@ import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 
-from flight_server.runner import start_flight_server
 from services.contract.auth import flight_headers
 from services.contract.errors import ErrorType
 from services.contract.wire import FlightCommand
@@ -20,6 +19,7 @@ from services.contract.wire import error_from_flight as wire_error
 from services.settings import Settings
 from tests.fixtures.servers import free_port, run_catalog_server
 from tests.flight_server.helpers import start_server
+from windpipe._serving import serve_flight
 
 SECRETS = ("secret-value", "secret-cell", "secret-m", "secret-zarr", "secret-cidx")
 INTERNALS = re.compile(r"Traceback|File \"|Debug source|postgresql://|sqlite:///|:5432|"
@@ -110,7 +110,7 @@ def test_flight_with_its_database_down_names_no_address() -> None:
     port = free_port()
     settings = Settings(flight_host="127.0.0.1", tier_bytes=0, log_level="CRITICAL",
                         database_url=f"postgresql://u:hunter2@127.0.0.1:{port}/windpipe")
-    running = start_flight_server(settings, port=0)
+    running = serve_flight(settings, port=0)
     client = fl.connect(running.location)
     try:
         with pytest.raises(fl.FlightUnavailableError) as info:

@@ -39,7 +39,7 @@ def bound(database_url: str, tmp_path: Path):
     for sub in ("lab", "ml", "shared"):
         (data / sub).mkdir(parents=True)
     settings = Settings(database_url=database_url, data_dir=tmp_path / "state",
-                        token=SecretStr(BOOT), log_level="WARNING",
+                        admin_token=SecretStr(BOOT), log_level="WARNING",
                         allowed_roots=(str(data),),
                         root_scopes=(f"lab-*={data / 'lab'}", f"ml-*={data / 'ml'}",
                                      f"team-*={data / 'ml'}"))

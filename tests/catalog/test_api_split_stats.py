@@ -73,7 +73,7 @@ def test_the_memory_bound_refuses_before_a_segment_is_read(tmp_path: Path) -> No
     root = tmp_path / "d"
     write_small_dataset(root)
     settings = Settings(data_dir=tmp_path / "state", log_level="WARNING", max_stats_bytes=1024,
-                        token=SecretStr("t"))
+                        admin_token=SecretStr("t"))
     with run_catalog_server(settings) as url, httpx.Client(
             base_url=url, timeout=60, headers={"Authorization": "Bearer t"}) as client:
         split_id = _split(client, root)

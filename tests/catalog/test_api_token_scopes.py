@@ -54,7 +54,7 @@ def _resources(client: httpx.Client, root: Path, name: str) -> dict[str, str]:
 @pytest.fixture
 def served(database_url: str, tmp_path: Path):
     settings = Settings(database_url=database_url, data_dir=tmp_path / "state",
-                        token=SecretStr(BOOT), log_level="WARNING")
+                        admin_token=SecretStr(BOOT), log_level="WARNING")
     with run_catalog_server(settings) as url, httpx.Client(base_url=url, timeout=60) as client:
         yield client
 

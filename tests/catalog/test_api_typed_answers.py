@@ -13,9 +13,9 @@ import httpx
 import pytest
 from sqlalchemy.orm import Session
 
-from catalog.models import Plan, Split
+from catalog.models import PlanRow, SplitRow
 from services.contract.configs import PlanSpec, ValidationConfig
-from services.contract.reports import CacheCounters, PlanReport, ScheduleBatch
+from services.contract.reports import CacheCounters, PlanReportData, ScheduleBatch
 from services.database import create_engine
 from tests.catalog.api_support import write_small_dataset
 
@@ -50,10 +50,10 @@ def _component(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
 def test_openapi_documents_the_typed_answers(client: httpx.Client) -> None:
     spec = client.get("/openapi.json").json()
     report = _answer(spec, "/v1/plans/{plan_id}/report")
-    assert report["title"] == "PlanReport"
+    assert report["title"] == "PlanReportData"
     assert {"batches", "tokens", "cache_working_set_bytes", "batches_per_rank", "dropped",
             "protocols", "aligned"} <= set(report["properties"])
-    assert set(report["properties"]) == set(PlanReport.model_fields)
+    assert set(report["properties"]) == set(PlanReportData.model_fields)
     assert report["properties"]["batches"]["type"] == "integer"
     dropped = _component(spec, report["properties"]["dropped"])
     assert "distributed_trimmed_batches" in dropped["properties"]
@@ -77,11 +77,11 @@ def test_openapi_documents_the_typed_answers(client: httpx.Client) -> None:
     assert _component(spec, split_config)["title"] == "ValidationConfig"
 
 
-def _stored(database_url: str, split_id: str, plan_id: str) -> tuple[Split, Plan]:
+def _stored(database_url: str, split_id: str, plan_id: str) -> tuple[SplitRow, PlanRow]:
     engine = create_engine(database_url)
     try:
         with Session(engine) as session:
-            split, plan = session.get(Split, split_id), session.get(Plan, plan_id)
+            split, plan = session.get(SplitRow, split_id), session.get(PlanRow, plan_id)
             assert split is not None
             assert plan is not None
             session.expunge_all()
@@ -94,7 +94,7 @@ def _store_report(database_url: str, plan_id: str, report: dict[str, Any]) -> No
     engine = create_engine(database_url)
     try:
         with Session(engine) as session:
-            plan = session.get(Plan, plan_id)
+            plan = session.get(PlanRow, plan_id)
             assert plan is not None
             plan.report = report
             session.commit()
@@ -130,7 +130,7 @@ def test_answers_are_the_stored_json(
     assert body == stored_plan.report
     assert list(body) == list(stored_plan.report)
     assert "aligned" not in body  # only an aligned plan has it
-    typed = PlanReport.model_validate(body)
+    typed = PlanReportData.model_validate(body)
     assert typed.batches == plan.json()["n_batches"]
     assert typed.model_dump(mode="json") == body
     two = client.get(f"/v1/plans/{plan_id}/report", params={"world_size": 2}).json()

@@ -1,12 +1,12 @@
-"""A plan of a million windows is stored and served in practical time (both databases).
+"""A plan of a million windows is stored and served (both databases).
 
 The plan is stored as one compressed artifact (``services.planning.artifact``), not a row per
-unit; ``bench/planning.py`` times it against the row-per-unit storage of before.
+unit; ``bench/planning.py`` times it against the row-per-unit storage of before (a time
+is the benchmark's to measure, not this test's to assert).
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import httpx
@@ -36,12 +36,9 @@ def test_million_window_plan(catalog_server: str, database_url: str, tmp_path: P
                             json={"strategy": "sample", "fraction": 0.0}).json()
         body = {"default_window": {"batch_size": 1, "seq_len": 1},
                 "inputs": {"cycling": ["v"]}, "targets": {"cycling": ["v"]}}
-        started = time.perf_counter()
         plan = client.post(f"/v1/splits/{split['id']}/plans", json=body)
-        elapsed = time.perf_counter() - started
         assert plan.status_code == 201, plan.text
         assert plan.json()["n_units"] == N_STREAMS * (ROWS - 1)
-        assert elapsed < 120, f"planning 1M windows took {elapsed:.1f} s"
         page = client.get(f"/v1/plans/{plan.json()['id']}/schedule",
                           params={"rank": 3, "world_size": 4, "page_size": 1000}).json()
         assert [b["global_batch_idx"] for b in page["items"][:3]] == [3, 7, 11]

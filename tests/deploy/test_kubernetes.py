@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from catalog.discovery import DnsSource, parse_source
+from services.discovery import DnsSource, parse_source
 from services.settings import Settings, setting_infos
 from windpipe.cli import build_parser
 
@@ -22,13 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "kubernetes"
 K8S_VERSION = "1.30.0"
 # variables the SDK (a training pod) reads that are not server settings
-CLIENT_VARIABLES = frozenset({"WINDPIPE_URL", "WINDPIPE_FLIGHT_LOCATION_MAP"})
+CLIENT_VARIABLES = frozenset({"WINDPIPE_URL", "WINDPIPE_TOKEN", "WINDPIPE_FLIGHT_LOCATION_MAP"})
 # what a networked deployment must set (docs/security.md, docs/deploy.md), and one of
 # the ways to find the Flight servers (a static list, or discovery)
-NETWORKED = frozenset({"WINDPIPE_TICKET_SECRET", "WINDPIPE_TOKEN", "WINDPIPE_DATABASE_URL",
+NETWORKED = frozenset({"WINDPIPE_TICKET_SECRET", "WINDPIPE_ADMIN_TOKEN", "WINDPIPE_DATABASE_URL",
                        "WINDPIPE_ALLOWED_ROOTS"})
 FLIGHT_FOUND_BY = frozenset({"WINDPIPE_FLIGHT_LOCATIONS", "WINDPIPE_FLIGHT_DISCOVERY"})
-SECRET = frozenset({"WINDPIPE_TICKET_SECRET", "WINDPIPE_TOKEN", "WINDPIPE_DATABASE_URL",
+SECRET = frozenset({"WINDPIPE_TICKET_SECRET", "WINDPIPE_ADMIN_TOKEN", "WINDPIPE_DATABASE_URL",
                     "WINDPIPE_S3_SECRET_ACCESS_KEY"})
 TIER = "/var/lib/windpipe/tier"
 
@@ -274,13 +274,14 @@ def test_the_settings_parse(monkeypatch):
     assert settings.database_url is not None
     assert settings.database_url.startswith("postgresql://")
     assert settings.allowed_roots == ("s3://windpipe",)
-    assert settings.token is not None
+    assert settings.admin_token is not None
 
 
 def test_the_example_secrets_are_placeholders():
     example = _secret_example()
-    assert set(example) == {"WINDPIPE_DATABASE_URL", "WINDPIPE_TOKEN", "WINDPIPE_TICKET_SECRET",
-                            "WINDPIPE_S3_ACCESS_KEY_ID", "WINDPIPE_S3_SECRET_ACCESS_KEY"}
+    assert set(example) == {"WINDPIPE_DATABASE_URL", "WINDPIPE_ADMIN_TOKEN",
+                            "WINDPIPE_TICKET_SECRET", "WINDPIPE_S3_ACCESS_KEY_ID",
+                            "WINDPIPE_S3_SECRET_ACCESS_KEY"}
     for key, value in example.items():
         assert "REPLACE_ME" in value, key
     assert "PLACEHOLDERS ONLY" in (BASE / "secrets.env.example").read_text()

@@ -45,11 +45,11 @@ import torch
 import torch.distributed as dist
 
 from flight_server.locality import rendezvous
-from flight_server.runner import start_flight_server
 from sdk import Batch, Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
 from services.settings import Settings
 from services.synth import write_synthetic_dataset
 from tests.fixtures.servers import free_port, run_catalog_server
+from windpipe._serving import serve_flight
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.s3]
 
@@ -168,7 +168,7 @@ def test_two_nodes_of_ranks_over_three_flight_servers_lose_nothing_when_one_dies
                 "flight_host": NODE_HOSTS[i], "host_id": HOST_IDS[i],
                 "data_dir": tmp_path / f"node{i}", "tier_dir": tmp_path / f"node{i}" / "tier",
                 "tier_bytes": 256 << 20})
-            running = start_flight_server(node, port=ports[i], cache_bytes=64 << 20)
+            running = serve_flight(node, port=ports[i], cache_bytes=64 << 20)
             stack.callback(running.stop, grace_s=5.0)
             return running
 

@@ -13,7 +13,6 @@ import numpy as np
 import pyarrow.flight as fl
 import pytest
 
-from flight_server.runner import start_flight_server
 from services.contract.configs import LoaderConfig, WindowConfig
 from services.contract.errors import ErrorType
 from services.contract.wire import FlightCommand, error_from_flight
@@ -22,6 +21,7 @@ from tests.fixtures.data import write_manifest, write_parquet_segment
 from tests.fixtures.servers import run_catalog_server
 from tests.flight_server.helpers import consume
 from tests.reference.schedule_ref import RefStream, reference_schedule, reference_values
+from windpipe._serving import serve_flight
 
 ROWS, CHUNK = 32_768, 16_384  # one stream, two parquet row groups
 CONFIG = LoaderConfig(default_window=WindowConfig(batch_size=4, seq_len=16),
@@ -64,7 +64,7 @@ def test_a_plan_whose_batches_fit_is_accepted_and_streams(sqlite_url: str,
     streams = [RefStream("cycling", ROWS, ("s0", "c0", 0, "cycling"), ("s0", "c0", 0))]
     want = reference_schedule(streams, CONFIG, 0)
 
-    running = start_flight_server(settings, port=0, cache_bytes=need)
+    running = serve_flight(settings, port=0, cache_bytes=need)
     try:
         got = consume(running.location, FlightCommand(plan_id))
         peak = running.server.cache.stats().peak_bytes
@@ -78,7 +78,7 @@ def test_a_plan_whose_batches_fit_is_accepted_and_streams(sqlite_url: str,
         np.testing.assert_allclose(r.targets, targets, rtol=2e-6, err_msg=f"batch {i}")
     assert peak <= need
 
-    short = start_flight_server(settings, port=0, cache_bytes=need - 1)
+    short = serve_flight(settings, port=0, cache_bytes=need - 1)
     try:
         with pytest.raises(fl.FlightServerError) as info:
             consume(short.location, FlightCommand(plan_id))

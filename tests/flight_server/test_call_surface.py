@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -142,10 +141,8 @@ def test_deep_nesting_is_refused_before_parsing(server: RunningFlightServer) -> 
     with fl.connect(server.location) as client:
         for body, why in ((deep, "levels deep"), (b"[" * 30_000, "levels deep"),
                           (huge, "bytes, above")):
-            t0 = time.monotonic()
             with pytest.raises(fl.FlightServerError) as info:
                 client.get_flight_info(fl.FlightDescriptor.for_command(body), AUTH)
-            assert time.monotonic() - t0 < 2.0
             err = error_from_flight(info.value)
             assert err.type == ErrorType.INVALID_REQUEST, err
             assert why in err.message

@@ -8,7 +8,6 @@ from typing import Any
 import httpx
 import pytest
 
-from flight_server.runner import start_flight_server
 from services.contract.configs import LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
 from services.contract.wire import FlightCommand
 from services.database import create_engine
@@ -20,6 +19,7 @@ from tests.flight_server.helpers import (
     expected_pass,
     read_back,
 )
+from windpipe._serving import serve_flight
 
 CONFIG = LoaderConfig(
     split="train",
@@ -61,7 +61,7 @@ def test_plans_from_database_and_rest(catalog_server: str, database_url: str,
                 flight_host="127.0.0.1", flight_port=0, database_url=database_url,
                 catalog_url=catalog_server if source == "rest" else None,
             )
-            running = start_flight_server(
+            running = serve_flight(
                 settings, engine=engine if source == "database" else None
             )
             try:

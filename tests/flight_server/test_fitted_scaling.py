@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from services.contract.configs import LoaderConfig, ScalingSpec
-from services.contract.stats import ColumnStats, SplitStats
+from services.contract.stats import ColumnStats, SplitStatsData
 from services.contract.wire import FlightCommand
 from services.materialize.blocks import block_layouts
 from tests.flight_server.helpers import (
@@ -28,7 +28,7 @@ from tests.flight_server.test_batches import CONFIGS, INPUTS, SPECS, TARGETS
 FITTED_SPECS = [*SPECS, StreamSpec("cycling", "c3", 1, (30, 12), lacks=("temperature_c",))]
 
 
-def _file_stats(ds: Dataset) -> SplitStats:
+def _file_stats(ds: Dataset) -> SplitStatsData:
     """Statistics of every stream's values, read straight from the files (numpy)."""
     entries = []
     for protocol in ("cycling", "hppc"):
@@ -45,7 +45,7 @@ def _file_stats(ds: Dataset) -> SplitStats:
                 protocol=protocol, column=column, rows=v.size, count=v.size, nulls=0,
                 non_finite=0, min=float(v.min()), max=float(v.max()), mean=float(v.mean()),
                 std=float(v.std()), p1=float(p1), p50=float(p50), p99=float(p99)))
-    return SplitStats(split_id="s-test", version_id="v-test", side="train", columns=None,
+    return SplitStatsData(split_id="s-test", version_id="v-test", side="train", columns=None,
                       rows=0, stats=entries)
 
 

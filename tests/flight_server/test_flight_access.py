@@ -18,7 +18,6 @@ import pyarrow.flight as fl
 import pytest
 from pydantic import SecretStr
 
-from flight_server.runner import start_flight_server
 from flight_server.tickets import TicketPayload, sign_ticket
 from services.contract.auth import flight_headers
 from services.contract.errors import ErrorType, WindpipeError
@@ -33,6 +32,7 @@ from services.contract.wire import error_from_flight as wire_error
 from services.settings import Settings
 from tests.catalog.api_support import write_small_dataset
 from tests.fixtures.servers import run_catalog_server
+from windpipe._serving import serve_flight
 
 BOOT = "flight-boot-token"
 SECRET = "flight-access-secret"
@@ -80,7 +80,7 @@ def _world(database_url: str, tmp_path: Path, *, shape: str,
             tokens[name] = client.post("/v1/tokens", json=body, headers=_auth(BOOT)).json()["token"]
         flight_settings = (settings.model_copy(update={"catalog_url": url, "database_url": None})
                            if shape == "rest" else settings)
-        running = start_flight_server(flight_settings, port=0)
+        running = serve_flight(flight_settings, port=0)
         stack.callback(running.stop, grace_s=5)
         flight = fl.connect(running.location)
         stack.callback(flight.close)

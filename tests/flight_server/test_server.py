@@ -273,10 +273,9 @@ def test_cancel_and_disconnect_release_pins(dataset: Dataset, server: Any) -> No
     r2.read_chunk()
     other.close()
     client.close()
-    deadline = time.monotonic() + 10
     stats = cache_stats(server.location)
-    while (stats["pinned_bytes"] or stats["loads_in_flight"]) and \
-            time.monotonic() < deadline:
+    while stats["pinned_bytes"] or stats["loads_in_flight"]:  # until released (pytest-timeout)
+        time.sleep(0.02)
         stats = cache_stats(server.location)
     assert stats["pinned_bytes"] == 0
     assert stats["loads_in_flight"] == 0
@@ -326,20 +325,25 @@ def test_the_server_runs_on_one_config_made_from_the_settings(dataset: Dataset,
                         tier_bytes=1 << 20, auto_blocks=False, build_ahead_bytes=10,
                         ticket_secret=SecretStr("s"), flight_locations=("grpc://x:1",))
     config = FlightServerConfig.from_settings(settings, port=0, cache_bytes=4096)
-    assert (config.host, config.port, config.cache_bytes, config.locations) == (
+    knobs = config.settings  # every plain knob is read by its Settings name
+    assert (config.host, knobs.flight_port, knobs.cache_bytes, knobs.flight_locations) == (
         "127.0.0.1", 0, 4096, ("grpc://x:1",))
-    assert (config.readahead_batches, config.endpoint_batches, config.on_bad_segment,
-            config.ticket_ttl_s, config.auto_blocks, config.build_ahead_bytes) == (
+    assert config.bind_location == "grpc://127.0.0.1:0"
+    assert (knobs.readahead_batches, knobs.endpoint_batches, knobs.on_bad_segment,
+            knobs.ticket_ttl_s, knobs.auto_blocks, knobs.build_ahead_bytes) == (
         0, 3, "skip", 60.0, False, 10)
     assert (config.ticket_secret, config.tier_dir, config.limits) == (
-        b"s", tmp_path / "t", settings.limits())
+        b"s", tmp_path / "t", knobs.limits())
+    assert (settings.flight_port, settings.cache_bytes) != (0, 4096)  # overrides copy
     assert "ticket_secret" not in repr(config)
+    assert "settings" not in repr(config)  # it holds the secrets too
     assert FlightServerConfig.from_settings(Settings(tier_bytes=0)).tier_dir is None
     running = start_server({"p": dataset.plan(CONFIG, "p")}, cache_bytes=1 << 20,
                            readahead_batches=0, ticket_ttl_s=60.0)
     try:
         server = running.server
-        assert (server.config.readahead_batches, server.config.ticket_ttl_s) == (0, 60.0)
+        assert (server.config.settings.readahead_batches,
+                server.config.settings.ticket_ttl_s) == (0, 60.0)
         assert (server.cache.budget_bytes, server.tier) == (1 << 20, None)
         assert running.location == server.config.advertised_location(server.port)
     finally:
@@ -466,9 +470,7 @@ def test_stop_ends_open_streams_within_deadline(dataset: Dataset) -> None:
     info = client.get_flight_info(FlightCommand("p").descriptor())
     reader = client.do_get(info.endpoints[0].ticket)
     reader.read_chunk()
-    t0 = time.monotonic()
-    assert running.stop(grace_s=5)
-    assert time.monotonic() - t0 < 5
+    assert running.stop(grace_s=5)  # True: ended within the deadline, the stream cut
     client.close()
 
 

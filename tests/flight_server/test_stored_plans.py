@@ -22,7 +22,6 @@ import sqlalchemy as sa
 
 import catalog.plans
 import services.planning.streams
-from flight_server.runner import start_flight_server
 from services.contract.configs import LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
 from services.contract.wire import FlightCommand
 from services.database import create_engine
@@ -37,6 +36,7 @@ from tests.flight_server.helpers import (
     expected_pass,
     read_back,
 )
+from windpipe._serving import serve_flight
 
 _IO = {"inputs": {"cycling": ("current_a", "voltage_v"), "hppc": ("voltage_v",)},
        "targets": {"cycling": ("voltage_v",), "hppc": ("voltage_v",)}}
@@ -103,8 +103,8 @@ def test_flight_streams_stored_plans_without_their_index(
             settings = Settings(flight_host="127.0.0.1", flight_port=0,
                                 database_url=database_url,
                                 catalog_url=catalog_server if source == "rest" else None)
-            running = start_flight_server(settings,
-                                          engine=engine if source == "database" else None)
+            running = serve_flight(settings,
+                                   engine=engine if source == "database" else None)
             try:
                 for name, cfg in PLANS.items():
                     for epoch in (0, 1):

@@ -15,9 +15,10 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from flight_server.runner import RunningFlightServer, start_flight_server
+from flight_server.runner import RunningFlightServer
 from services.settings import Settings
 from tests.fixtures.servers import free_ports, run_catalog_server
+from windpipe._serving import serve_flight
 
 
 @dataclass
@@ -44,13 +45,13 @@ def deployment(
         database_url=database_url, data_dir=data_dir, flight_host="127.0.0.1",
         flight_locations=tuple(locations), endpoint_batches=endpoint_batches,
         tier_bytes=tier_bytes, tier_dir=data_dir / "tier",
-        token=SecretStr(token) if token else None, log_level="WARNING", **settings,
+        admin_token=SecretStr(token) if token else None, log_level="WARNING", **settings,
     )
     with ExitStack() as stack:
         url = stack.enter_context(run_catalog_server(settings))
         flights = []
         for port in ports:
-            running = start_flight_server(settings, port=port, cache_bytes=cache_bytes)
+            running = serve_flight(settings, port=port, cache_bytes=cache_bytes)
             stack.callback(running.stop, grace_s=5.0)
             flights.append(running)
         yield Deployment(url=url, flights=flights, locations=locations, settings=settings)

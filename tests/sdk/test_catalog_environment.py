@@ -17,7 +17,7 @@ TOKEN = "env-token-for-the-test"
 
 @pytest.fixture
 def url(tmp_path: Path) -> str:
-    settings = Settings(data_dir=tmp_path / "catalog", token=TOKEN, log_level="WARNING")
+    settings = Settings(data_dir=tmp_path / "catalog", admin_token=TOKEN, log_level="WARNING")
     with run_catalog_server(settings) as base:
         yield base
 

@@ -85,7 +85,7 @@ def test_a_plan_read_live_counts_as_its_liveness_check() -> None:
         return httpx.Response(200, json={"id": plan_id, "retired_at": retired.get(plan_id)})
 
     state = ClientState(ClientSettings(url="http://catalog.test", retries=0),
-                        transport=httpx.MockTransport(answer))
+                        http_transport=httpx.MockTransport(answer))
     state.get_json("/v1/plans/p-1")
     state.check_live("p-1")
     assert calls == ["/v1/plans/p-1"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,6 @@ import pytest
 import torch
 
 import sdk
-from flight_server.runner import start_flight_server
 from sdk import (
     Catalog,
     LoaderConfig,
@@ -23,6 +23,7 @@ from sdk._sources import FlightSource
 from services.contract.wire import FlightCommand
 from tests.fixtures.servers import free_ports
 from tests.sdk.deployment import deployment
+from windpipe._serving import serve_flight
 
 CONFIG = LoaderConfig(
     split="train", default_window=WindowConfig(batch_size=4, seq_len=32),
@@ -184,6 +185,36 @@ def test_loader_equals_batches_and_resumption(dep: Any) -> None:
     assert seen + [_key(b) for b in resumed] == [_key(b) for b in full]
 
 
+def test_a_call_s_options_override_the_config_and_nothing_else(dep: Any) -> None:
+    base = dep.extra["plan"]
+    plan = dataclasses.replace(base, config=base.config.merged(
+        num_workers=2, prefetch_factor=3, non_blocking=True, device="cpu"))
+    # prefetch_factor is per worker everywhere: plan.loader holds it times the workers
+    assert plan.loader(progress=False).read_ahead == 6
+    assert plan.loader(prefetch_factor=1, progress=False).read_ahead == 2
+    explicit = plan.loader(num_workers=0, non_blocking=False, progress=False)
+    assert (explicit.read_ahead, explicit.non_blocking) == (3, False)  # 0 and False win
+    assert plan.dataloader().prefetch_factor == 3  # torch's DataLoader, per worker
+    assert plan.dataloader(num_workers=0).num_workers == 0
+    with pytest.raises(sdk.InvalidConfig, match="unknown loader option 'prefetch'"):
+        plan.loader(prefetch=2)  # type: ignore[call-arg]
+    with pytest.raises(sdk.InvalidConfig, match="prefetch_factor"):
+        plan.loader(prefetch_factor=0)
+    with pytest.raises(sdk.InvalidConfig,
+                       match=r"plan\.batches does not use the option 'device'"):
+        plan.batches(device="cpu")
+    with pytest.raises(sdk.InvalidConfig, match=r"'persistent_workers': it steers "
+                                                r"plan\.dataloader"):
+        plan.loader(persistent_workers=True)
+    with pytest.raises(sdk.InvalidConfig, match=r"plan\.dataloader does not use the option "
+                                                "'prefetch_to_device'"):
+        plan.dataloader(prefetch_to_device=True)
+    with pytest.raises(sdk.InvalidConfig, match="did you mean 'num_workers'"):
+        plan.dataloader(num_worker=1)
+    with pytest.raises(sdk.InvalidConfig, match="epoch must be an int"):
+        plan.loader("cpu")  # type: ignore[arg-type]
+
+
 def test_a_plan_spec_plans_the_same_plan_with_default_options(dep: Any) -> None:
     plan = dep.extra["plan"]
     again = dep.extra["split"].plan(CONFIG.plan_spec())
@@ -217,7 +248,7 @@ def test_failover_when_a_flight_server_dies_mid_epoch(dep: Any, tmp_path: Path) 
     locs = [f"grpc://127.0.0.1:{p}" for p in ports]
     settings = dep.settings.model_copy(update={"flight_locations": tuple(locs),
                                                "endpoint_batches": 3})
-    servers = [start_flight_server(settings, port=p) for p in ports]
+    servers = [serve_flight(settings, port=p) for p in ports]
     try:
         cat = Catalog(dep.url, flight_locations=locs)
         stream = cat.flight()

@@ -19,7 +19,7 @@ def _batches(n: int) -> list[Batch]:
 
 def test_auto_without_cuda_yields_the_same_cpu_batches():
     source = _batches(9)
-    loader = DeviceLoader(lambda: iter(source), device="auto", prefetch_factor=2)
+    loader = DeviceLoader(lambda: iter(source), device="auto", read_ahead=2)
     got = list(loader)
     want_device = "cuda" if torch.cuda.is_available() else "cpu"
     assert [b.state.batch_idx for b in got] == list(range(9))
@@ -52,7 +52,7 @@ def test_resolve_device():
         resolve_device("tpu")
 
 
-def test_read_ahead_is_bounded_by_prefetch_factor():
+def test_read_ahead_is_bounded():
     produced = []
 
     def source():
@@ -60,7 +60,7 @@ def test_read_ahead_is_bounded_by_prefetch_factor():
             produced.append(b.state.batch_idx)
             yield b
 
-    loader = DeviceLoader(source, device="cpu", prefetch_factor=3)
+    loader = DeviceLoader(source, device="cpu", read_ahead=3)
     it = iter(loader)
     next(it)
     time.sleep(0.3)
@@ -76,13 +76,13 @@ def test_consumer_and_server_time_are_told_apart():
             time.sleep(0.03)
             yield b
 
-    loader = DeviceLoader(slow_source, device="cpu", prefetch_factor=2)
+    loader = DeviceLoader(slow_source, device="cpu", read_ahead=2)
     assert sum(1 for _ in loader) == 5
     assert loader.stats is not None
     assert loader.stats.input_bound
     assert loader.stats.verdict.startswith("input-bound")
 
-    fast = DeviceLoader(lambda: iter(_batches(5)), device="cpu", prefetch_factor=4)
+    fast = DeviceLoader(lambda: iter(_batches(5)), device="cpu", read_ahead=4)
     for _ in fast:
         time.sleep(0.03)
     assert fast.stats is not None
@@ -109,7 +109,7 @@ def test_errors_reach_the_consumer_and_early_break_stops_the_reader():
         finally:
             closed.set()
 
-    for i, _ in enumerate(DeviceLoader(endless, device="cpu", prefetch_factor=2)):
+    for i, _ in enumerate(DeviceLoader(endless, device="cpu", read_ahead=2)):
         if i == 3:
             break
     assert closed.wait(5)

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 import sdk
-from flight_server.runner import start_flight_server
 from sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
 from sdk._locations import LocationMap
 from services.settings import Settings
 from tests.fixtures.servers import free_ports, run_catalog_server
+from windpipe._serving import serve_flight
 
 CONFIG = LoaderConfig(
     split="train", default_window=WindowConfig(batch_size=4, seq_len=32),
@@ -51,7 +51,7 @@ def test_unreachable_names_are_named_and_a_map_reaches_them(
     )
     with ExitStack() as stack:
         url = stack.enter_context(run_catalog_server(settings))
-        running = start_flight_server(settings, port=port)
+        running = serve_flight(settings, port=port)
         stack.callback(running.stop, grace_s=5.0)
         cat = Catalog(url, timeout=10)
         ver = cat.register("demo", root=synth_dataset.path.resolve().as_uri(),

@@ -10,8 +10,13 @@ import pyarrow.flight as fl
 import pytest
 
 from sdk import Catalog, LoaderConfig, PlanReport, ValidationConfig, WindowConfig
-from services.contract.reports import CacheCounters, FlightHealth, FlightTierInfo, WarmProgress
-from services.contract.reports import PlanReport as ReportModel
+from services.contract.reports import (
+    CacheCounters,
+    FlightHealth,
+    FlightTierInfo,
+    PlanReportData,
+    WarmProgress,
+)
 from services.contract.wire import (
     ACTION_CACHE_STATS,
     ACTION_HEALTH,
@@ -46,7 +51,7 @@ def test_report_fields_read_as_attributes(sqlite_url: str, tmp_path: Path) -> No
 
         report = plan.report()
         assert isinstance(report, PlanReport)
-        assert isinstance(report.model, ReportModel)
+        assert isinstance(report.model, PlanReportData)
         assert report.batches == report["batches"] == report.raw["batches"] == plan.n_batches
         assert report.batches == len(list(plan.batches(transport="flight")))
         assert report.tokens == report.protocols["cycling"].tokens > 0

@@ -223,8 +223,6 @@ def test_split_plot_legend_colours_are_the_bars_colours(env: Any) -> None:
 
 
 def test_split_plot_of_thousands_of_groups_is_one_bounded_figure() -> None:
-    import time  # noqa: PLC0415
-
     import polars as pl  # noqa: PLC0415
 
     from sdk._plots import plot_split  # noqa: PLC0415
@@ -236,10 +234,8 @@ def test_split_plot_of_thousands_of_groups_is_one_bounded_figure() -> None:
         "split": ["val" if i % 5 == 0 else "train" for i in range(n)],
         "n_rows": [1000 + i % 7 for i in range(n)],
     })
-    start = time.perf_counter()
     fig = plot_split(frame, group_by=("set_id", "cell_id", "cidx"), title="3000 groups")
     png = _png(fig)
-    assert time.perf_counter() - start < 5.0
     width, height = fig.get_size_inches()
     assert width <= 10.0
     assert height <= 10.0

@@ -9,16 +9,17 @@ exactly once, in order.
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import subprocess
 import sys
-import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from sdk import _stream as sdk_stream
 from sdk._stream import FlightStream
 from services.contract.configs import LoaderConfig, WindowConfig
 from services.contract.wire import FlightCommand
@@ -49,7 +50,20 @@ while True:
 
 
 @pytest.mark.slow
-def test_a_stopped_server_is_failed_over_within_the_read_deadline(tmp_path: Path) -> None:
+def test_a_stopped_server_is_failed_over_within_the_read_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    timed_out: list[str] = []  # where the read deadline, not an error, ended a read
+    chunks = sdk_stream._chunks
+
+    def watched(reader: Any, timeout: float | None, uri: str) -> Iterator[Any]:
+        try:
+            yield from chunks(reader, timeout, uri)
+        except sdk_stream._ReadTimedOut:
+            timed_out.append(uri)
+            raise
+
+    monkeypatch.setattr(sdk_stream, "_chunks", watched)
     specs = [StreamSpec("cycling", f"c{c}", 0, (64 * 512 * 12 + 1,)) for c in range(8)]
     ds = write_dataset(tmp_path / "data", specs, fmt="parquet", chunk_rows=1 << 15)
     plan = ds.plan(CONFIG, "p-big")
@@ -62,8 +76,7 @@ def test_a_stopped_server_is_failed_over_within_the_read_deadline(tmp_path: Path
         stdout=subprocess.PIPE, text=True, env=env,
     )
     local = start_server({"p-big": plan}, cache_bytes=1 << 30)
-    stopped_at: float | None = None
-    arrivals: list[float] = []
+    stopped = False
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "READY"
@@ -73,10 +86,9 @@ def test_a_stopped_server_is_failed_over_within_the_read_deadline(tmp_path: Path
         seen: list[int] = []
         for _, meta in stream.batches(FlightCommand("p-big")):
             seen.append(meta.batch_idx)
-            arrivals.append(time.monotonic())
             if len(seen) == 5:
                 os.kill(proc.pid, signal.SIGSTOP)
-                stopped_at = time.monotonic()
+                stopped = True
         failovers, dead = stream.counters.failovers, list(stream.counters.dead)
         stream.close()
     finally:
@@ -88,7 +100,5 @@ def test_a_stopped_server_is_failed_over_within_the_read_deadline(tmp_path: Path
     assert seen == list(range(n_batches))  # none lost, none twice, in order
     assert failovers >= 1
     assert dead == [remote] * failovers
-    assert stopped_at is not None
-    gaps = [b - a for a, b in itertools.pairwise(arrivals[4:])]
-    assert max(gaps) >= READ_TIMEOUT_S * 0.9  # the deadline, not an error, noticed it
-    assert max(gaps) < READ_TIMEOUT_S + 5.0  # and then the pass went on elsewhere
+    assert stopped
+    assert timed_out == [remote]  # the deadline, not an error, noticed it

@@ -8,7 +8,6 @@ import threading
 import pyarrow.flight as fl
 import pytest
 
-from flight_server.runner import start_flight_server
 from sdk import InternalError, InvalidTicket, NotFound, Unavailable, batch_from_arrow
 from sdk._aligned import group_parts
 from sdk._exceptions import error_from_flight
@@ -17,6 +16,7 @@ from services.contract.wire import AlignedPart, FlightCommand
 from services.settings import Settings
 from tests.fixtures.servers import free_port
 from tests.sdk.wire_toys import ToyFlightServer, toy_record
+from windpipe._serving import serve_flight
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ def test_a_flight_server_without_its_catalog_says_so() -> None:
     ``Unavailable`` carries the server's own message and details, not just 'no answer'."""
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     settings = Settings(flight_host="127.0.0.1", catalog_url=dead, log_level="WARNING")
-    running = start_flight_server(settings, port=0)
+    running = serve_flight(settings, port=0)
     stream = FlightStream([running.location])
     try:
         with pytest.raises(Unavailable) as info:

@@ -92,12 +92,11 @@ def test_the_exit_hook_waits_for_queue_feeders_within_its_grace():
     stuck = threading.Thread(target=release.wait, name="QueueFeederThread", daemon=True)
     quick.start()
     stuck.start()
-    started = time.monotonic()
     worker_exit._let_feeders_finish(grace_s=1.0)
-    waited = time.monotonic() - started
+    left = stuck.is_alive()
     release.set()
-    assert not quick.is_alive()
-    assert 0.9 <= waited < 3.0  # the stuck one is left after the grace
+    assert not quick.is_alive()  # waited for the one that finished within the grace
+    assert left  # and returned with the stuck one still running: left after the grace
 
 
 def _double(batch):  # an importable transform

@@ -86,13 +86,13 @@ def test_the_image_copies_every_installed_package():
 
 def test_secrets_come_from_an_uncommitted_env_file(compose):
     env = compose["x-windpipe-env"]
-    for key in ("WINDPIPE_TICKET_SECRET", "WINDPIPE_TOKEN", "WINDPIPE_S3_SECRET_ACCESS_KEY"):
+    for key in ("WINDPIPE_TICKET_SECRET", "WINDPIPE_ADMIN_TOKEN", "WINDPIPE_S3_SECRET_ACCESS_KEY"):
         assert env[key].startswith("${"), key
         assert ":?" in env[key], key
     assert ":?" in env["WINDPIPE_DATABASE_URL"]
     assert env["WINDPIPE_ALLOWED_ROOTS"] == "s3://windpipe"
     example = (ROOT / ".env.example").read_text()
-    for key in ("WINDPIPE_TICKET_SECRET", "WINDPIPE_TOKEN", "POSTGRES_PASSWORD",
+    for key in ("WINDPIPE_TICKET_SECRET", "WINDPIPE_ADMIN_TOKEN", "POSTGRES_PASSWORD",
                 "MINIO_ROOT_PASSWORD"):
         assert f"\n{key}=\n" in example, key
     assert ".env" in (ROOT / ".gitignore").read_text().splitlines()

@@ -15,15 +15,15 @@ from pydantic import SecretStr
 from structlog.testing import capture_logs
 
 from catalog.api.server import start_catalog_server
-from catalog.principals import LOCAL, Principal, Role
 from flight_server.access import RestAccess
 from flight_server.auth import CallAuth, caller
-from flight_server.runner import start_flight_server
 from services.contract.errors import ErrorType
+from services.contract.principals import LOCAL, Principal, Role
 from services.contract.wire import error_from_flight
 from services.exposure import InsecureDeploymentError, check_exposure, is_local_peer
 from services.settings import Settings, is_loopback
 from tests.fixtures.servers import free_port, run_catalog_server
+from windpipe._serving import serve_flight
 
 
 def test_loopback_hosts() -> None:
@@ -33,19 +33,19 @@ def test_loopback_hosts() -> None:
 
 def test_exposed_servers_refuse_to_start_unprotected(tmp_path: Path) -> None:
     bare = Settings(host="0.0.0.0", data_dir=tmp_path, log_level="WARNING")
-    with pytest.raises(InsecureDeploymentError, match="WINDPIPE_TOKEN") as catalog:
+    with pytest.raises(InsecureDeploymentError, match="WINDPIPE_ADMIN_TOKEN") as catalog:
         start_catalog_server(bare, port=0)
     assert "WINDPIPE_TICKET_SECRET" not in str(catalog.value)  # the catalog signs nothing
     with pytest.raises(InsecureDeploymentError, match="WINDPIPE_TICKET_SECRET"):
-        start_flight_server(bare.model_copy(update={"token": SecretStr("t")}), port=0)
-    with pytest.raises(InsecureDeploymentError, match="WINDPIPE_TOKEN"):
-        start_flight_server(bare.model_copy(update={"ticket_secret": SecretStr("x" * 32)}),
-                            port=0)
-    protected = bare.model_copy(update={"token": SecretStr("t"),
+        serve_flight(bare.model_copy(update={"admin_token": SecretStr("t")}), port=0)
+    with pytest.raises(InsecureDeploymentError, match="WINDPIPE_ADMIN_TOKEN"):
+        serve_flight(bare.model_copy(update={"ticket_secret": SecretStr("x" * 32)}),
+                     port=0)
+    protected = bare.model_copy(update={"admin_token": SecretStr("t"),
                                         "ticket_secret": SecretStr("x" * 32)})
     check_exposure(protected, service="Flight server", host="0.0.0.0",
                    tokens_configured=lambda: False, signs_tickets=True)  # no raise
-    # A stored token counts as configured, without WINDPIPE_TOKEN.
+    # A stored token counts as configured, without WINDPIPE_ADMIN_TOKEN.
     check_exposure(bare, service="catalog", host="0.0.0.0", tokens_configured=lambda: True,
                    signs_tickets=False)
 
@@ -68,7 +68,7 @@ def test_cli_refusal_says_what_to_set(tmp_path: Path) -> None:
          "--port", "0", "--data-dir", str(tmp_path)],
         capture_output=True, text=True, env=env, timeout=120, check=False)
     assert out.returncode == 2
-    assert "WINDPIPE_TOKEN" in out.stderr
+    assert "WINDPIPE_ADMIN_TOKEN" in out.stderr
     assert "--insecure" in out.stderr
 
 
@@ -80,18 +80,18 @@ UNREACHABLE_HOST = "192.0.2.1"
 def test_a_rest_backed_flight_server_asks_its_catalog(tmp_path: Path) -> None:
     """Only the catalog's tokens admit a REST-backed Flight server's callers: an open
     catalog (no tokens: anonymous calls are its `local` admin) keeps it from starting on
-    a network address, whatever WINDPIPE_TOKEN the Flight server itself holds."""
+    a network address, whatever WINDPIPE_ADMIN_TOKEN the Flight server itself holds."""
     flight = Settings(flight_host=UNREACHABLE_HOST, ticket_secret=SecretStr("x" * 32),
                       data_dir=tmp_path / "flight", tier_bytes=0, log_level="WARNING")
     with run_catalog_server(Settings(data_dir=tmp_path / "open", log_level="WARNING")) as url:
         for own_token in (None, SecretStr("flight-only")):
-            settings = flight.model_copy(update={"catalog_url": url, "token": own_token})
+            settings = flight.model_copy(update={"catalog_url": url, "admin_token": own_token})
             with pytest.raises(InsecureDeploymentError, match="answers calls without a token"):
-                start_flight_server(settings, port=0)
+                serve_flight(settings, port=0)
         asks = RestAccess(url)
         assert asks.requires_tokens() is False
     closed = Settings(data_dir=tmp_path / "closed", log_level="WARNING",
-                      token=SecretStr("catalog-bootstrap"))
+                      admin_token=SecretStr("catalog-bootstrap"))
     with run_catalog_server(closed) as url:
         asks = RestAccess(url)
         assert asks.requires_tokens() is True
@@ -100,9 +100,9 @@ def test_a_rest_backed_flight_server_asks_its_catalog(tmp_path: Path) -> None:
                        tokens_configured=asks.requires_tokens)  # no raise
     dead = flight.model_copy(update={"catalog_url": f"http://127.0.0.1:{free_port()}"})
     with pytest.raises(InsecureDeploymentError, match="cannot tell whether callers need"):
-        start_flight_server(dead, port=0)
-    start_flight_server(dead.model_copy(update={"insecure": True, "flight_host": "127.0.0.1"}),
-                        port=0).stop(grace_s=5)  # loopback: nothing to ask
+        serve_flight(dead, port=0)
+    serve_flight(dead.model_copy(update={"insecure": True, "flight_host": "127.0.0.1"}),
+                 port=0).stop(grace_s=5)  # loopback: nothing to ask
 
 
 def test_local_is_never_granted_to_a_remote_caller(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Arrow's allocator options set before pyarrow loads, and the imports a server warms.
+"""Arrow's allocator options, set by the entry points before pyarrow loads (importing a
+package sets nothing), and the imports a server warms.
 
 Each check runs a fresh interpreter: what they test happens once per process.
 """
@@ -9,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -18,10 +20,11 @@ from services.runtime import ALLOCATOR_DEFAULTS, prefer_small_pages
 _MIMALLOC = pa.default_memory_pool().backend_name == "mimalloc"
 
 
-def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _run(code: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("MIMALLOC_")}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env={**base, **env},
-                          capture_output=True, text=True, timeout=120, check=True)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
+                          env={**base, **env}, capture_output=True, text=True, timeout=120,
+                          check=True)
 
 
 def test_the_defaults_are_set_only_where_the_environment_is_silent(
@@ -43,25 +46,41 @@ def _allow_thp(stderr: str) -> str:
     return lines[-1].split(":")[-1].strip()
 
 
-@pytest.mark.skipif(not _MIMALLOC, reason="pyarrow's default pool is not mimalloc here")
-@pytest.mark.parametrize("package", ["sdk", "catalog", "flight_server", "windpipe"])
-def test_each_package_turns_huge_pages_off_before_arrow_allocates(package: str) -> None:
+@pytest.mark.parametrize("package", ["services", "sdk", "catalog", "flight_server", "windpipe"])
+def test_importing_a_package_leaves_the_environment_alone(package: str) -> None:
     code = f"""
+        import os
         import {package}
+        print(sorted(name for name in os.environ if name.startswith("MIMALLOC_")))
+    """
+    assert _run(code).stdout.strip() == "[]"
+
+
+_SYNTH = """
+    import sys
+    from windpipe.cli import main
+    sys.exit(main(["synth", sys.argv[1], "--cells", "1", "--cycles", "1",
+                   "--rows-per-cycle", "40"]))
+"""
+
+
+@pytest.mark.skipif(not _MIMALLOC, reason="pyarrow's default pool is not mimalloc here")
+@pytest.mark.parametrize(("given", "expected"), [({}, "0"), ({"MIMALLOC_ALLOW_THP": "1"}, "1")])
+def test_the_cli_turns_huge_pages_off_unless_the_environment_chose(
+        tmp_path: Path, given: dict[str, str], expected: str) -> None:
+    # every server starts as ``windpipe serve``: the command's main runs before pyarrow loads
+    result = _run(_SYNTH, str(tmp_path / "data"), MIMALLOC_VERBOSE="1", **given)
+    assert _allow_thp(result.stderr) == expected
+
+
+@pytest.mark.skipif(not _MIMALLOC, reason="pyarrow's default pool is not mimalloc here")
+def test_a_benchmark_script_turns_huge_pages_off_before_arrow_allocates() -> None:
+    code = """
+        import bench
         import pyarrow as pa
         pa.allocate_buffer(1 << 20)
     """
     assert _allow_thp(_run(code, MIMALLOC_VERBOSE="1").stderr) == "0"
-
-
-@pytest.mark.skipif(not _MIMALLOC, reason="pyarrow's default pool is not mimalloc here")
-def test_an_operator_choice_in_the_environment_is_kept() -> None:
-    code = """
-        import sdk
-        import pyarrow as pa
-        pa.allocate_buffer(1 << 20)
-    """
-    assert _allow_thp(_run(code, MIMALLOC_VERBOSE="1", MIMALLOC_ALLOW_THP="1").stderr) == "1"
 
 
 def test_after_warming_a_conversion_imports_nothing_more() -> None:

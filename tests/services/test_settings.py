@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OTHER_VARIABLES = {
     "WINDPIPE_FLIGHT_LOCATION_MAP",  # the SDK (sdk/_locations.py)
     "WINDPIPE_URL",  # the SDK's catalog when Catalog() names none (sdk/_state.py)
+    "WINDPIPE_TOKEN",  # the SDK's bearer token when Catalog() names none (sdk/_state.py)
     "WINDPIPE_BENCH_PG_ADMIN_URL",  # the benchmarks (bench/)
 }
 _UNITS = {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10, "s": 1}

@@ -108,7 +108,7 @@ def test_flight_knobs_are_settings_flags_and_variables(monkeypatch, tmp_path):
     running = start_flight_server(settings.model_copy(update={"flight_host": "127.0.0.1"}),
                                   plan_source=lambda plan_id: None)
     try:
-        server, config = running.server, running.server.config
+        server, config = running.server, running.server.config.settings
         assert (server.cache.wait_timeout_s, config.readahead_batches, config.endpoint_batches,
                 config.on_bad_segment, config.ticket_ttl_s) == (5.0, 0, 7, "skip", 60.0)
         assert server.tier is not None

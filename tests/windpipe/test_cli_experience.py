@@ -65,6 +65,13 @@ def test_a_taken_port_is_named_with_the_flag_to_change_it(tmp_path: Path, capsys
         err = capsys.readouterr().err
         assert f"port {port}" in err
         assert "--flight-port" in err
+        code = main(["serve", "flight", "--flight-port", "0", "--flight-metrics-port",
+                     str(port), "--data-dir", str(tmp_path)])
+        assert code == 2
+        err = capsys.readouterr().err
+        assert f"port {port}" in err
+        assert "--flight-metrics-port" in err
+        assert "WINDPIPE_FLIGHT_METRICS_PORT" in err
 
 
 # every flag windpipe serve has had: none may go, whatever the settings say
@@ -81,6 +88,7 @@ SERVER_FLAGS = {
     "--storage-workers": "storage_workers", "--storage-queue": "storage_queue",
     "--flight-discovery": "flight_discovery", "--flight-discovery-s": "flight_discovery_s",
     "--host-id": "host_id", "--pack-dir": "pack_dir", "--pack-rows": "pack_rows",
+    "--flight-metrics-port": "flight_metrics_port",
 }
 
 

@@ -18,6 +18,14 @@ def test_the_public_face_is_the_sdks_names() -> None:
     for name in sdk.__all__:
         assert getattr(windpipe, name) is getattr(sdk, name), name
     assert windpipe.__version__ == metadata.version("windpipe")
+    assert set(sdk.__all__) <= set(dir(windpipe))
+
+
+def test_a_star_import_binds_every_public_name() -> None:
+    namespace: dict[str, object] = {}
+    exec("from windpipe import *", namespace)
+    assert set(windpipe.__all__) <= set(namespace)
+    assert namespace["Catalog"] is sdk.Catalog
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:

@@ -5,13 +5,35 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Collection, Iterator
 
 from pydantic import ValidationError
 
 from services.settings import Settings
 from windpipe.commands.common import CliError, settings_problem
 
-__all__ = ["demo", "ingest", "synth", "upload"]
+__all__ = ["CyclerChoices", "demo", "ingest", "synth", "upload"]
+
+
+class CyclerChoices(Collection[str]):
+    """``--cycler``'s choices: ``auto`` and the names of the ingest readers
+    (:data:`services.ingest.readers.READERS`, the one list), read when argparse first
+    checks a value or writes the ingest help, so that building the parser imports no
+    reader (polars: ``windpipe --help`` stays fast)."""
+
+    def _names(self) -> tuple[str, ...]:
+        from services.ingest import READERS  # noqa: PLC0415
+
+        return ("auto", *READERS)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
 
 def synth(args: argparse.Namespace) -> int:
     """Write a synthetic battery dataset to ``args.directory``."""

@@ -60,6 +60,9 @@ def _serve_until_stopped(args: argparse.Namespace) -> int:
     if args.service in ("all", "flight"):
         _check_port(settings.resolved_flight_host(), settings.flight_port,
                     flag="--flight-port", variable="WINDPIPE_FLIGHT_PORT")
+        if settings.flight_metrics_port is not None:
+            _check_port(settings.resolved_flight_host(), settings.flight_metrics_port,
+                        flag="--flight-metrics-port", variable="WINDPIPE_FLIGHT_METRICS_PORT")
     if args.service in ("all", "catalog"):
         _check_port(settings.host, settings.port, flag="--port", variable="WINDPIPE_PORT")
     configure_logging(level=settings.log_level, json=settings.log_json)
@@ -67,13 +70,15 @@ def _serve_until_stopped(args: argparse.Namespace) -> int:
     running: list[Any] = []
     try:
         if args.service in ("all", "flight"):
-            from flight_server.runner import start_flight_server  # noqa: PLC0415
+            from windpipe._serving import serve_flight  # noqa: PLC0415
 
-            flight = start_flight_server(settings)
+            flight = serve_flight(settings)  # the database's plans, or the catalog_url's
             running.append(flight)
             if not settings.flight_locations:
                 settings = settings.model_copy(update={"flight_locations": (flight.location,)})
             print(f"windpipe flight ready at {flight.location}", flush=True)
+            if flight.metrics is not None:
+                print(f"windpipe flight metrics at {flight.metrics.url}", flush=True)
         if args.service in ("all", "catalog"):
             from catalog.api.server import start_catalog_server  # noqa: PLC0415
 

@@ -22,8 +22,8 @@ from catalog.api.schemas import (
     TokenIn,
     TokenOut,
 )
-from catalog.principals import Role
 from catalog.repository import decode_page_token, encode_page_token
+from services.contract.principals import Role
 
 __all__ = ["v1"]
 

@@ -28,7 +28,7 @@ from catalog.api.schemas import (
 from catalog.context import CatalogContext
 from catalog.jobs import Jobs, request_key
 from catalog.pattern import PatternSource
-from catalog.principals import Role
+from services.contract.principals import Role
 
 __all__ = ["v1"]
 

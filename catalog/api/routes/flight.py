@@ -8,15 +8,10 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from catalog.api.auth import require
 from catalog.api.deps import AppSettings, Context, Discovery
+from catalog.api.metrics import HttpMetrics
 from catalog.api.schemas import FlightStatsOut
-from catalog.flight_stats import (
-    PROMETHEUS_CONTENT_TYPE,
-    RequestCounter,
-    catalog_table_rows,
-    fetch_cache_stats,
-    render_metrics,
-)
-from catalog.principals import Role
+from catalog.flight_stats import catalog_table_rows, fetch_cache_stats, render_metrics
+from services.contract.principals import Role
 from services.settings import Settings
 
 __all__ = ["DEFAULT_TIMEOUT_S", "metrics", "v1"]
@@ -33,7 +28,7 @@ TimeoutS = Annotated[
 
 
 def _token(settings: Settings) -> str | None:
-    return settings.token.get_secret_value() if settings.token is not None else None
+    return settings.admin_token_text()
 
 
 @v1.get(
@@ -57,15 +52,18 @@ def get_flight_stats(
 
 @metrics.get(
     "/metrics", operation_id="get_metrics", dependencies=_READ,
-    responses={200: {"description": "Prometheus text format 0.0.4",
-                     "content": {"text/plain": {}}}},
+    responses={200: {"description": "Prometheus text format 0.0.4 (OpenMetrics when the "
+                                    "Accept header asks for it)",
+                     "content": {"text/plain": {}, "application/openmetrics-text": {}}}},
 )
 def get_metrics(request: Request, ctx: Context, settings: AppSettings,
                 discovery: Discovery) -> Response:
-    """Catalog object counts, HTTP requests and every Flight server's cache statistics."""
-    counter: RequestCounter = request.app.state.requests
+    """Catalog object counts, HTTP requests (counts and latency by route template) and
+    every Flight server's cache statistics."""
+    http: HttpMetrics = request.app.state.metrics
     servers = fetch_cache_stats(discovery.locations(), timeout_s=DEFAULT_TIMEOUT_S,
                                 token=_token(settings))
-    text = render_metrics(table_rows=catalog_table_rows(ctx), requests=counter.snapshot(),
-                          servers=servers)
-    return Response(content=text, media_type=PROMETHEUS_CONTENT_TYPE)
+    body, content_type = render_metrics(
+        table_rows=catalog_table_rows(ctx), servers=servers, http=http.registry,
+        accept=request.headers.get("accept"))
+    return Response(content=body, headers={"content-type": content_type})

@@ -12,8 +12,8 @@ from sqlalchemy.engine import Engine
 from catalog.api.auth import CurrentPrincipal, require
 from catalog.api.deps import AppSettings, Discovery
 from catalog.api.schemas import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ConfigOut, HealthOut
-from catalog.principals import LOCAL, Role
 from services.contract.errors import Unavailable
+from services.contract.principals import LOCAL, Role
 
 __all__ = ["READY_TIMEOUT_S", "router", "v1"]
 
@@ -68,7 +68,7 @@ def get_config(request: Request, settings: AppSettings, discovery: Discovery,
     calls need a bearer token (``none`` only for the open, loopback ``local`` catalog).
 
     The Flight locations are the configured ones and those ``WINDPIPE_FLIGHT_DISCOVERY``
-    names now (``catalog.discovery``): clients ask again to find servers added since."""
+    names now (``services.discovery``): clients ask again to find servers added since."""
     return ConfigOut(
         server_version=request.app.version,
         limits={"default_page_size": DEFAULT_PAGE_SIZE, "max_page_size": MAX_PAGE_SIZE,

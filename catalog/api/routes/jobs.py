@@ -8,12 +8,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
 
-from catalog import principals
 from catalog.api.auth import CurrentPrincipal, require
 from catalog.api.schemas import JobOut
 from catalog.jobs import Jobs
-from catalog.principals import Role
 from services.contract.errors import NotFound
+from services.contract.principals import Role, authorize
 
 __all__ = ["DEFAULT_WAIT_S", "MAX_WAIT_S", "prefer_wait", "v1"]
 
@@ -50,5 +49,5 @@ def get_job(job_id: JobId, request: Request, principal: CurrentPrincipal) -> Job
     if job is None:
         raise NotFound(f"no registration job {job_id!r}",
                        details={"job_id": job_id})
-    principals.authorize(principal, Role.READER, job.dataset)
+    authorize(principal, Role.READER, job.dataset)
     return JobOut.from_view(job)

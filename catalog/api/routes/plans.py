@@ -9,12 +9,14 @@ from fastapi import APIRouter, Depends, Path, Query, Response, status
 from catalog import plans, retire
 from catalog.api.auth import plan_dataset, require, split_dataset
 from catalog.api.deps import Context, PageSize, PageToken
+from catalog.api.routes.common import created_or_found, next_offset_token, page_offset
 from catalog.api.schemas import DEFAULT_PAGE_SIZE, PageOut, PlanOut
-from catalog.principals import Role
-from catalog.repository import decode_page_token, encode_page_token
+from catalog.context import CatalogContext
+from catalog.models import PlanRow
 from services.contract.configs import PlanSpec
 from services.contract.limits import INT64_MAX
-from services.contract.reports import PlanReport, ScheduleBatch
+from services.contract.principals import Role
+from services.contract.reports import PlanReportData, ScheduleBatch
 from services.contract.shapes import ID_PATTERN
 from services.planning.artifact import ARTIFACT_MEDIA_TYPE
 
@@ -45,17 +47,13 @@ def create_plan(ctx: Context, split_id: str, body: PlanSpec, response: Response)
     The body holds only what identifies a plan: a runtime option (``data_access``,
     ``device``, ...) or an unknown field is refused with 422.
     """
-    result = plans.create_plan(ctx, split_id, body)
-    if not result.created:
-        response.status_code = status.HTTP_200_OK
-    return PlanOut.from_row(result.value)
+    return PlanOut.from_row(created_or_found(response, plans.create_plan(ctx, split_id, body)))
 
 
 @v1.get("/plans/{plan_id}", operation_id="get_plan", dependencies=_READ, response_model=PlanOut)
 def get_plan(ctx: Context, plan_id: PlanId) -> PlanOut:
     """One plan (``retired_at``: when it, its split or its version was retired)."""
-    row = plans.get_plan(ctx, plan_id)
-    return PlanOut.from_row(row, retired_at=retire.plan_retired_at(ctx.sessions, plan_id))
+    return _answer(ctx, plans.get_plan(ctx, plan_id))
 
 
 @v1.delete("/plans/{plan_id}", operation_id="retire_plan", response_model=PlanOut,
@@ -63,8 +61,7 @@ def get_plan(ctx: Context, plan_id: PlanId) -> PlanOut:
 def retire_plan(ctx: Context, plan_id: PlanId) -> PlanOut:
     """Retire a plan (soft): Flight servers refuse its tickets from now on; streams
     already running finish."""
-    row = retire.retire_plan(ctx.sessions, plan_id)
-    return PlanOut.from_row(row, retired_at=retire.plan_retired_at(ctx.sessions, plan_id))
+    return _answer(ctx, retire.retire_plan(ctx.sessions, plan_id))
 
 
 @v1.get(
@@ -80,8 +77,8 @@ def get_plan_artifact(ctx: Context, plan_id: PlanId) -> Response:
 
 
 @v1.get("/plans/{plan_id}/report", operation_id="get_plan_report", dependencies=_READ,
-        response_model=PlanReport)
-def get_plan_report(ctx: Context, plan_id: PlanId, world_size: WorldSize = 1) -> PlanReport:
+        response_model=PlanReportData)
+def get_plan_report(ctx: Context, plan_id: PlanId, world_size: WorldSize = 1) -> PlanReportData:
     """Batches, tokens, bytes and everything the plan drops, for ``world_size`` ranks
     (``aligned`` only for an aligned plan)."""
     return plans.plan_report_for(ctx, plan_id, world_size=world_size)
@@ -96,14 +93,14 @@ def get_plan_schedule(
     page_size: PageSize = DEFAULT_PAGE_SIZE, page_token: PageToken = None,
 ) -> PageOut[ScheduleBatch]:
     """The batches of one rank's pass of ``epoch``, in order, as lanes (paged)."""
-    key = decode_page_token(page_token, shape=(int,))
-    start = key[0] if key else 0
+    start = page_offset(page_token)
     items, total = plans.rank_schedule_page(
         ctx, plan_id, epoch=epoch, rank=rank, world_size=world_size, start=start,
         page_size=page_size,
     )
-    end = start + len(items)
-    return PageOut(
-        items=items,
-        next_page_token=encode_page_token([end]) if end < total else None,
-    )
+    return PageOut(items=items, next_page_token=next_offset_token(start + len(items), total))
+
+
+def _answer(ctx: CatalogContext, row: PlanRow) -> PlanOut:
+    """A stored plan as read back, ``retired_at`` its own, its split's or its version's."""
+    return PlanOut.from_row(row, retired_at=retire.plan_retired_at(ctx.sessions, row.id))

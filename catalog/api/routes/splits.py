@@ -9,15 +9,17 @@ from pydantic import ValidationError
 
 from catalog import retire, service, stats
 from catalog.api.auth import require, split_dataset, version_dataset
-from catalog.api.deps import Context, PageSize, PageToken
-from catalog.api.routes._index import ARROW_STREAM, IndexFormat, index_response
-from catalog.api.schemas import DEFAULT_PAGE_SIZE, SplitOut
+from catalog.api.deps import Context
+from catalog.api.routes._index import INDEX_RESPONSES, IndexQuery
+from catalog.api.routes.common import created_or_found
+from catalog.api.schemas import SplitOut
 from catalog.api.storage_pool import StoragePool
 from catalog.context import CatalogContext
-from catalog.principals import Role
+from catalog.models import SplitRow
 from services.contract.configs import ValidationConfig
 from services.contract.errors import InvalidRequest, NotFound
-from services.contract.stats import Side, SplitStats, StatsRequest
+from services.contract.principals import Role
+from services.contract.stats import Side, SplitStatsData, StatsRequest
 
 __all__ = ["v1"]
 
@@ -39,65 +41,58 @@ def create_split(
 ) -> SplitOut:
     """Assign every group to ``train`` or ``val`` (201; 200 when the same split exists)."""
     result = service.create_split(ctx, version_id, body)
-    if not result.created:
-        response.status_code = status.HTTP_200_OK
-    return SplitOut.from_row(result.value)
+    return SplitOut.from_row(created_or_found(response, result))
 
 
 @v1.get("/splits/{split_id}", operation_id="get_split", dependencies=_READ, response_model=SplitOut)
 def get_split(ctx: Context, split_id: str) -> SplitOut:
     """One split with its counts."""
-    row = service.get_split(ctx, split_id)
-    return SplitOut.from_row(row, retired_at=retire.split_retired_at(ctx.sessions, split_id))
+    return _answer(ctx, service.get_split(ctx, split_id))
 
 
 @v1.delete("/splits/{split_id}", operation_id="retire_split", response_model=SplitOut,
            dependencies=[Depends(require(Role.ADMIN, dataset=split_dataset))])
 def retire_split(ctx: Context, split_id: str) -> SplitOut:
     """Retire a split (soft): new plans of it are refused, its plans' new tickets too."""
-    row = retire.retire_split(ctx.sessions, split_id)
-    return SplitOut.from_row(row, retired_at=retire.split_retired_at(ctx.sessions, split_id))
+    return _answer(ctx, retire.retire_split(ctx.sessions, split_id))
+
+
+def _answer(ctx: CatalogContext, row: SplitRow) -> SplitOut:
+    """A stored split as read back, ``retired_at`` its own or its version's."""
+    return SplitOut.from_row(row, retired_at=retire.split_retired_at(ctx.sessions, row.id))
 
 
 @v1.get(
     "/splits/{split_id}/index", operation_id="get_split_index", dependencies=_READ,
-    responses={200: {"description": "JSON page or Arrow IPC stream",
-                     "content": {ARROW_STREAM: {}}}},
+    responses=INDEX_RESPONSES,
 )
-def get_split_index(
-    ctx: Context, split_id: str, format: IndexFormat = "json",
-    page_size: PageSize = DEFAULT_PAGE_SIZE, page_token: PageToken = None,
-) -> Response:
+def get_split_index(ctx: Context, split_id: str, page: IndexQuery) -> Response:
     """The version's index with this split's ``split`` column."""
-    frame = service.split_index(ctx, split_id)
-    return index_response(frame, fmt=format, page_size=page_size, page_token=page_token)
+    return page.answer(service.split_index(ctx, split_id))
 
 
 @v1.post(
     "/splits/{split_id}/stats", operation_id="compute_split_stats", dependencies=_COMPUTE,
-    status_code=status.HTTP_201_CREATED, response_model=SplitStats,
-    responses={200: {"model": SplitStats, "description": "computed before: the stored ones"}},
+    status_code=status.HTTP_201_CREATED, response_model=SplitStatsData,
+    responses={200: {"model": SplitStatsData, "description": "computed before: the stored ones"}},
 )
 async def compute_split_stats(
     *, ctx: Context, split_id: str, body: StatsRequest, response: Response, request: Request,
-) -> SplitStats:
+) -> SplitStatsData:
     """Statistics of one side of the split (SEMANTICS 6a), per protocol and numeric column:
     computed once from that side's rows only (201) and stored; the same request again
     answers the stored ones (200). Reading runs on the catalog's storage threads."""
     pool: StoragePool = request.app.state.storage_pool
-    result = await pool.run(stats.split_stats, ctx, split_id, body)
-    if not result.created:
-        response.status_code = status.HTTP_200_OK
-    return result.value
+    return created_or_found(response, await pool.run(stats.split_stats, ctx, split_id, body))
 
 
 @v1.get("/splits/{split_id}/stats", operation_id="get_split_stats", dependencies=_READ,
-        response_model=SplitStats)
+        response_model=SplitStatsData)
 def get_split_stats(
     ctx: Context, split_id: str, side: Side = "train",
     columns: Annotated[list[str] | None, Query(
         description="columns (repeat the parameter); none: every numeric column")] = None,
-) -> SplitStats:
+) -> SplitStatsData:
     """The stored statistics of a side (404 until ``POST .../stats`` computed them)."""
     try:
         body = StatsRequest.model_validate({"side": side, "columns": columns})
@@ -107,7 +102,7 @@ def get_split_stats(
     return _stored(ctx, split_id, body)
 
 
-def _stored(ctx: CatalogContext, split_id: str, body: StatsRequest) -> SplitStats:
+def _stored(ctx: CatalogContext, split_id: str, body: StatsRequest) -> SplitStatsData:
     service.get_split(ctx, split_id)  # an unknown split: its own not_found
     found = stats.stored_split_stats(ctx, split_id, body)
     if found is None:

@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Depends, Response
 
 from catalog import retire, service
 from catalog.api.auth import require, version_dataset
 from catalog.api.deps import Context, PageSize, PageToken
-from catalog.api.routes._index import ARROW_STREAM, IndexFormat, index_response
+from catalog.api.routes._index import INDEX_RESPONSES, IndexQuery
 from catalog.api.schemas import DEFAULT_PAGE_SIZE, PageOut, SegmentOut, VersionOut
-from catalog.principals import Role
+from services.contract.principals import Role
 
 __all__ = ["v1"]
 
 v1 = APIRouter(tags=["versions"])
 _READ = [Depends(require(Role.READER, dataset=version_dataset))]
-
-_INDEX_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "JSON page of index rows, or the Arrow IPC stream with format=arrow",
-        "content": {ARROW_STREAM: {}},
-    }
-}
 
 
 @v1.get("/versions/{version_id}", operation_id="get_version",
@@ -48,15 +39,11 @@ def retire_version(ctx: Context, version_id: str) -> VersionOut:
 
 @v1.get(
     "/versions/{version_id}/index", operation_id="get_version_index", dependencies=_READ,
-    responses=_INDEX_RESPONSES
+    responses=INDEX_RESPONSES
 )
-def get_version_index(
-    ctx: Context, version_id: str, format: IndexFormat = "json",
-    page_size: PageSize = DEFAULT_PAGE_SIZE, page_token: PageToken = None,
-) -> Response:
+def get_version_index(ctx: Context, version_id: str, page: IndexQuery) -> Response:
     """The version's ML index, sorted by identity (SEMANTICS section 1)."""
-    frame = service.version_index(ctx, version_id)
-    return index_response(frame, fmt=format, page_size=page_size, page_token=page_token)
+    return page.answer(service.version_index(ctx, version_id))
 
 
 @v1.get(

@@ -5,12 +5,17 @@ narrow inputs of :mod:`services.planning.rules`:
 
 | name | when | module | epoch-dependent |
 |---|---|---|---|
-| ``plain`` | ``sequential``, ``stateful_n_windows == 0`` (SEMANTICS 3a) | :mod:`.plain` | no |
-| ``sequential`` | ``sequential`` with segments (3b, 4) | :mod:`.sequential` | no |
+| ``sequential`` | ``sequential``, ``stateful_n_windows == 0`` (3a) | :mod:`.sequential` | no |
+| ``stateful`` | ``sequential`` with segments (3b, 4) | :mod:`.stateful` | no |
 | ``shuffled`` | ``shuffled`` (3b, 4, 7) | :mod:`.shuffled` | yes |
 | ``block_shuffled`` | ``block_shuffled`` (3c, 7) | :mod:`.block_shuffled` | yes |
 | ``aligned`` | ``align_by``, ``sequential`` (9) | :mod:`.aligned` | no |
 | ``aligned_shuffled`` | ``align_by``, ``shuffled`` (9) | :mod:`.aligned` | yes |
+
+A user's strategy keeps its name here: ``sequential`` is the user's stateless
+``sequential``, and its stateful form is ``stateful``. Plan artifacts written before
+call these two ``plain`` and ``sequential``; no reader looks at the stored name (the
+strategy follows from the spec, :func:`strategy_for`), so they load as they are.
 
 A plan stores the schedule of an epoch-independent strategy once; a shuffled plan's
 epochs are computed by its strategy when read (:meth:`PlanArtifact.epoch_schedule`).
@@ -29,7 +34,13 @@ from services.contract.configs import PlanSpec
 from services.contract.errors import InternalError, InvalidRequest
 from services.planning.rules import OrderRules, WindowTable
 from services.planning.schedule import DropCounts, Schedule, empty_schedule
-from services.planning.strategies import aligned, block_shuffled, plain, sequential, shuffled
+from services.planning.strategies import (
+    aligned,
+    block_shuffled,
+    sequential,
+    shuffled,
+    stateful,
+)
 from services.planning.streams import Streams
 from services.planning.working_set import ChunkTable, protocol_row_bytes
 
@@ -63,8 +74,8 @@ class Strategy:
 
 
 STRATEGIES: dict[str, Strategy] = {
-    "plain": Strategy("plain", epoch_dependent=False, schedule=plain.schedule),
     "sequential": Strategy("sequential", epoch_dependent=False, schedule=sequential.schedule),
+    "stateful": Strategy("stateful", epoch_dependent=False, schedule=stateful.schedule),
     "shuffled": Strategy("shuffled", epoch_dependent=True, schedule=shuffled.schedule),
     "block_shuffled": Strategy("block_shuffled", epoch_dependent=True,
                                chunked=block_shuffled.schedule),
@@ -78,12 +89,13 @@ _NO_CHUNKS = ChunkTable(gstart=np.zeros(0, np.int64), nbytes=np.zeros(0, np.int6
 
 
 def strategy_for(spec: PlanSpec) -> Strategy:
-    """The strategy of a plan: ``plain`` exactly when sequential, stateless, not aligned."""
+    """The strategy of a plan: ``sequential`` exactly when sequential, stateless, not
+    aligned; ``stateful`` when sequential with state, not aligned."""
     if spec.align_by is not None:
         return STRATEGIES["aligned_shuffled" if spec.strategy == "shuffled" else "aligned"]
     if spec.strategy in ("shuffled", "block_shuffled"):
         return STRATEGIES[spec.strategy]
-    return STRATEGIES["plain" if spec.stateful_n_windows == 0 else "sequential"]
+    return STRATEGIES["sequential" if spec.stateful_n_windows == 0 else "stateful"]
 
 
 def epoch_schedule(streams: Streams, spec: PlanSpec, epoch: int, *,

@@ -206,8 +206,11 @@ def test_loader_config_splits_into_plan_spec_and_options():
     assert set(LoaderConfig.RUNTIME_FIELDS) == {
         "data_access", "num_workers", "prefetch_factor", "persistent_workers", "pin_memory",
         "multiprocessing_context", "device", "prefetch_to_device", "non_blocking", "transport"}
+    # the runtime options are held by concern, in three groups
     assert set(LoaderConfig.model_fields) == {*LoaderConfig.PLANNING_FIELDS,
-                                              *LoaderConfig.RUNTIME_FIELDS}
+                                              "source", "device_feed", "workers"}
+    assert {n for g in LoaderOptions.GROUPS.values() for n in g.model_fields} == set(
+        LoaderConfig.RUNTIME_FIELDS)
     spec = cfg.plan_spec()
     assert type(spec) is PlanSpec
     assert spec.seed == 3

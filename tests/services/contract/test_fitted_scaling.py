@@ -12,7 +12,7 @@ import torch
 from catalog.service import content_id
 from services.contract.configs import PlanSpec, ScalingSpec, WindowConfig
 from services.contract.errors import WindpipeError
-from services.contract.stats import ColumnStats, SplitStats, pooled_stats
+from services.contract.stats import ColumnStats, SplitStatsData, pooled_stats
 from services.materialize.chunks import ChannelSpec
 
 
@@ -25,8 +25,8 @@ def _entry(protocol: str, values: np.ndarray, column: str = "x") -> ColumnStats:
                        std=float(v.std()), p1=float(p1), p50=float(p50), p99=float(p99))
 
 
-def _stats(*entries: ColumnStats) -> SplitStats:
-    return SplitStats(split_id="s-test", version_id="v-test", side="train", columns=None,
+def _stats(*entries: ColumnStats) -> SplitStatsData:
+    return SplitStatsData(split_id="s-test", version_id="v-test", side="train", columns=None,
                       rows=sum(e.rows for e in entries), stats=list(entries))
 
 

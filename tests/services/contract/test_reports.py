@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from services.contract.reports import FlightHealth, FlightTierInfo, PlanReport, WarmProgress
+from services.contract.reports import FlightHealth, FlightTierInfo, PlanReportData, WarmProgress
 
 _PROTOCOL = {"streams": 1, "rows": 40, "batch_size": 2, "seq_len": 8, "input_channels": 2,
              "target_channels": 1, "bytes_per_full_batch": 208, "batches": 3, "lanes": 5,
@@ -37,7 +37,7 @@ def test_plan_report_dumps_the_json_it_read(extra: dict[str, Any],
     body["cache_working_set_bytes"] = REPORT["cache_working_set_bytes"]  # the planner's order
     if warnings:  # absent when there is nothing to say
         body["warnings"] = warnings
-    report = PlanReport.model_validate(body)
+    report = PlanReportData.model_validate(body)
     assert report.model_dump(mode="json") == body
     assert json.loads(report.model_dump_json()) == body
     if "from_a_newer_catalog" not in body:  # a key it does not know comes last
@@ -48,9 +48,9 @@ def test_plan_report_dumps_the_json_it_read(extra: dict[str, Any],
 def test_plan_report_of_an_older_catalog_loads() -> None:
     older = REPORT | {"dropped": {k: v for k, v in REPORT["dropped"].items()
                                   if k != "step_gap_rows"}}
-    assert PlanReport.model_validate(older).dropped.step_gap_rows == 0
+    assert PlanReportData.model_validate(older).dropped.step_gap_rows == 0
     with pytest.raises(ValidationError, match="batches"):
-        PlanReport.model_validate({k: v for k, v in REPORT.items() if k != "batches"})
+        PlanReportData.model_validate({k: v for k, v in REPORT.items() if k != "batches"})
 
 
 def test_warm_steps_and_health_keep_their_keys() -> None:

@@ -26,9 +26,9 @@ from services.planning.streams import Streams
 _IO: dict[str, Any] = {"inputs": {"cycling": ("v", "i"), "hppc": ("v",)},
                        "targets": {"cycling": ("v",), "hppc": ("v",)}}
 SPECS = {
-    "plain": LoaderConfig(default_window=WindowConfig(batch_size=3, seq_len=4), **_IO),
-    "sequential": LoaderConfig(default_window=WindowConfig(batch_size=2, seq_len=3),
-                               stateful_n_windows=2, protocol_order=("hppc", "cycling"), **_IO),
+    "sequential": LoaderConfig(default_window=WindowConfig(batch_size=3, seq_len=4), **_IO),
+    "stateful": LoaderConfig(default_window=WindowConfig(batch_size=2, seq_len=3),
+                             stateful_n_windows=2, protocol_order=("hppc", "cycling"), **_IO),
     "shuffled": LoaderConfig(default_window=WindowConfig(batch_size=2, seq_len=5),
                              strategy="shuffled", seed=9, **_IO),
     "chain": LoaderConfig(default_window=WindowConfig(batch_size=2, seq_len=4),
@@ -109,26 +109,26 @@ def test_epoch_dependence_follows_the_strategy(streams: Streams) -> None:
     shuffled = PlanArtifact.from_ipc(_artifact(streams, SPECS["shuffled"]).to_ipc())
     orders = {tuple(shuffled.epoch_schedule(e).lane_offset.tolist()) for e in range(4)}
     assert len(orders) > 1
-    plain = PlanArtifact.from_ipc(_artifact(streams, SPECS["plain"]).to_ipc())
-    assert plain.epoch_schedule(3).lane_offset is plain.epoch_schedule(0).lane_offset
-    assert plain.epoch_schedule(3).epoch == 3
+    sequential = PlanArtifact.from_ipc(_artifact(streams, SPECS["sequential"]).to_ipc())
+    assert sequential.epoch_schedule(3).lane_offset is sequential.epoch_schedule(0).lane_offset
+    assert sequential.epoch_schedule(3).epoch == 3
     with pytest.raises(WindpipeError, match="epoch must be >= 0"):
-        plain.epoch_schedule(-1)
+        sequential.epoch_schedule(-1)
 
 
 def test_a_raw_arrow_reader_sees_one_row_of_named_arrays(streams: Streams) -> None:
-    data = _artifact(streams, SPECS["plain"]).to_ipc()
+    data = _artifact(streams, SPECS["sequential"]).to_ipc()
     table = pa.ipc.open_stream(data).read_all()
     assert table.num_rows == 1
     header = json.loads(table.schema.metadata[META_PLAN])
     assert header["format"] == 1
-    assert header["strategy"] == "plain"
+    assert header["strategy"] == "sequential"
     assert header["protocols"] == ["cycling", "hppc"]
     assert table.column("stream_n_rows")[0].as_py() == streams.n_rows.tolist()
     assert table.column("piece_path")[0].as_py() == list(streams.piece_path)
     assert json.loads(table.column("stream_group_key")[0].as_py()[0]) == list(
         streams.group_keys[0])
-    n_lanes = int(epoch_schedule(streams, SPECS["plain"], 0).batch_lane_ptr[-1])
+    n_lanes = int(epoch_schedule(streams, SPECS["sequential"], 0).batch_lane_ptr[-1])
     assert len(table.column("lane_offset")[0].as_py()) == n_lanes
 
 
@@ -138,7 +138,7 @@ def test_garbage_and_other_formats_are_refused(streams: Streams) -> None:
             PlanArtifact.from_ipc(data)
         assert info.value.type == ErrorType.INVALID_REQUEST
         assert "not a windpipe plan artifact" in info.value.message
-    table = pa.ipc.open_stream(_artifact(streams, SPECS["plain"]).to_ipc()).read_all()
+    table = pa.ipc.open_stream(_artifact(streams, SPECS["sequential"]).to_ipc()).read_all()
     header = json.loads(table.schema.metadata[META_PLAN])
     newer = table.replace_schema_metadata({META_PLAN: json.dumps({**header, "format": 99})})
     sink = pa.BufferOutputStream()
@@ -146,6 +146,30 @@ def test_garbage_and_other_formats_are_refused(streams: Streams) -> None:
         writer.write_table(newer)
     with pytest.raises(WindpipeError, match="unsupported plan artifact format 99"):
         PlanArtifact.from_ipc(sink.getvalue())
+
+
+def _with_header(data: bytes, **changes: Any) -> bytes:
+    """Artifact bytes with keys of the JSON header changed (another writer's artifact)."""
+    table = pa.ipc.open_stream(data).read_all()
+    header = json.loads(table.schema.metadata[META_PLAN])
+    other = table.replace_schema_metadata({META_PLAN: json.dumps({**header, **changes})})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, other.schema) as writer:
+        writer.write_table(other)
+    return bytes(sink.getvalue())
+
+
+@pytest.mark.parametrize(("name", "stored_as"), [("sequential", "plain"),
+                                                 ("stateful", "sequential")])
+def test_an_artifact_naming_the_old_strategies_loads_the_same(
+        streams: Streams, name: str, stored_as: str) -> None:
+    # artifacts written before the renaming call the stateless sequential strategy
+    # "plain" and the stateful one "sequential"; the reader goes by the spec
+    made = _artifact(streams, SPECS[name])
+    older = PlanArtifact.from_ipc(_with_header(made.to_ipc(), strategy=stored_as))
+    assert older.strategy.name == name
+    assert older.to_ipc() == made.to_ipc()
+    _same_schedule(older.epoch_schedule(1), made.epoch_schedule(1))
 
 
 def test_piece_layout(streams: Streams) -> None:

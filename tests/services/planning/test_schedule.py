@@ -293,8 +293,7 @@ def test_random_configs_match_reference() -> None:
 
 
 def test_million_windows_plan_fast() -> None:
-    import time  # noqa: PLC0415
-
+    """A million shuffled windows in one epoch schedule (bench/planning.py times it)."""
     rng = np.random.default_rng(1)
     ns = rng.integers(2, 200_000, 1000)
     streams = Streams.from_pieces(
@@ -305,8 +304,5 @@ def test_million_windows_plan_fast() -> None:
     )
     cfg = config(protocols=("cycling",), strategy="shuffled", stateful_n_windows=4,
                  default_window=WindowConfig(batch_size=64, seq_len=100))
-    start = time.perf_counter()
     sched = epoch_schedule(streams, cfg, 0)
-    elapsed = time.perf_counter() - start
     assert sched.lane_offset.shape[0] >= 900_000
-    assert elapsed < 10.0

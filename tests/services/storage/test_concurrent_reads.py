@@ -16,13 +16,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bench.latency_proxy import LatencyProxy
 from services.contract.errors import ErrorType, SegmentChanged, SegmentError, WindpipeError
 from services.storage.coalesce import Span, coalesce, split
 from services.storage.pacing import Pacing
 from services.storage.readahead import AheadRead, ReadAhead
 from services.storage.segments import inspect_segment, read_ahead, read_chunk
 from services.storage.store import Storage, StorageOptions
+from tests.fixtures.proxy import CountingProxy
 
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(120)]
 
@@ -30,8 +30,8 @@ LATENCY_S = 0.05
 
 
 @pytest.fixture(scope="module")
-def proxy(s3_server: Any) -> Iterator[LatencyProxy]:
-    with LatencyProxy(s3_server.endpoint_url, latency_s=LATENCY_S,
+def proxy(s3_server: Any) -> Iterator[CountingProxy]:
+    with CountingProxy(s3_server.endpoint_url, latency_s=LATENCY_S,
                       bandwidth_bps=400e6) as running:
         yield running
 
@@ -44,7 +44,7 @@ def blob(s3_server: Any) -> tuple[str, bytes]:
     return prefix, data
 
 
-def _slow(s3_server: Any, proxy: LatencyProxy, prefix: str, **options: Any) -> Storage:
+def _slow(s3_server: Any, proxy: CountingProxy, prefix: str, **options: Any) -> Storage:
     return Storage.from_uri(f"s3://{s3_server.bucket}/{prefix}", StorageOptions(
         s3_endpoint=proxy.endpoint, s3_allow_http=True, **options))
 
@@ -75,26 +75,26 @@ def test_pacing_window_is_bandwidth_times_latency_within_bounds() -> None:
     assert (1 << 20) <= fig.window_bytes <= 64 << 20
 
 
-def test_ranged_reads_overlap_their_latency(s3_server: Any, proxy: LatencyProxy,
+def test_ranged_reads_overlap_their_latency(s3_server: Any, proxy: CountingProxy,
                                             blob: tuple[str, bytes]) -> None:
     prefix, data = blob
     storage = _slow(s3_server, proxy, prefix, coalesce_bytes=0)
     ranges = [(i * (512 << 10), i * (512 << 10) + 1000 + i) for i in range(10)]
     before = proxy.stats.requests
-    t0 = time.perf_counter()
+    proxy.reset_peak()
     got = storage.get_ranges("blob", ranges)
-    took = time.perf_counter() - t0
     assert got == [data[a:b] for a, b in ranges]
     assert proxy.stats.requests - before == 10  # nothing merged with a zero gap
-    assert took < 10 * LATENCY_S / 2, took  # one after the other would take 0.5 s
-    t0 = time.perf_counter()
+    assert proxy.peak_in_flight > 1  # side by side (one after the other: never two)
+    proxy.reset_peak()
     for a, b in ranges[:3]:
         assert storage.get_range("blob", a, b) == data[a:b]
-    assert time.perf_counter() - t0 >= 3 * LATENCY_S * 0.9  # the proxy does add latency
+    assert proxy.stats.requests - before == 13  # each one through the proxy's latency
+    assert proxy.peak_in_flight == 1  # what one after the other looks like
 
 
 def test_coalescing_merges_what_it_should_and_answers_exact_bytes(
-        s3_server: Any, proxy: LatencyProxy, blob: tuple[str, bytes]) -> None:
+        s3_server: Any, proxy: CountingProxy, blob: tuple[str, bytes]) -> None:
     prefix, data = blob
     storage = _slow(s3_server, proxy, prefix, coalesce_bytes=64 << 10)
     # three clusters of nearby ranges (one overlapping, one empty), far apart
@@ -113,7 +113,7 @@ def _ahead(storage: Storage, reads: list[AheadRead], **kw: Any) -> ReadAhead:
     return ReadAhead(storage.store, reads, **opts).start()
 
 
-def test_read_ahead_holds_at_most_its_byte_bound(s3_server: Any, proxy: LatencyProxy,
+def test_read_ahead_holds_at_most_its_byte_bound(s3_server: Any, proxy: CountingProxy,
                                                  blob: tuple[str, bytes]) -> None:
     prefix, data = blob
     storage = _slow(s3_server, proxy, prefix)
@@ -139,7 +139,7 @@ def test_read_ahead_holds_at_most_its_byte_bound(s3_server: Any, proxy: LatencyP
 
 
 def test_read_ahead_of_a_missing_object_leaves_the_typed_error_to_the_read(
-        s3_server: Any, proxy: LatencyProxy, blob: tuple[str, bytes]) -> None:
+        s3_server: Any, proxy: CountingProxy, blob: tuple[str, bytes]) -> None:
     prefix, _ = blob
     storage = _slow(s3_server, proxy, prefix)
     with pytest.raises(FileNotFoundError):
@@ -161,11 +161,9 @@ def test_an_unreachable_store_is_unavailable_and_does_not_hang() -> None:
     storage = Storage.from_uri("s3://nowhere/p", StorageOptions(
         s3_endpoint=f"http://127.0.0.1:{port}", s3_allow_http=True, connect_timeout_s=0.5,
         timeout_s=1.0, max_retries=0))
-    t0 = time.perf_counter()
-    with pytest.raises(WindpipeError) as err:
+    with pytest.raises(WindpipeError) as err:  # not a hang: the module's timeout
         storage.get_ranges("x", [(0, 10)])
     assert err.value.type == ErrorType.UNAVAILABLE
-    assert time.perf_counter() - t0 < 10
 
 
 def _segment(tmp: Path, rows: int = 40_000) -> Path:
@@ -178,7 +176,7 @@ def _segment(tmp: Path, rows: int = 40_000) -> Path:
 
 
 def test_chunks_read_through_the_read_ahead_are_the_chunks(
-        s3_server: Any, proxy: LatencyProxy, tmp_path: Path) -> None:
+        s3_server: Any, proxy: CountingProxy, tmp_path: Path) -> None:
     _segment(tmp_path)
     prefix = s3_server.unique_prefix("seg")
     s3_server.upload_dir(tmp_path, prefix)
@@ -186,12 +184,12 @@ def test_chunks_read_through_the_read_ahead_are_the_chunks(
     info = inspect_segment(storage, "seg.parquet")
     disk = Storage.from_uri(tmp_path.as_uri())
     reads = [(info, k, ("a", "c")) for k in range(len(info.chunk_rows))]
-    t0 = time.perf_counter()
+    proxy.reset_peak()
     with read_ahead(storage, reads) as ahead:
         assert ahead is not None
         got = [read_chunk(storage, info, k, ["a", "c"]) for k in range(len(info.chunk_rows))]
         stats = ahead.stats()
-    took = time.perf_counter() - t0
+    overlapped = proxy.peak_in_flight
     want = [read_chunk(disk, info, k, ["a", "c"]) for k in range(len(info.chunk_rows))]
     for g, w in zip(got, want, strict=True):
         assert g.keys() == w.keys()
@@ -202,8 +200,8 @@ def test_chunks_read_through_the_read_ahead_are_the_chunks(
     # design (ReadAhead.read never waits on a fetch that has not started, which pacing
     # could hold back); a miss is a direct read of the same bytes, checked above
     assert stats.misses <= 1
-    # a head, a footer and a column read per chunk one after the other: >= 12 round trips
-    assert took < 12 * LATENCY_S, took
+    # not a head, a footer and a column read per chunk one after the other
+    assert overlapped > 1, overlapped
     # the object rewritten: the read-ahead's pinned reads fail, the chunk read says so
     s3_server.client.put_object(Bucket=s3_server.bucket, Key=f"{prefix}/seg.parquet",
                                 Body=b"not parquet at all, PAR1")

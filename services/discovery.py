@@ -7,7 +7,8 @@ each change. ``WINDPIPE_FLIGHT_DISCOVERY`` names a source that is read again eve
 ``/v1/flight/stats``) and by every Flight server (the endpoint routing of
 ``flight_server.locality``); the SDK asks ``/v1/config`` again at the start of a pass
 and at a failover (``sdk._stream``). A server added mid-epoch thus gets new requests
-within a refresh; one removed stops being offered.
+within a refresh; one removed stops being offered. Both servers read the same source
+with this one reader, so it belongs to neither.
 
 Sources (:func:`parse_source`):
 
