@@ -55,7 +55,17 @@ def is_loopback(host: str) -> bool:
 class Settings(BaseSettings):
     """Everything a catalog or Flight server process needs to know."""
 
+    # extra="ignore" for the environment (WINDPIPE_URL, WINDPIPE_TOKEN are the SDK's);
+    # a keyword given in code must name a field (__init__), so a typo is not ignored
     model_config = SettingsConfigDict(env_prefix=_ENV_PREFIX, extra="ignore")
+
+    def __init__(self, **values: Any) -> None:
+        unknown = sorted(k for k in values if not k.startswith("_")
+                         and k not in type(self).model_fields)
+        if unknown:
+            msg = f"Settings has no field {', '.join(map(repr, unknown))}"
+            raise TypeError(msg)
+        super().__init__(**values)
 
     data_dir: Path = Field(
         default=Path(".windpipe"),

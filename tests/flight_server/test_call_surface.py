@@ -53,7 +53,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
 @pytest.fixture
 def server(dataset: Dataset, tmp_path: Path) -> Iterator[RunningFlightServer]:
     running = start_server({"p": dataset.plan(CONFIG, "p")}, tier_dir=tmp_path / "tier",
-                           token=SecretStr(TOKEN))
+                           admin_token=SecretStr(TOKEN))
     try:
         yield running
     finally:

@@ -58,7 +58,7 @@ def _kind(exc: pytest.ExceptionInfo[Any]) -> ErrorType:
 def _world(database_url: str, tmp_path: Path, *, shape: str,
            auth_cache_s: float = 0.0) -> Iterator[dict[str, Any]]:
     settings = Settings(database_url=database_url, data_dir=tmp_path / "state",
-                        token=SecretStr(BOOT), ticket_secret=SecretStr(SECRET),
+                        admin_token=SecretStr(BOOT), ticket_secret=SecretStr(SECRET),
                         flight_host="127.0.0.1", tier_bytes=0, auth_cache_s=auth_cache_s,
                         log_level="WARNING")
     with ExitStack() as stack:

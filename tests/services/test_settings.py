@@ -97,3 +97,11 @@ def test_operations_defaults_are_the_settings_defaults():
         checked.add(name)
     limits = {name for name in Settings.model_fields if name.startswith("max_")}
     assert limits <= checked, sorted(limits - checked)
+
+
+def test_a_keyword_that_names_no_setting_is_refused():
+    """The environment may hold other programs' WINDPIPE_ variables (the SDK's
+    WINDPIPE_TOKEN); a keyword in code is a field name or a typo, never ignored."""
+    with pytest.raises(TypeError, match="'token'"):
+        Settings(token="x")
+    assert Settings(admin_token="y").admin_token_text() == "y"
