@@ -115,9 +115,11 @@ def test_health_answers_while_registrations_hang_on_a_dead_store(
 def test_a_locked_sqlite_database_is_503_within_seconds(sqlite_url: str, tmp_path: Path) -> None:
     """Another writer holding the SQLite file's lock (here: an open exclusive transaction)
     makes a registration answer 503 ``unavailable`` after the short busy timeout, not
-    hang; reads keep answering (WAL), and the lock's release ends the outage."""
+    hang; reads keep answering (WAL), and the lock's release ends the outage. (A busy
+    timeout shorter than the default: each statement that meets the lock waits it.)"""
     write_small_dataset(tmp_path / "data")
-    settings = Settings(database_url=sqlite_url, data_dir=tmp_path / "c", log_level="ERROR")
+    settings = Settings(database_url=sqlite_url, data_dir=tmp_path / "c", log_level="ERROR",
+                        sqlite_busy_timeout_s=0.5)
     body = {"root": (tmp_path / "data").as_uri(), "manifest": "manifest.parquet"}
     with run_catalog_server(settings) as url, httpx.Client(base_url=url, timeout=20) as c:
         assert c.get("/v1/datasets").status_code == 200  # migrated

@@ -107,10 +107,12 @@ class ToyFlightServer(fl.FlightServerBase):
     serving (the stream fails as unavailable, later calls are refused), like a
     crashed server. ``peers``: other locations listed as fallbacks in endpoints.
     ``parts > 1``: each batch is that many aligned parts (docs/wire.md 4a).
+    ``lanes`` and ``seq_len``: each batch's shape (:func:`toy_record`).
     """
 
     def __init__(self, *, plan_id: str = "p-toy", n_batches: int = 10,
-                 die_at: int | None = None, delay_s: float = 0.0, parts: int = 1) -> None:
+                 die_at: int | None = None, delay_s: float = 0.0, parts: int = 1,
+                 lanes: int = 2, seq_len: int = 4) -> None:
         super().__init__("grpc://127.0.0.1:0")
         self.location = f"grpc://127.0.0.1:{self.port}"
         self.plan_id = plan_id
@@ -118,6 +120,8 @@ class ToyFlightServer(fl.FlightServerBase):
         self.die_at = die_at
         self.delay_s = delay_s
         self.parts = parts
+        self.lanes = lanes
+        self.seq_len = seq_len
         self.peers: list[str] = []
         self.dead = threading.Event()
         self.served = 0
@@ -163,7 +167,8 @@ class ToyFlightServer(fl.FlightServerBase):
                         raise fl.FlightUnavailableError("toy server crashed")
                     if self.delay_s:
                         time.sleep(self.delay_s)
-                    record, meta = toy_record(cmd.epoch, local[i], i)
+                    record, meta = toy_record(cmd.epoch, local[i], i, lanes=self.lanes,
+                                              seq_len=self.seq_len)
                     if self.parts > 1:
                         meta = dataclasses.replace(meta, aligned=AlignedPart(
                             protocol=f"p{k}", part=k, parts=self.parts,

@@ -74,9 +74,10 @@ def test_token_create_with_an_expiry(database_url: str) -> None:
     assert "between 60 and" in short.stderr
 
 
-def test_token_commands_never_make_a_catalog_unasked(database_url: str, tmp_path: Path) -> None:
+def test_token_commands_in_the_wrong_directory_make_no_catalog(tmp_path: Path) -> None:
     """In the wrong directory (or with a typo in --data-dir), a token command names where
-    it looked, in one line, and leaves no new database behind; ``--create`` makes one."""
+    it looked, in one line, and leaves no new database behind (no database URL involved:
+    run once, not once per database)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WINDPIPE_")}
     wrong = tmp_path / "not-the-catalog"
     for args in (("list",), ("revoke", "x"), ("create", "--role", "reader", "--name", "a")):
@@ -94,7 +95,11 @@ def test_token_commands_never_make_a_catalog_unasked(database_url: str, tmp_path
         assert str((wrong / "catalog.db").resolve()) in listed.stderr
     assert not (tmp_path / ".windpipe").exists()
     assert not wrong.exists()
-    # an empty database (PostgreSQL: it exists, but holds no catalog) is refused alike
+
+
+def test_token_commands_never_make_a_catalog_unasked(database_url: str) -> None:
+    """An empty database (PostgreSQL: it exists, but holds no catalog) is refused like a
+    missing one; ``--create`` makes one."""
     empty = _run("list", database_url=database_url)
     assert empty.returncode == 2, empty
     assert "no catalog" in empty.stderr
