@@ -12,23 +12,18 @@ from pathlib import Path
 import pytest
 from torch.utils.data import DataLoader
 
-from sdk import InvalidConfig, WindpipeIterableDataset
-from sdk._state import ClientSettings, WorkerSource
+from sdk import InvalidConfig
 from sdk._torch import WindpipeDataLoader, check_spawn
+from tests.sdk.spawned import SPAWN, toy_dataset
 from tests.sdk.wire_toys import ToyFlightServer
 
-SPAWN = {"batch_size": None, "num_workers": 2, "multiprocessing_context": "spawn"}
+
 @pytest.fixture(scope="module")
 def toy():
     server = ToyFlightServer(n_batches=11)
     yield server
     server.shutdown()
 
-
-def _dataset(toy) -> WindpipeIterableDataset:
-    source = WorkerSource("p-toy", settings=ClientSettings(
-        url="http://127.0.0.1:9", timeout=5.0, flight_locations=(toy.location,)))
-    return WindpipeIterableDataset(source, plan_id="p-toy")
 
 
 def _first(loader, n: int) -> list:
@@ -42,7 +37,7 @@ def _first(loader, n: int) -> list:
 
 @pytest.mark.slow
 def test_a_plain_dataloader_with_workers_refuses_a_blind_state_dict(toy):
-    ds = _dataset(toy)
+    ds = toy_dataset(toy)
     seen = _first(DataLoader(ds, **SPAWN), 4)
     with pytest.raises(InvalidConfig, match=r"state_dict\(after=batch\)"):
         ds.state_dict()
@@ -54,12 +49,12 @@ def test_a_plain_dataloader_with_workers_refuses_a_blind_state_dict(toy):
 
 @pytest.mark.slow
 def test_the_windpipe_loader_keeps_the_cursor_across_workers(toy):
-    ds = _dataset(toy)
+    ds = toy_dataset(toy)
     seen = _first(WindpipeDataLoader(ds, **SPAWN), 4)
     assert [b.batch_idx for b in seen] == [0, 1, 2, 3]
     state = ds.state_dict()
     assert state == {"plan_id": "p-toy", "epoch": 0, "batch": 4}
-    resumed = _dataset(toy)
+    resumed = toy_dataset(toy)
     resumed.load_state_dict(state)
     rest = [b.batch_idx for b in WindpipeDataLoader(resumed, **SPAWN)]
     assert rest == list(range(4, 11))

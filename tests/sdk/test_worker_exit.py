@@ -12,12 +12,9 @@ import time
 import pytest
 from torch.utils.data import DataLoader
 
-from sdk import WindpipeIterableDataset
 from sdk import _worker_exit as worker_exit
-from sdk._state import ClientSettings, WorkerSource
+from tests.sdk.spawned import SPAWN, toy_dataset
 from tests.sdk.wire_toys import ToyFlightServer
-
-SPAWN = {"batch_size": None, "num_workers": 2, "multiprocessing_context": "spawn"}
 
 
 @pytest.fixture(scope="module")
@@ -28,11 +25,6 @@ def toy():
     yield server
     server.shutdown()
 
-
-def _dataset(toy) -> WindpipeIterableDataset:
-    source = WorkerSource("p-toy", settings=ClientSettings(
-        url="http://127.0.0.1:9", timeout=5.0, flight_locations=(toy.location,)))
-    return WindpipeIterableDataset(source, plan_id="p-toy")
 
 
 @pytest.mark.slow
@@ -46,7 +38,7 @@ def test_workers_of_abandoned_passes_exit_cleanly(toy):
     the small batches missed it about every other time."""
     codes = []
     for _ in range(10):
-        batches = iter(DataLoader(_dataset(toy), **SPAWN))
+        batches = iter(DataLoader(toy_dataset(toy), **SPAWN))
         for _ in range(3):
             next(batches)
         workers = list(batches._workers)  # type: ignore[attr-defined]
