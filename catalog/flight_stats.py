@@ -1,11 +1,16 @@
 """Cache statistics of the deployment's Flight servers, and the Prometheus text of ``/metrics``.
 
 :func:`fetch_cache_stats` asks every configured Flight location for its chunk-cache
-counters (the ``cache-stats`` action of ``docs/wire.md``), all at once and each
-within a short timeout, so one dead server neither hides the others nor stalls the
-caller. The counters are validated as the wire contract's
+counters (the ``cache-stats`` action of ``docs/wire.md``), so one dead server neither
+hides the others nor stalls the caller. The fan-out is bounded three ways, so a
+deployment of hundreds of servers, many of them gone, still answers a scrape in time:
+each call has a timeout, at most :data:`MAX_PARALLEL` calls run at once, and the whole
+fan-out has a deadline (:data:`DEADLINE_FACTOR` timeouts by default); a server not
+asked, or not done, by the deadline is reported ``unavailable``, as is one that cannot
+be reached. The counters are validated as the wire contract's
 :class:`~services.contract.reports.CacheCounters`; a location that fails, or answers
-without them, is reported with a typed error instead of counters.
+without them, is reported with a typed error instead of counters: nothing a server
+does (or a location it is listed at) makes the caller's answer a 500.
 
 :func:`render_metrics` writes the page of ``/metrics`` with ``prometheus_client``: the
 catalog's object counts and one gauge or counter per cache statistic labelled by
@@ -19,10 +24,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.flight as fl
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -40,6 +46,8 @@ from services.database import session_scope
 
 __all__ = [
     "CACHE_METRICS",
+    "DEADLINE_FACTOR",
+    "MAX_PARALLEL",
     "LocationStats",
     "ScrapeCollector",
     "catalog_table_rows",
@@ -67,6 +75,9 @@ CACHE_METRICS: dict[str, tuple[str, str, str]] = {
 
 _CATALOG_KINDS = ("datasets", "versions", "splits", "plans")
 
+MAX_PARALLEL = 16  # cache-stats calls in flight at once, per fan-out
+DEADLINE_FACTOR = 2.0  # the whole fan-out's deadline, in per-call timeouts
+
 
 @dataclass(frozen=True)
 class LocationStats:
@@ -91,7 +102,8 @@ def _one(location: str, *, timeout_s: float, token: str | None) -> LocationStats
     options = fl.FlightCallOptions(timeout=timeout_s, headers=flight_headers(token))
     try:
         client = fl.FlightClient(location)
-    except (fl.FlightError, ValueError, OSError) as exc:  # a malformed location
+    except (fl.FlightError, pa.ArrowException, ValueError, OSError) as exc:
+        # a malformed location, or a scheme without a Flight transport (http://)
         return _error(location, ErrorType.INVALID_REQUEST, f"cannot connect to {location}: {exc}")
     try:
         results = list(client.do_action(fl.Action(ACTION_CACHE_STATS, b""), options=options))
@@ -117,15 +129,42 @@ def _one(location: str, *, timeout_s: float, token: str | None) -> LocationStats
     return LocationStats(location=location, stats=counters.model_dump())
 
 
+def _outcome(location: str, future: Future[LocationStats], deadline_s: float
+             ) -> LocationStats:
+    if not future.done():
+        asked = "was not done" if future.running() else "was not asked"
+        return _error(location, ErrorType.UNAVAILABLE,
+                      f"{location} {asked} within the {deadline_s:g} s deadline of the "
+                      "fan-out to every Flight server")
+    exc = future.exception()
+    if exc is not None:  # a bug of ours: the others' answers still count
+        return _error(location, ErrorType.INTERNAL,
+                      f"reading the cache-stats of {location} failed: {type(exc).__name__}")
+    return future.result()
+
+
 def fetch_cache_stats(
-    locations: Sequence[str], *, timeout_s: float = 2.0, token: str | None = None
+    locations: Sequence[str], *, timeout_s: float = 2.0, token: str | None = None,
+    max_parallel: int = MAX_PARALLEL, deadline_s: float | None = None,
 ) -> list[LocationStats]:
-    """The ``cache-stats`` of every location, in the given order (concurrently)."""
+    """The ``cache-stats`` of every location, in the given order: at most
+    ``max_parallel`` calls at once, each within ``timeout_s``, all within ``deadline_s``
+    (default ``DEADLINE_FACTOR * timeout_s``); a location not answered by then is
+    reported ``unavailable``. Never raises for what a location or server does."""
     if not locations:
         return []
-    with ThreadPoolExecutor(max_workers=min(len(locations), 16)) as pool:
-        return list(pool.map(lambda loc: _one(loc, timeout_s=timeout_s, token=token),
-                             locations))
+    deadline = DEADLINE_FACTOR * timeout_s if deadline_s is None else deadline_s
+    pool = ThreadPoolExecutor(max_workers=max(1, min(len(locations), max_parallel)),
+                              thread_name_prefix="windpipe-cache-stats")
+    try:
+        futures = [pool.submit(_one, loc, timeout_s=timeout_s, token=token)
+                   for loc in locations]
+        wait(futures, timeout=deadline)
+        return [_outcome(loc, fut, deadline) for loc, fut in zip(locations, futures,
+                                                                  strict=True)]
+    finally:
+        # the calls still running end within their own timeout; the caller does not wait
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def catalog_table_rows(ctx: CatalogContext) -> dict[str, int]:

@@ -18,41 +18,67 @@ version it registered (``succeeded``) or the error envelope it ended with (``fai
   ``interrupted``, and since a registration writes its version in one transaction at its
   very end, nothing of it was stored; the same request again starts a fresh job and
   registers the same content-addressed version.
+- A shared job answers each of its requests for that request's caller: the work runs
+  seeing every dataset, and a conflict naming another dataset is written again for each
+  caller (:func:`catalog.registration.error_seen_by`), in place, on ``Prefer: wait``
+  and on ``GET /v1/jobs/{id}``. Only the request that started a job answers 201 for the
+  version it created (:attr:`Started.joined`); the requests that found it answer 200.
+- A job's row is kept :attr:`Jobs.retention_s` after the job ended (its last
+  ``updated_at``; an interrupted job's after its heartbeat stopped, and never before it
+  reads as interrupted), then deleted by the heartbeat thread, at most
+  :data:`PRUNE_BATCH` rows at a time, every :data:`PRUNE_EVERY_S` or sooner while rows
+  are due: ``GET /v1/jobs/{id}`` of a pruned job is ``not_found``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.orm import Session, sessionmaker
 
 from catalog.models import RegistrationJob, as_utc, utcnow
-from services.contract.errors import InternalError, Unavailable, WindpipeError
+from catalog.registration import error_seen_by
+from services.contract.errors import (
+    InternalError,
+    Unavailable,
+    WindpipeError,
+    error_from_envelope,
+)
 from services.contract.identity import canonical_json
 from services.database import session_scope
 from services.logging import get_logger
 
 __all__ = [
     "HEARTBEAT_S",
+    "PRUNE_BATCH",
+    "PRUNE_EVERY_S",
     "JobPhase",
     "JobState",
     "JobView",
     "Jobs",
     "RegistrationWork",
+    "Started",
     "Submit",
     "request_key",
 ]
 
 HEARTBEAT_S = 0.5
+PRUNE_BATCH = 500
+"""Most job rows one prune deletes: a backlog (a server that was down for days) is
+deleted a batch per heartbeat, never in one long transaction."""
+PRUNE_EVERY_S = 60.0
+"""How often the heartbeat thread looks for job rows past their retention (sooner when
+the retention is shorter)."""
 JobState = Literal["running", "succeeded", "failed", "interrupted"]
 JobPhase = Literal["reading manifest", "checking", "profiling", "storing", "done"]
 Progress = Callable[[str, int, int], None]
@@ -79,6 +105,17 @@ def _utc(at: datetime) -> datetime:
 
 
 VersionT = TypeVar("VersionT")
+
+
+class Started(NamedTuple):
+    """What :meth:`Jobs.start` gave a request: its job's ``id``; the job's ``future``
+    when it runs in this process; ``joined`` when the request found a running job of the
+    same request instead of starting one (it then answers 200, never 201: the request
+    that started the job answers 201 for a version that job created)."""
+
+    id: str
+    future: Future[tuple[dict[str, Any], bool]] | None
+    joined: bool
 
 
 class JobView(BaseModel, Generic[VersionT]):
@@ -128,12 +165,14 @@ class Jobs:
     """The registration jobs of one catalog process (see the module docstring)."""
 
     def __init__(self, sessions: sessionmaker[Session], submit: Submit, *,
-                 stale_after_s: float) -> None:
+                 stale_after_s: float, retention_s: float) -> None:
         """``submit(fn, *args)``: where jobs run (the catalog's storage pool, which
-        refuses with ``unavailable`` when full)."""
+        refuses with ``unavailable`` when full); ``retention_s``: how long a job's row
+        is kept after the job ended."""
         self._sessions = sessions
         self._submit = submit
         self.stale_after_s = stale_after_s
+        self.retention_s = retention_s
         self._lock = threading.RLock()  # a job done at once forgets itself in start()
         self._running: dict[str, _Running] = {}
         self._futures: dict[str, Future[tuple[dict[str, Any], bool]]] = {}
@@ -148,14 +187,16 @@ class Jobs:
         self._beat.join(timeout=5)
 
     def start(self, *, dataset: str, key: str, principal: str,
-              work: RegistrationWork) -> tuple[str, Future[tuple[dict[str, Any], bool]] | None]:
-        """The id of the job of this request, and its future when it runs here: the
-        running job of the same ``key`` if there is a live one, else a new job (refused
-        with ``unavailable`` when the storage pool and its queue are full)."""
+              work: RegistrationWork) -> Started:
+        """The job of this request (:class:`Started`): the running job of the same
+        ``key`` if there is a live one, else a new job (refused with ``unavailable``
+        when the storage pool and its queue are full). ``work`` runs for every request
+        that finds the job, so it must see every dataset: answers are written for
+        their caller by :meth:`view` and :func:`catalog.registration.error_seen_by`."""
         with self._lock:
             live = self._live_job(key)
             if live is not None:
-                return live, self._futures.get(live)
+                return Started(live, self._futures.get(live), joined=True)
             job_id = f"j-{uuid.uuid4().hex}"
             running = self._running[job_id] = _Running()
             # admitted (or refused at once, before any write) first; the work waits at
@@ -177,10 +218,13 @@ class Jobs:
                 running.gate.set()
             self._futures[job_id] = future
             future.add_done_callback(lambda _f: self._forget(job_id))
-            return job_id, future
+            return Started(job_id, future, joined=False)
 
-    def view(self, job_id: str) -> JobView[dict[str, Any]] | None:
-        """The job ``job_id``, or None when there is none."""
+    def view(self, job_id: str, *, visible: Callable[[str], bool] | None = None,
+             ) -> JobView[dict[str, Any]] | None:
+        """The job ``job_id`` as the caller that ``visible`` describes (a scoped
+        caller's test of a dataset name; None: one that sees every dataset) may see it,
+        or None when there is none (never was, or pruned)."""
         with session_scope(self._sessions) as session:
             row = session.get(RegistrationJob, job_id)
             if row is None:
@@ -191,6 +235,11 @@ class Jobs:
                     and self._stale(row.updated_at):
                 state = "interrupted"
                 error = Unavailable(_INTERRUPTED, details={"job_id": row.id}).envelope()["error"]
+            elif error is not None and error.get("type") == "conflict" \
+                    and visible is not None:
+                error = error_seen_by(error_from_envelope({"error": error}),
+                                      dataset=row.dataset,
+                                      visible=visible).envelope()["error"]
             return JobView[dict[str, Any]](
                 id=row.id, dataset=row.dataset, state=state,
                 phase=row.phase,  # type: ignore[arg-type]
@@ -198,6 +247,27 @@ class Jobs:
                 total=None if row.total is None else int(row.total),
                 created_at=_utc(row.created_at), updated_at=_utc(row.updated_at),
                 version=row.result, created=row.created, error=error)
+
+    def prune(self) -> int:
+        """Delete up to :data:`PRUNE_BATCH` rows of jobs that ended more than
+        :attr:`retention_s` ago (an interrupted one: whose heartbeat is older than both
+        the retention and ``stale_after_s``), never one running here; how many went."""
+        now = utcnow()
+        ended = now - timedelta(seconds=self.retention_s)
+        lost = now - timedelta(seconds=max(self.retention_s, self.stale_after_s))
+        with self._lock:
+            here = list(self._running)
+        job = RegistrationJob
+        with session_scope(self._sessions) as session:
+            due = session.scalars(
+                sa.select(job.id).where(
+                    sa.or_(sa.and_(job.state != "running", job.updated_at < ended),
+                           sa.and_(job.state == "running", job.updated_at < lost)),
+                    job.id.not_in(here))
+                .limit(PRUNE_BATCH)).all()
+            if due:
+                session.execute(sa.delete(job).where(job.id.in_(due)))
+        return len(due)
 
     # -- internals -------------------------------------------------------------------
 
@@ -251,19 +321,35 @@ class Jobs:
             self._futures.pop(job_id, None)
 
     def _heartbeat(self) -> None:
+        next_prune = time.monotonic()  # the first beat prunes what a stopped server left
         while not self._stop.wait(HEARTBEAT_S):
-            with self._lock:
-                beats = {k: r.values() for k, r in self._running.items()}
-            if not beats:
-                continue
-            try:
-                with session_scope(self._sessions) as session:
-                    for job_id, values in beats.items():
-                        session.execute(
-                            sa.update(RegistrationJob)
-                            .where(RegistrationJob.id == job_id,
-                                   RegistrationJob.state == "running")
-                            .values(**values, updated_at=utcnow()))
-            except Exception:  # a database outage: the next beat tries again
-                _log.warning("could not record the progress of registration jobs",
-                             exc_info=True)
+            self._record_progress()
+            if time.monotonic() >= next_prune:
+                next_prune = time.monotonic() + self._prune_quietly()
+
+    def _prune_quietly(self) -> float:
+        """Prune once; the seconds until the next prune (none while rows are due)."""
+        try:
+            if self.prune() == PRUNE_BATCH:
+                return 0.0
+        except Exception:  # a database outage: a later beat tries again
+            _log.warning("could not delete the rows of old registration jobs",
+                         exc_info=True)
+        return min(PRUNE_EVERY_S, self.retention_s)
+
+    def _record_progress(self) -> None:
+        with self._lock:
+            beats = {k: r.values() for k, r in self._running.items()}
+        if not beats:
+            return
+        try:
+            with session_scope(self._sessions) as session:
+                for job_id, values in beats.items():
+                    session.execute(
+                        sa.update(RegistrationJob)
+                        .where(RegistrationJob.id == job_id,
+                               RegistrationJob.state == "running")
+                        .values(**values, updated_at=utcnow()))
+        except Exception:  # a database outage: the next beat tries again
+            _log.warning("could not record the progress of registration jobs",
+                         exc_info=True)

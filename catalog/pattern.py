@@ -13,6 +13,9 @@ components of literal text and fields, ``{name}`` or ``{name:type}`` (``str``, `
   without one, two files of the same identity are refused.
 - A field matches one or more characters other than ``/``; two fields are separated by
   literal text; the pattern ends in ``.parquet``, ``.pq`` or ``.zarr``.
+- A pattern has at most 16 fields and 1024 characters; a name it matches (a file's or a
+  folder's) has at most 255 characters (:mod:`catalog.pattern_syntax`, whose matcher
+  costs at most name length x pattern length, never the splits of a name among fields).
 
 The catalog lists the root one folder at a time (:func:`services.storage.listing.
 list_folder`, confined to the root) from the pattern's leading literal folders down to
@@ -21,7 +24,9 @@ Every segment-like entry at the pattern's depth (a ``.parquet``/``.pq`` file, a 
 folder) must match, and one elsewhere whose name fits the last component (a segment in
 the wrong folder) is refused too, naming the path and the component that differs; other
 files (``cells.csv``, ``manifest.parquet`` beside the folders) are ignored. Files and
-folders listed, and segments matched, are each bounded by ``WINDPIPE_MAX_MANIFEST_ROWS``.
+folders listed, and segments matched, are each bounded by ``WINDPIPE_MAX_MANIFEST_ROWS``:
+with the bounds above, the matching work of one registration is bounded too. In the
+catalog it runs in the registration's job, on the storage pool, never on the event loop.
 Metadata may also come from a side table (``metadata=``: a ``.csv``/``.parquet`` path
 under the root, or ``metadata_rows``) keyed by ``cell_id`` (and ``set_id`` when it has
 that column): every cell must have one row.
@@ -29,8 +34,6 @@ that column): every cell must have one row.
 
 from __future__ import annotations
 
-import math
-import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +42,7 @@ import polars as pl
 
 from catalog.limits import check_manifest_rows
 from catalog.manifest import IDENTITY_COLUMNS, RESERVED_COLUMNS, read_table
+from catalog.pattern_syntax import ParsedPattern, bad_pattern, match_path, parse_pattern
 from catalog.problems import ProblemLog
 from services.contract.errors import ErrorType, InvalidManifest, InvalidRequest, WindpipeError
 from services.contract.limits import Limits, check_limit
@@ -48,9 +52,6 @@ from services.storage.store import PathEscapeError, Storage
 __all__ = ["ParsedPattern", "PatternSource", "manifest_from_pattern", "parse_pattern"]
 
 DEFAULT_PROTOCOL = "cycling"
-_FIELD = re.compile(r"\{([^{}]*)\}")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_INT = re.compile(r"^[+-]?\d+$")
 _TYPES = {"str": pl.String, "int": pl.Int64, "float": pl.Float64}
 _FILE_SUFFIXES = (".parquet", ".pq")
 _LISTING_THREADS = 8
@@ -69,96 +70,6 @@ class PatternSource:
     metadata_rows: list[dict[str, Any]] | None = None
 
 
-@dataclass(frozen=True)
-class _Component:
-    text: str
-    regex: re.Pattern[str]
-    fields: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ParsedPattern:
-    """A checked pattern: its leading literal folders, the components below them, each
-    field's type (pattern order) and whether it names zarr groups."""
-
-    text: str
-    prefix: tuple[str, ...]
-    components: tuple[_Component, ...]
-    types: dict[str, str]
-    zarr: bool
-
-    @property
-    def start(self) -> str:
-        """The folder the walk starts in (``""``: the root)."""
-        return "/".join(self.prefix)
-
-
-def _bad(text: Any, why: str) -> WindpipeError:
-    return InvalidRequest(f"pattern {text!r}: {why}",
-                          details={"pattern": str(text)})
-
-
-def _component(text: str, part: str, types: dict[str, str]) -> _Component:
-    regex, last = "", 0
-    fields: list[str] = []
-    for match in _FIELD.finditer(part):
-        literal = part[last:match.start()]
-        if "{" in literal or "}" in literal:
-            raise _bad(text, f"unbalanced brace in {part!r}")
-        if fields and not literal:
-            raise _bad(text, f"fields {fields[-1]!r} and the next one in {part!r} need literal "
-                             "text between them")
-        name, _, kind = match.group(1).partition(":")
-        name, kind = name.strip(), kind.strip()
-        if not _NAME.match(name):
-            raise _bad(text, f"{{{match.group(1)}}} is not a field: a field is {{name}} or "
-                             "{name:type} with a Python identifier as name")
-        if kind and kind not in _TYPES:
-            raise _bad(text, f"field {name!r} has type {kind!r}; types are {sorted(_TYPES)}")
-        if name in types:
-            raise _bad(text, f"field {name!r} appears twice")
-        types[name] = kind or ("int" if name == "cidx" else "str")
-        regex += re.escape(literal) + f"(?P<g{len(types)}>[^/]+)"
-        fields.append(name)
-        last = match.end()
-    tail = part[last:]
-    if "{" in tail or "}" in tail:
-        raise _bad(text, f"unbalanced brace in {part!r}")
-    return _Component(part, re.compile(regex + re.escape(tail)), tuple(fields))
-
-
-def parse_pattern(text: str) -> ParsedPattern:
-    """Check ``text`` and compile it; ``invalid_request`` naming what is wrong."""
-    if not isinstance(text, str) or not text.strip():
-        raise _bad(text, "is empty")
-    if text.startswith("/") or "\\" in text or any(ord(c) < 32 for c in text) \
-            or re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*:", text):
-        raise _bad(text, "must be a path relative to the root (no leading '/', scheme, "
-                         "backslash or control character)")
-    parts = text.split("/")
-    if any(p in ("", ".", "..") for p in parts):
-        raise _bad(text, "has an empty, '.' or '..' component")
-    types: dict[str, str] = {}
-    components = [_component(text, part, types) for part in parts]
-    if not text.endswith((*_FILE_SUFFIXES, ".zarr")):
-        raise _bad(text, "must end in the segments' suffix: .parquet, .pq or .zarr")
-    for name in ("cell_id", "cidx"):
-        if name not in types:
-            raise _bad(text, f"needs the field {{{name}}}")
-    if types["cidx"] != "int":
-        raise _bad(text, "the field cidx is an integer ({cidx} or {cidx:int})")
-    for name in ("set_id", "cell_id", "protocol"):
-        if types.get(name, "str") != "str":
-            raise _bad(text, f"the field {name} is a string")
-    for name in types:
-        if name in RESERVED_COLUMNS or name in ("segment_path", "row_count"):
-            raise _bad(text, f"the field name {name!r} is reserved")
-    n_prefix = next(i for i, c in enumerate(components) if c.fields or i == len(components) - 1)
-    return ParsedPattern(text=text, prefix=tuple(parts[:n_prefix]),
-                         components=tuple(components[n_prefix:]), types=types,
-                         zarr=text.endswith(".zarr"))
-
-
 def _segment_like(name: str, *, folder: bool) -> bool:
     return name.endswith(".zarr") if folder else name.endswith(_FILE_SUFFIXES)
 
@@ -169,7 +80,11 @@ def _walk(storage: Storage, parsed: ParsedPattern, limits: Limits,
     few other files seen; problems for segments of the other kind at that depth, and for
     entries elsewhere whose name fits the pattern's last component (a segment misplaced)."""
     depth = len(parsed.components)
-    final = parsed.components[-1].regex
+    final = parsed.components[-1]
+
+    def fits(name: str) -> bool:  # the last component's shape: a segment misplaced?
+        return final.match(name) is not None
+
     found: list[str] = []
     seen: list[str] = []
     listed = 0
@@ -189,7 +104,7 @@ def _walk(storage: Storage, parsed: ParsedPattern, limits: Limits,
                         continue
                     if last and not parsed.zarr and _segment_like(name, folder=False):
                         found.append(path)
-                    elif _segment_like(name, folder=False) and (last or final.fullmatch(name)):
+                    elif _segment_like(name, folder=False) and (last or fits(name)):
                         problems.append(_misplaced(parsed, path, folder=False))
                     elif len(seen) < 5:
                         seen.append(path)
@@ -200,9 +115,9 @@ def _walk(storage: Storage, parsed: ParsedPattern, limits: Limits,
                     if _segment_like(name, folder=True):
                         if last and parsed.zarr:
                             found.append(path)
-                        elif last or final.fullmatch(name):
+                        elif last or fits(name):
                             problems.append(_misplaced(parsed, path, folder=True))
-                    elif last and not parsed.zarr and final.fullmatch(name):
+                    elif last and not parsed.zarr and fits(name):
                         problems.append({"row": None, "segment_path": path, "problem":
                                          "is a folder; a parquet segment is one file"})
                     elif not last:
@@ -222,36 +137,6 @@ def _misplaced(parsed: ParsedPattern, path: str, *, folder: bool) -> dict[str, A
     else:
         text = f"is {kind} at depth {depth}; the pattern names {want} at depth {full}"
     return {"row": None, "segment_path": path, "problem": text}
-
-
-def _match(parsed: ParsedPattern, path: str) -> dict[str, Any] | str:
-    """The typed field values of ``path``, or the problem's text."""
-    parts = path.split("/")[len(parsed.prefix):]
-    values: dict[str, Any] = {}
-    for i, (part, comp) in enumerate(zip(parts, parsed.components, strict=True)):
-        m = comp.regex.fullmatch(part)
-        if m is None:
-            what = "name" if i == len(parts) - 1 else "folder"
-            return f"{what} {part!r} does not match {comp.text!r}"
-        for name, raw in zip(comp.fields, m.groups(), strict=True):
-            kind = parsed.types[name]
-            if kind == "int":
-                if not _INT.match(raw):
-                    return f"field {name!r} is {raw!r}, not an integer"
-                values[name] = int(raw)
-            elif kind == "float":
-                try:
-                    values[name] = float(raw)
-                except ValueError:
-                    return f"field {name!r} is {raw!r}, not a number"
-                if not math.isfinite(values[name]):
-                    return f"field {name!r} is {raw!r}, not a finite number"
-            else:
-                values[name] = raw
-    protocol = values.get("protocol")
-    if protocol is not None and protocol != protocol.strip().lower():
-        return f"protocol {protocol!r}: protocol names are lower-case"
-    return values
 
 
 def _pattern_error(parsed: ParsedPattern, problems: ProblemLog) -> WindpipeError:
@@ -275,7 +160,8 @@ def manifest_from_pattern(
     parsed = parse_pattern(source.pattern)
     for name, fixed in (("set_id", source.set_id), ("protocol", source.protocol)):
         if fixed is not None and name in parsed.types:
-            raise _bad(parsed.text, f"{name} is a field of the pattern and given as {fixed!r}")
+            raise bad_pattern(parsed.text,
+                              f"{name} is a field of the pattern and given as {fixed!r}")
     exclude = None
     if source.metadata is not None:
         try:
@@ -290,7 +176,7 @@ def manifest_from_pattern(
                               details={"pattern": parsed.text}) from exc
     rows: list[dict[str, Any]] = []
     for path in found:
-        values = _match(parsed, path)
+        values = match_path(parsed, path)
         if isinstance(values, str):
             misfits.append({"row": None, "segment_path": path, "problem": values})
         else:

@@ -17,6 +17,12 @@ per segment outlives its inspection but its description or its one-line problem.
 A manifest *row* of SEMANTICS section 1 is an identity ``(set_id, cell_id, cidx,
 protocol)``: all segment rows sharing it, in listed order, even when they are not
 adjacent in the manifest.
+
+Content already registered under another dataset is a ``conflict``
+(:func:`registered_elsewhere`) that names that dataset and version only to a caller who
+may read it. A registration job is shared by every request of the same dataset and body,
+whoever sent it, so the job keeps the named conflict and each answer is written for its
+caller (:func:`error_seen_by`), never once for all of them.
 """
 
 from __future__ import annotations
@@ -38,12 +44,19 @@ from catalog.manifest_paths import unique_paths
 from catalog.problems import ProblemLog
 from catalog.tally import FigureTally
 from catalog.version_schema import column_problems, protocol_schema
+from services.contract.errors import Conflict, WindpipeError
 from services.contract.identity import canonical_json
 from services.storage.packs import PackWriter
 from services.storage.segments import ColumnInfo, SegmentInfo
 from services.storage.store import Storage
 
-__all__ = ["PreparedVersion", "prepare_version", "version_digest"]
+__all__ = [
+    "PreparedVersion",
+    "error_seen_by",
+    "prepare_version",
+    "registered_elsewhere",
+    "version_digest",
+]
 
 _IDENT = list(IDENTITY_COLUMNS)
 
@@ -98,6 +111,33 @@ class PreparedVersion:
             chunk_rows=tuple(int(x) for x in row["chunk_rows"]),
             fingerprint=row["fingerprint"],
         )
+
+
+def registered_elsewhere(*, dataset: str, version_id: str, holder: str,
+                         visible: Callable[[str], bool] | None) -> Conflict:
+    """The ``conflict`` of registering under ``dataset`` the content that is version
+    ``version_id`` of dataset ``holder``: naming both only when ``visible(holder)`` (None:
+    the caller sees every dataset), else naming nothing of them (their names are
+    information too, docs/security.md)."""
+    if visible is not None and not visible(holder):
+        return Conflict("this content is already registered under a dataset name outside "
+                        "your scope", details={"dataset": dataset})
+    return Conflict(f"this content is already registered as version {version_id!r} of "
+                    f"dataset {holder!r}", details={"version_id": version_id, "dataset": holder})
+
+
+def error_seen_by(error: WindpipeError, *, dataset: str,
+                  visible: Callable[[str], bool] | None) -> WindpipeError:
+    """``error``, the outcome of a registration under ``dataset``, as the caller that
+    ``visible`` describes may see it: a named :func:`registered_elsewhere` conflict is
+    written again for that caller; any other error is the same for everyone."""
+    details = error.details
+    holder, version_id = details.get("dataset"), details.get("version_id")
+    if isinstance(error, Conflict) and set(details) == {"dataset", "version_id"} \
+            and isinstance(holder, str) and isinstance(version_id, str) and holder != dataset:
+        return registered_elsewhere(dataset=dataset, version_id=version_id, holder=holder,
+                                    visible=visible)
+    return error
 
 
 def _problem(row: int, path: Any, text: str) -> dict[str, Any]:

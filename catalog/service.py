@@ -32,12 +32,12 @@ from catalog.models import Dataset, SplitRow, Version
 from catalog.pattern import PatternSource, manifest_from_pattern
 from catalog.profile import profile_for, profile_warnings
 from catalog.protocol_warnings import protocol_warnings
-from catalog.registration import PreparedVersion, prepare_version
+from catalog.registration import PreparedVersion, prepare_version, registered_elsewhere
 from catalog.repository import Page, Repository
 from catalog.retire import check_version_live
-from catalog.splits import assign_splits, split_counts
+from catalog.splits import assign_splits, cell_leakage, split_counts
 from services.contract.configs import ValidationConfig
-from services.contract.errors import Conflict, InvalidRequest, NotFound, WindpipeError
+from services.contract.errors import InvalidRequest, NotFound, WindpipeError
 from services.contract.identity import canonical_json
 from services.contract.stats import VersionProfile
 from services.database import session_scope
@@ -200,17 +200,9 @@ def _store_version(
         repo = Repository(session)
         existing = repo.get_version(prepared.version_id)
         if existing is not None:
-            if existing.dataset.name != name and visible is not None \
-                    and not visible(existing.dataset.name):
-                raise Conflict(
-                    "this content is already registered under a dataset name outside "
-                    "your scope", details={"dataset": name})
             if existing.dataset.name != name:
-                raise Conflict(
-                    f"this content is already registered as version {existing.id!r} of "
-                    f"dataset {existing.dataset.name!r}",
-                    details={"version_id": existing.id, "dataset": existing.dataset.name},
-                )
+                raise registered_elsewhere(dataset=name, version_id=existing.id,
+                                           holder=existing.dataset.name, visible=visible)
             return Created(existing, created=False,
                            warnings=_registration_warnings(repo, prepared, profile))
         dataset = repo.get_dataset(name) or repo.add_dataset(name)
@@ -359,10 +351,12 @@ def create_split(ctx: CatalogContext, version_id: str, config: ValidationConfig,
         return Created(existing, created=False)
     assigned = assign_splits(version_index(ctx, version_id), config)
     counts = split_counts(assigned, group_by=config.group_by)
+    leakage = cell_leakage(assigned).model_dump(mode="json")
     try:
         with session_scope(ctx.sessions) as session:
             repo = Repository(session)
-            split = SplitRow(id=split_id, version_id=version_id, config=config_json, counts=counts)
+            split = SplitRow(id=split_id, version_id=version_id, config=config_json, counts=counts,
+                             leakage=leakage)
             repo.add_split(split)
             repo.insert_assignments(split_id, assigned)
             session.flush()

@@ -11,8 +11,11 @@ apart.
 
 What it exposes (``docs/operations.md``):
 
-* ``windpipe_flight_streams_total{outcome}``: streams ended ``completed``, ``cancelled``
-  or with an ``error``; ``windpipe_flight_active_streams``.
+* ``windpipe_flight_streams_total{outcome}``: streams ended ``completed``, ``cancelled``,
+  with an ``error``, or ``stalled`` (their client took nothing for
+  ``flight_stream_stall_s``: ``flight_server.stream_slots``);
+  ``windpipe_flight_active_streams``; ``windpipe_flight_refused_streams_total``: streams
+  refused because ``flight_max_streams`` were open.
 * ``windpipe_flight_batch_build_seconds``: how long each batch took to come out of the
   build pipeline (chunks read, decoded, windows assembled), as the stream waited for it;
   the build-ahead thread's head start shortens it.
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIServer
@@ -119,15 +122,19 @@ class FlightMetrics:
     """One Flight server's metrics (see the module docstring), in :attr:`registry`.
 
     The server calls :meth:`watch` once its cache exists, iterates its build pipeline
-    through :meth:`timed`, and reports each batch sent (:meth:`sent`) and each stream's
-    end (:meth:`stream_ended`); :meth:`middleware` counts failed calls.
+    through :meth:`timed`, and reports each batch sent (:meth:`sent`), each stream's
+    end (:meth:`stream_ended`) and each refused (:meth:`refused`); :meth:`middleware`
+    counts failed calls.
     """
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.streams = Counter("windpipe_flight_streams", "streams ended, by outcome "
-                               "(completed, cancelled, error)", ["outcome"],
+                               "(completed, cancelled, error, stalled)", ["outcome"],
                                registry=self.registry)
+        self.refused_streams = Counter("windpipe_flight_refused_streams", "streams refused "
+                                       "because flight_max_streams streams were open",
+                                       registry=self.registry)
         self.batch_seconds = Histogram(
             "windpipe_flight_batch_build_seconds", "seconds each batch took to come out of "
             "the build pipeline (chunks read and decoded, windows assembled)",
@@ -151,7 +158,7 @@ class FlightMetrics:
         """The server middleware that counts every call ending in an error."""
         return _CallMetricsFactory(self.errors)
 
-    def timed(self, items: Iterable[T]) -> Iterator[T]:
+    def timed(self, items: Iterable[T]) -> Generator[T, None, None]:
         """``items``, timing how long each took to come (the batch build histogram);
         closes ``items`` when closed itself, as the loop over them would."""
         it = iter(items)
@@ -175,8 +182,12 @@ class FlightMetrics:
         self.sent_bytes.inc(nbytes)
 
     def stream_ended(self, outcome: str) -> None:
-        """A stream ended ``completed``, ``cancelled`` or ``error``."""
+        """A stream ended ``completed``, ``cancelled``, ``error`` or ``stalled``."""
         self.streams.labels(outcome).inc()
+
+    def refused(self) -> None:
+        """A stream refused: ``flight_max_streams`` streams were open."""
+        self.refused_streams.inc()
 
 
 @dataclass

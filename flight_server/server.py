@@ -7,7 +7,9 @@
   paths), the others listed as fallbacks. The locations are the configured ones and
   those ``WINDPIPE_FLIGHT_DISCOVERY`` names (``services.discovery``), re-read as it changes.
 * ``DoGet``: a ticket -> one record batch per training batch, the batch's
-  :class:`services.contract.wire.BatchMetadata` as ``app_metadata``.
+  :class:`services.contract.wire.BatchMetadata` as ``app_metadata``. At most
+  ``flight_max_streams`` at once, one whose client takes nothing for
+  ``flight_stream_stall_s`` ended (``flight_server.stream_slots``).
 * ``DoAction``: ``health``, ``cache-stats``, ``tier-info``, ``warm`` (progress results
   streamed as the chunks load).
 * ``GetSchema``, ``DoPut``, ``DoExchange``, ``ListFlights``, ``Handshake``: refused with
@@ -27,10 +29,9 @@ envelope in ``extra_info``.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,6 +40,7 @@ import pyarrow as pa
 import pyarrow.flight as fl
 
 from flight_server.access import FlightAccess
+from flight_server.actions import list_actions, run_action
 from flight_server.auth import AUTH_MIDDLEWARE, PrincipalAuthFactory, caller, caller_token
 from flight_server.calls import (
     CALL_FILTER,
@@ -47,19 +49,17 @@ from flight_server.calls import (
     guard,
     internal_error,
     peer_text,
-    warm_plan_id,
 )
 from flight_server.config import FlightServerConfig
 from flight_server.locality import endpoint_ranges
 from flight_server.metrics import METRICS_MIDDLEWARE, FlightMetrics
 from flight_server.plan_sources import PlanCache
 from flight_server.stream_checks import StreamAuth, check_cache_fit
+from flight_server.stream_slots import StreamSlot, StreamSlots, shutdown_peer
 from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
 from flight_server.tier_fill import TierFill
-from flight_server.warm import warm_results
 from services.contract.errors import (
     ErrorType,
-    InvalidRequest,
     InvalidTicket,
     SegmentChanged,
     Unavailable,
@@ -67,32 +67,14 @@ from services.contract.errors import (
 )
 from services.contract.limits import check_world_size
 from services.contract.principals import Principal
-from services.contract.reports import (
-    CacheCounters,
-    FlightHealth,
-    FlightTierInfo,
-    HealthTier,
-    TierStatus,
-    WarmProgress,
-)
-from services.contract.wire import (
-    ACTION_CACHE_STATS,
-    ACTION_HEALTH,
-    ACTION_TIER_INFO,
-    ACTION_WARM,
-    ACTIONS,
-    WIRE_VERSION,
-    FlightCommand,
-    batch_schema,
-    to_flight_error,
-)
+from services.contract.wire import WIRE_VERSION, FlightCommand, batch_schema, to_flight_error
 from services.discovery import FlightDiscovery
 from services.logging import get_logger
 from services.materialize.builder import BatchBuilder
 from services.materialize.cache import ChunkCache
 from services.materialize.pipeline import BatchPipeline
 from services.materialize.plan import PlanContext
-from services.materialize.tier import Tier, TierInfo
+from services.materialize.tier import Tier
 from services.planning.ranks import pass_start, rank_batches
 from services.planning.schedule import Schedule
 from services.planning.sizes import channel_counts, token_bytes
@@ -102,6 +84,7 @@ __all__ = ["WindpipeFlightServer"]
 
 _I64 = np.int64
 _log = get_logger("windpipe.flight")
+_CLOSE_WAIT_S = 5.0  # how long stop waits for the calls whose connections it closed
 
 
 class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
@@ -141,12 +124,15 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         _log.info("flight.tier", path=str(config.tier_dir) if config.tier_dir else None,
                   budget_bytes=config.tier_bytes, budget=config.tier_source,
                   cache_bytes=knobs.cache_bytes)
-        self._storage_for: Callable[[str], Storage] = StorageRoots(config.storage).open
+        self.storage_for: Callable[[str], Storage] = StorageRoots(config.storage).open
         self.discovery = FlightDiscovery.from_settings(knobs)
         self._stopping = threading.Event()
         self._active = 0
         self._streams = 0  # streams started since the server started
         self._active_lock = threading.Lock()
+        # at most flight_max_streams open streams, a stalled one ended: stream_slots
+        self.slots = StreamSlots(max_streams=knobs.flight_max_streams,
+                                 stall_s=knobs.flight_stream_stall_s, on_stall=self._stalled)
         self.metrics.watch(cache=self.cache, tier=self.tier, active_streams=lambda: self._active)
 
     # -- helpers ----------------------------------------------------------------------
@@ -164,7 +150,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         )
         return schedule, np.asarray(batches, dtype=_I64)
 
-    def _authorize(self, context: Any, plan_id: str) -> Principal:
+    def authorize(self, context: Any, plan_id: str) -> Principal:
         """The caller, if it may read ``plan_id`` (else ``unauthenticated`` / ``forbidden``)."""
         principal = caller(context)
         if self._access is not None:
@@ -193,7 +179,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
     def _flight_info(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
         cmd = command_of(descriptor)
         check_world_size(cmd.world_size, self.config.limits)
-        principal = self._authorize(context, cmd.plan_id)
+        principal = self.authorize(context, cmd.plan_id)
         plan = self.plans.live(cmd.plan_id)
         schedule, batches = self._rank_pass(plan, cmd.epoch, cmd.rank, cmd.world_size)
         # positions count part batches (an aligned batch is one per protocol); tickets too
@@ -233,38 +219,67 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             if self._access is not None and payload.sub != principal.name:
                 raise InvalidTicket("this ticket was issued to another principal; ask "
                                     "GetFlightInfo for your own")
-            self._authorize(context, payload.plan_id)
+            self.authorize(context, payload.plan_id)
             check_world_size(payload.world_size, self.config.limits)
-            plan = self.plans.live(payload.plan_id)  # a retired plan's tickets are refused
-            schedule, batches = self._rank_pass(
-                plan, payload.epoch, payload.rank, payload.world_size
-            )
-            end = min(payload.end_batch, int(batches.shape[0]))
-            start = min(payload.start_batch, end)
-            schema = self._schema(plan, wire=payload.wire)
-            builder = BatchBuilder(
-                plan, self._storage_for(plan.root_uri), self.cache, schema,
-                on_bad_segment=self.config.settings.on_bad_segment, tier=self.tier,
-                blocks="auto" if self.config.settings.auto_blocks else "cached",
-            )
-            fields = {"plan": payload.plan_id, "epoch": payload.epoch, "rank": payload.rank,
-                      "world_size": payload.world_size, "start_batch": start,
-                      "end_batch": end, "peer": peer_text(context)}
-            check_cache_fit(plan, schedule, batches[start:end], start=start,
-                            budget_bytes=self.cache.budget_bytes)
-            if self.tier_fill is not None:
-                self.tier_fill.start(plan, builder.storage)
-            auth = StreamAuth(self._access, token=caller_token(context), principal=principal,
-                              plan_id=payload.plan_id, trust_s=self.config.settings.auth_cache_s)
-            gen = self._stream(context, builder, schedule, batches,
-                               start=start, end=end, fields=fields, auth=auth)
+            slot = self._admit(context, payload.plan_id)  # unavailable over the cap
+            try:
+                schema, gen = self._open(context, payload, principal, slot)
+            except BaseException:
+                slot.release()
+                raise
+            weakref.finalize(gen, slot.release)  # a generator pyarrow drops unstarted
             return fl.GeneratorStream(schema, gen)
 
         return guard(setup)
 
+    def _admit(self, context: Any, plan_id: str) -> StreamSlot:
+        """A stream slot (``flight_server.stream_slots``), else ``unavailable``, counted."""
+        try:
+            return self.slots.acquire(peer=peer_text(context), plan=plan_id)
+        except Unavailable:
+            self.metrics.refused()
+            _log.warning("flight.stream.refused", plan=plan_id, peer=peer_text(context),
+                         max_streams=self.slots.max_streams)
+            raise
+
+    def _open(self, context: Any, payload: TicketPayload, principal: Principal,
+              slot: StreamSlot) -> tuple[pa.Schema, Iterator[Any]]:
+        """The schema and the batch generator of an admitted ticket."""
+        plan = self.plans.live(payload.plan_id)  # a retired plan's tickets are refused
+        schedule, batches = self._rank_pass(plan, payload.epoch, payload.rank,
+                                            payload.world_size)
+        end = min(payload.end_batch, int(batches.shape[0]))
+        start = min(payload.start_batch, end)
+        schema = self._schema(plan, wire=payload.wire)
+        builder = BatchBuilder(
+            plan, self.storage_for(plan.root_uri), self.cache, schema,
+            on_bad_segment=self.config.settings.on_bad_segment, tier=self.tier,
+            blocks="auto" if self.config.settings.auto_blocks else "cached",
+        )
+        fields = {"plan": payload.plan_id, "epoch": payload.epoch, "rank": payload.rank,
+                  "world_size": payload.world_size, "start_batch": start,
+                  "end_batch": end, "peer": slot.peer}
+        check_cache_fit(plan, schedule, batches[start:end], start=start,
+                        budget_bytes=self.cache.budget_bytes)
+        if self.tier_fill is not None:
+            self.tier_fill.start(plan, builder.storage)
+        auth = StreamAuth(self._access, token=caller_token(context), principal=principal,
+                          plan_id=payload.plan_id, trust_s=self.config.settings.auth_cache_s)
+        return schema, self._stream(context, builder, schedule, batches, start=start,
+                                    end=end, fields=fields, auth=auth, slot=slot)
+
+    def _stalled(self, slot: StreamSlot, waited_s: float) -> None:
+        """End a stream whose client took nothing for ``flight_stream_stall_s`` (called
+        by the slots' watchdog): its connection is shut down (``stream_slots``)."""
+        ended = shutdown_peer(slot.peer, port=self.port)
+        (_log.warning if ended else _log.error)(
+            "flight.stream.stalled", plan=slot.plan, peer=slot.peer, batches=slot.sent,
+            waited_s=round(waited_s, 3), stall_s=self.slots.stall_s,
+            connection_closed=ended)
+
     def _stream(self, context: Any, builder: BatchBuilder, schedule: Schedule,
                 batches: np.ndarray, *, start: int, end: int,
-                fields: dict[str, Any], auth: StreamAuth) -> Iterator[Any]:
+                fields: dict[str, Any], auth: StreamAuth, slot: StreamSlot) -> Iterator[Any]:
         with self._active_lock:
             self._active += 1
             self._streams += 1
@@ -275,8 +290,9 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         pipeline = BatchPipeline(builder, schedule, batches, start=start, end=end,
                                  readahead_batches=self.config.settings.readahead_batches,
                                  build_ahead_bytes=self.config.settings.build_ahead_bytes)
+        built_batches = self.metrics.timed(pipeline)
         try:
-            for i, built in self.metrics.timed(pipeline):
+            for i, built in built_batches:
                 if context.is_cancelled():
                     outcome = "cancelled"
                     return
@@ -289,7 +305,9 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                     _log.warning("flight.segment.skipped", plan=fields["plan"], batch_idx=i,
                                  skipped=list(meta.skipped_lanes))
                 nbytes += built.nbytes
+                slot.handed()  # the stall clock runs until gRPC asks for the next batch
                 yield builder.record_batch(built), pa.py_buffer(meta.encode())
+                slot.taken()
                 sent += 1
                 self.metrics.sent(built.nbytes)
         except WindpipeError as exc:
@@ -316,10 +334,14 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             outcome, error_type = "error", type(exc).__name__
             raise internal_error(exc) from None
         finally:
+            built_batches.close()  # a build-ahead thread ends with its stream, at once
+            slot.release()
             with self._active_lock:
                 self._active -= 1
             if outcome == "completed" and start + sent < end:
                 outcome = "cancelled"  # the client stopped reading (generator dropped)
+            if slot.stalled:
+                outcome = "stalled"  # ended by the stall watchdog (stream_slots)
             self.metrics.stream_ended(outcome)
             emit = _log.error if outcome == "error" else _log.info
             emit("flight.stream.end", plan=fields["plan"], epoch=fields["epoch"],
@@ -328,96 +350,36 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                  outcome=outcome, error_type=error_type)
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
-        """The actions of ``docs/wire.md``."""
-        return [
-            (ACTION_HEALTH, "liveness, no token: {status, version, active_streams, streams}; "
-                            "with a token also {tier: {budget_bytes, budget_source}}"),
-            (ACTION_CACHE_STATS, "chunk cache counters"),
-            (ACTION_TIER_INFO, "where the host tier is, for same-host readers: {tier}"),
-            (ACTION_WARM, "load a plan's chunks into the cache: body {plan_id}"),
-        ]
+        """The actions of ``docs/wire.md`` (``flight_server.actions``)."""
+        return list_actions()
 
     def do_action(self, context: Any, action: fl.Action) -> Iterator[bytes]:
-        """``health``, ``cache-stats``, ``tier-info`` and ``warm``."""
-        kind = action.type
-        body = action.body.to_pybytes() if action.body is not None else b""
-        if kind != ACTION_HEALTH:
-            try:
-                caller(context)
-            except fl.FlightError:
-                raise
-            except Exception as exc:
-                raise internal_error(exc) from None
-        if kind == ACTION_HEALTH:  # anonymous: nothing about the host; authenticated: the
-            # tier's budget and its source too (its path and host: tier-info)
-            health = FlightHealth(version=WIRE_VERSION, active_streams=self._active,
-                                  streams=self._streams, tier=self._health_tier(context))
-            return iter([json.dumps(health.model_dump(mode="json")).encode()])
-        if kind == ACTION_TIER_INFO:
-            tier = (TierStatus.model_validate(self._tier_info().as_dict())
-                    if self.tier is not None else None)
-            return iter([json.dumps(FlightTierInfo(tier=tier).model_dump(mode="json")).encode()])
-        if kind == ACTION_CACHE_STATS:
-            counters = CacheCounters.model_validate(self.cache.stats().as_dict())
-            return iter([json.dumps(counters.model_dump(mode="json")).encode()])
-        if kind == ACTION_WARM:
-            return self._warm(context, body)
-        raise to_flight_error(InvalidRequest(
-            f"unknown action {kind!r}",
-            details={"actions": list(ACTIONS)},
-        ))
+        """``health``, ``cache-stats``, ``tier-info`` and ``warm`` (``flight_server.actions``)."""
+        return run_action(self, context, action)
 
-    def _health_tier(self, context: Any) -> HealthTier | None:
-        """The tier's budget and how it was chosen (half the free disk unless set; ``"off"``
-        without a tier) for a caller who may call the authenticated actions, so an operator
-        sees it where they check liveness; None for anyone else: health stays free of
-        anything about the host for anonymous probes."""
-        try:
-            caller(context)
-        except Exception:  # unauthenticated (or auth unavailable): liveness answers anyway
-            return None
-        if self.tier is None:
-            return HealthTier(budget_bytes=0, budget_source="off")
-        return HealthTier(budget_bytes=self.tier.budget_bytes,
-                          budget_source=self.tier.budget_source)
+    @property
+    def active_streams(self) -> int:
+        """Streams open now."""
+        return self._active
 
-    def _tier_info(self) -> TierInfo:
-        """The tier as advertised: its ``host`` is the configured host id (the node's
-        name, which a pod's hostname is not), else the hostname."""
-        assert self.tier is not None
-        info = self.tier.info()
-        host_id = self.config.settings.host_id
-        return dataclasses.replace(info, host=host_id) if host_id else info
-
-    def _warm(self, context: Any, body: bytes) -> Iterator[bytes]:
-        try:
-            plan_id = warm_plan_id(body)
-            self._authorize(context, plan_id)
-            plan = self.plans.live(plan_id)
-            results = warm_results(plan, self._storage_for(plan.root_uri), self.cache,
-                                   self.tier)
-        except Exception as exc:
-            raise internal_error(exc) from None
-        return self._warm_steps(results)
-
-    def _warm_steps(self, results: Iterator[WarmProgress]) -> Iterator[bytes]:
-        last: WarmProgress | None = None
-        try:
-            for last in results:
-                yield json.dumps(last.model_dump(mode="json", exclude_unset=True)).encode()
-        except Exception as exc:
-            raise internal_error(exc) from None
-        _log.info("flight.warm", chunks=last.loaded if last else None,
-                  bytes=last.bytes if last else None, seconds=last.seconds if last else None)
+    @property
+    def streams_started(self) -> int:
+        """Streams started since the server started."""
+        return self._streams
 
     # -- lifecycle --------------------------------------------------------------------
 
     def stop(self, *, grace_s: float = 10.0) -> bool:
         """Refuse new batches, end open streams, shut down within ``grace_s``.
 
-        Returns True when the server stopped within the deadline.
+        A stream whose client stopped reading is blocked in a gRPC write that no flag
+        reaches, and gRPC's shutdown waits for every call: the connections of the streams
+        still open at the deadline are shut down (as the stall watchdog does), and their
+        calls end. Returns True when the server stopped, within ``grace_s`` or
+        ``_CLOSE_WAIT_S`` after those connections were closed.
         """
         self._stopping.set()
+        self.slots.close()
         if self.tier_fill is not None:
             self.tier_fill.stop()
         done = threading.Event()
@@ -430,6 +392,12 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
         threading.Thread(target=_shutdown, name="windpipe-flight-shutdown", daemon=True).start()
         ok = done.wait(timeout=grace_s)
+        if not ok:
+            for slot in self.slots.open_slots():
+                ended = shutdown_peer(slot.peer, port=self.port)
+                _log.warning("flight.stream.ended_at_stop", plan=slot.plan, peer=slot.peer,
+                             batches=slot.sent, connection_closed=ended)
+            ok = done.wait(timeout=_CLOSE_WAIT_S)
         self.cache.close()
         return ok
 

@@ -19,6 +19,11 @@ between two endpoints once ``refresh_s`` seconds have passed, and at a failover 
 a second has: a server added mid-epoch then gets its share of the rest of the pass
 (a new ``FlightInfo``), one removed is no longer tried first. A refresh that fails
 keeps the list (the catalog may be down while the Flight servers are not).
+
+A server at its stream cap refuses a stream (``unavailable``, ``details.limit``
+``"flight_max_streams"``): the next replica is tried, and when every one refused, the
+pass waits for a free stream. How many failovers and how long a wait a pass allows,
+counted since its last batch, is ``sdk._retries``'s.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import pyarrow.flight as fl
 
 from sdk._exceptions import InternalError, Unavailable, WindpipeError, error_from_flight
 from sdk._locations import UNREACHABLE_HINT, LocationMap
+from sdk._retries import PassRetries, busy_refusal
 from services.contract.auth import flight_headers
 from services.contract.wire import BatchMetadata, FlightCommand
 
@@ -55,19 +61,23 @@ _REFRESH_WAIT_S = 2.0  # how long a pass waits for a refresh's answer
 class _Counters:
     """``failovers``: times a location failed and another one took over; ``gets``: the
     ``DoGet`` calls made, by location; ``refreshes``: the times the locations were
-    asked for again (which path a rank took, and where it read, shows in them)."""
+    asked for again (which path a rank took, and where it read, shows in them);
+    ``busy``: streams a server refused at its stream cap."""
 
     failovers: int = 0
     dead: list[str] = field(default_factory=list)
     gets: dict[str, int] = field(default_factory=dict)
     refreshes: int = 0
+    busy: int = 0
 
 
 class FlightStream:
     """A Flight client over a set of equivalent servers (``grpc://host:port``).
 
     ``refresh``: where the locations come from again (see the module docstring);
-    None: ``locations`` stay as given.
+    None: ``locations`` stay as given. ``max_failovers``: failovers in a row without a
+    batch before a pass gives up; ``busy_wait_s``: how long in all a pass waits, without
+    a batch, for servers at their stream cap.
     """
 
     def __init__(
@@ -78,6 +88,7 @@ class FlightStream:
         timeout: float = 30.0,
         read_timeout: float | None = 60.0,
         max_failovers: int = 8,
+        busy_wait_s: float = 60.0,
         location_map: LocationMap | None = None,
         refresh: Callable[[], Sequence[str]] | None = None,
         refresh_s: float = 10.0,
@@ -88,6 +99,7 @@ class FlightStream:
         self.location_map = location_map or LocationMap({})
         self.locations = [self.location_map(str(loc)) for loc in locations]
         self.max_failovers = max_failovers
+        self.busy_wait_s = busy_wait_s
         self.read_timeout = read_timeout
         headers = flight_headers(token)
         self._info_options = fl.FlightCallOptions(headers=headers, timeout=timeout)
@@ -194,7 +206,7 @@ class FlightStream:
         """Every record batch of the pass from ``command.start_batch`` on, in order."""
         next_batch = command.start_batch
         dead: set[str] = set()
-        failovers = 0
+        retries = PassRetries(max_failovers=self.max_failovers, busy_wait_s=self.busy_wait_s)
         self.refresh_locations()
         while True:
             info, info_location = self.flight_info(
@@ -218,16 +230,14 @@ class FlightStream:
                         yield from parts
                         parts = []
                         next_batch += 1
+                        retries.progress()
             except _Replan:
                 continue  # the rest of the pass, spread over the servers known now
-            except _Failover as exc:
-                failovers += 1
-                if failovers > self.max_failovers:
-                    msg = (f"gave up after {failovers - 1} failovers at batch {next_batch}: "
-                           f"could not reach {', '.join(sorted(dead))} ({exc.cause}); "
-                           f"{UNREACHABLE_HINT}")
-                    raise Unavailable(msg, details={"dead": sorted(dead)}) from exc.cause
-                time.sleep(min(0.05 * failovers, 0.5))
+            except _Failover as exc:  # wait, or give up (sdk._retries)
+                if exc.busy is not None:
+                    retries.after_refusal(exc.busy, next_batch=next_batch, cause=exc.cause)
+                else:
+                    retries.after_failover(next_batch=next_batch, dead=dead, cause=exc.cause)
                 self.refresh_locations(failover=True)
                 continue
             return
@@ -262,6 +272,12 @@ class FlightStream:
                     yield chunk.data, BatchMetadata.decode(chunk.app_metadata)
                 return
             except _TRANSPORT_ERRORS as exc:
+                busy = busy_refusal(exc)
+                if busy is not None:  # alive, at its stream cap: not a failover
+                    self.counters.busy += 1
+                    if i == len(ordered) - 1:
+                        raise _Failover(uri, exc, busy=busy) from exc
+                    continue
                 dead.add(uri)
                 self.counters.failovers += 1
                 self.counters.dead.append(uri)
@@ -358,10 +374,14 @@ class _Replan(Exception):  # noqa: N818 - internal signal
 
 
 class _Failover(WindpipeError):  # noqa: N818 - internal signal
-    def __init__(self, location: str, cause: BaseException) -> None:
+    """A location failed (``busy``: refused the stream at its stream cap, that error)."""
+
+    def __init__(self, location: str, cause: BaseException, *,
+                 busy: WindpipeError | None = None) -> None:
         super().__init__(f"Flight server {location} failed: {cause}")
         self.location = location
         self.cause = cause
+        self.busy = busy
 
 
 def _uri(location: Any) -> str:

@@ -205,6 +205,16 @@ class Settings(BaseSettings):
         description="bytes of batches a stream builds ahead in a second thread (0: none)",
         json_schema_extra={"flag": "--build-ahead-bytes"},
     )
+    flight_max_streams: int = Field(
+        default=256, ge=1,
+        description="streams a Flight server serves at once (each holds a thread and a few "
+                    "MiB of gRPC buffers); one more is refused with unavailable (retryable)",
+    )
+    flight_stream_stall_s: float = Field(
+        default=600.0, gt=0,
+        description="a Flight stream whose client takes no batch for this long is ended "
+                    "(its connection closed; the SDK resumes the pass at its next batch)",
+    )
     ticket_ttl_s: float = Field(
         default=86400.0, gt=0, description="how long a Flight ticket stays valid",
         json_schema_extra={"flag": "--ticket-ttl-s"},
@@ -235,8 +245,10 @@ class Settings(BaseSettings):
     )
     allowed_roots: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
-        description="storage roots datasets may be registered from besides the data dir: "
-                    "/abs/dir or s3://bucket/prefix (comma-separated in the variable)",
+        description="storage roots besides the data dir that the catalog registers "
+                    "datasets from and every Flight server reads from (give each Flight "
+                    "server the catalog's list): /abs/dir or s3://bucket/prefix "
+                    "(comma-separated in the variable)",
         json_schema_extra={"flag": "--allow-root", "default_text": "the data dir only"},
     )
     root_scopes: Annotated[tuple[str, ...], NoDecode] = Field(
@@ -298,6 +310,11 @@ class Settings(BaseSettings):
         default=30.0, gt=0,
         description="seconds without a heartbeat after which a running registration job "
                     "reads as interrupted (its server stopped; nothing of it was stored)",
+    )
+    job_retention_s: float = Field(
+        default=86400.0, gt=0,
+        description="seconds a registration job is kept after it ended (its answer read "
+                    "with GET /v1/jobs/{id}); then it is deleted and reads as not found",
     )
     max_batch_size: int = Field(
         default=_LIMITS.max_batch_size, ge=1, description="largest batch_size of a plan"

@@ -18,6 +18,10 @@ token is needed (unless ``data_dir`` holds stored tokens of a served deployment:
 request limits, cache and tier budgets) except what describes a server: database URL,
 token, host, allowed roots and root scopes, Flight locations.
 
+The database is ``data_dir/catalog.db`` itself: one that is a symbolic link (or anything
+but a regular file) is refused with ``InvalidConfig`` before it is opened, as opening
+would migrate, and then write, whatever file the link points at.
+
 This module sits in the top layer because it imports the catalog; the SDK only
 calls the picklable :class:`~sdk._in_process.InProcess` it is handed.
 """
@@ -36,11 +40,15 @@ from fastapi import FastAPI
 from catalog.api.app import create_app
 from sdk import Catalog
 from sdk._in_process import InProcess
+from services.contract.errors import InvalidConfig
 from services.materialize.tier import tier_budget
 from services.settings import Settings
 from services.storage.store import StorageOptions
 
-__all__ = ["AppTransport", "embedded", "embedded_settings", "open_transport"]
+__all__ = ["DATABASE_FILE", "AppTransport", "check_database_file", "embedded",
+           "embedded_settings", "open_transport"]
+
+DATABASE_FILE = "catalog.db"
 
 
 class AppTransport(httpx.BaseTransport):
@@ -82,6 +90,26 @@ class AppTransport(httpx.BaseTransport):
         self._close()
 
 
+def check_database_file(data_dir: Path) -> Path:
+    """``data_dir/catalog.db``, when it is a regular file or does not exist yet.
+
+    A symbolic link there is refused (``InvalidConfig``), dangling or not: the catalog
+    would migrate the database it points at, wherever that is, and write its rows there.
+    So is anything else that is not a regular file (a directory, a FIFO)."""
+    path = data_dir / DATABASE_FILE
+    if path.is_symlink():
+        target = str(path.readlink())
+        msg = (f"the embedded catalog's database {path} is a symbolic link (to {target}); "
+               "embedded mode opens only a regular file there: replace the link by the "
+               "file, or point data_dir at the directory that holds it")
+        raise InvalidConfig(msg, details={"path": str(path), "target": target})
+    if path.exists() and not path.is_file():
+        msg = (f"the embedded catalog's database {path} is not a regular file; move it "
+               "away or choose another data_dir")
+        raise InvalidConfig(msg, details={"path": str(path)})
+    return path
+
+
 def embedded_settings(data_dir: Path) -> Settings:
     """The catalog settings of embedded mode over ``data_dir``: the ``WINDPIPE_*``
     variables, less what describes a server (see the module docstring)."""
@@ -94,7 +122,8 @@ def embedded_settings(data_dir: Path) -> Settings:
 
 def open_transport(spec: InProcess) -> AppTransport:
     """The catalog of ``spec`` in this process (``InProcess.open_transport``; a
-    DataLoader worker calls it again in its own process)."""
+    DataLoader worker calls it again in its own process: the database is checked again)."""
+    check_database_file(spec.data_dir)
     settings = embedded_settings(spec.data_dir)
     return AppTransport(create_app(settings, storage=spec.storage))
 
@@ -118,6 +147,7 @@ def embedded(
     settings = Settings() if data_dir is None else Settings(data_dir=Path(data_dir))
     root = settings.data_dir.resolve()
     root.mkdir(parents=True, exist_ok=True)
+    check_database_file(root)
     if tier_bytes is not None:
         settings = settings.model_copy(update={"tier_bytes": tier_bytes})
     tier_dir = settings.resolved_tier_dir()

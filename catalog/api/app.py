@@ -88,7 +88,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
                 packs=packs,
             )
             app.state.jobs = Jobs(app.state.catalog.sessions, app.state.storage_pool.submit,
-                                  stale_after_s=settings.job_stale_s)
+                                  stale_after_s=settings.job_stale_s,
+                                  retention_s=settings.job_retention_s)
             yield
         finally:
             if hasattr(app.state, "jobs"):

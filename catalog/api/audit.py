@@ -27,6 +27,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from catalog import principals
+from services.contract.text import storable
 from services.database import is_database_down
 from services.logging import get_logger
 
@@ -106,7 +107,7 @@ class AuditMiddleware:
         route = scope.get("route")
         action = getattr(route, "operation_id", None) or f"{scope['method']} {scope['path']}"
         params = scope.get("path_params") or {}
-        target = ",".join(f"{k}={v}" for k, v in sorted(params.items())) or None
+        target = storable(",".join(f"{k}={v}" for k, v in sorted(params.items()))) or None
         app = scope.get("app")
         ctx = getattr(getattr(app, "state", None), "catalog", None)
         if ctx is None:

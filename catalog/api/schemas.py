@@ -5,7 +5,11 @@ Config bodies reuse ``services.contract.configs`` directly (``ValidationConfig``
 so do the answers that hold them (``SplitOut.config``, ``PlanOut.config``, validated from
 the stored JSON). Responses are built from ORM rows by the ``from_row``
 constructors. The plan report, schedule items and Flight cache counters are the wire
-contract's models (``services.contract.reports``).
+contract's models (``services.contract.reports``). Every string a request body stores is
+:data:`~services.contract.text.StoredText`, every manifest row a
+:data:`~services.contract.text.StoredObject` (the configs check theirs in ``Frozen``), so
+text a database would refuse (a NUL, a lone surrogate) is a 422 naming its field on
+every database.
 """
 
 from __future__ import annotations
@@ -29,9 +33,11 @@ from catalog.models import (
 )
 from catalog.principals import MAX_TOKEN_LIFETIME_S, MIN_TOKEN_LIFETIME_S
 from services.contract.configs import PlanSpec, ValidationConfig
+from services.contract.leakage import SplitLeakage
 from services.contract.principals import Role
 from services.contract.reports import CacheCounters
 from services.contract.stats import VersionProfile
+from services.contract.text import StoredObject, StoredText
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -114,21 +120,25 @@ class RegisterVersionIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    root: str = Field(min_length=1, description="file:///abs/dir or s3://bucket/prefix")
-    manifest: str | None = Field(default=None, description="manifest path under root")
-    rows: list[dict[str, Any]] | None = Field(default=None, description="manifest rows")
-    pattern: str | None = Field(
+    root: StoredText = Field(min_length=1, description="file:///abs/dir or s3://bucket/prefix")
+    manifest: StoredText | None = Field(default=None, description="manifest path under root")
+    rows: list[StoredObject] | None = Field(
+        default=None, description="manifest rows")
+    pattern: StoredText | None = Field(
         default=None, description="path pattern under root, one segment per matching file, "
                                   "e.g. '{cell_id}/{protocol}/cycle_{cidx}.parquet'")
-    set_id: str | None = Field(default=None, description="pattern only: the set_id of every "
-                               "row when the pattern has no {set_id} (default: the dataset name)")
-    protocol: str | None = Field(default=None, description="pattern only: the protocol of "
-                                 "every row when the pattern has no {protocol} (default cycling)")
-    metadata: str | None = Field(default=None, description="pattern only: a .csv or .parquet "
-                                 "side table under root keyed by cell_id (and set_id)")
-    metadata_rows: list[dict[str, Any]] | None = Field(
+    set_id: StoredText | None = Field(
+        default=None, description="pattern only: the set_id of every row when the pattern "
+                                  "has no {set_id} (default: the dataset name)")
+    protocol: StoredText | None = Field(
+        default=None, description="pattern only: the protocol of every row when the pattern "
+                                  "has no {protocol} (default cycling)")
+    metadata: StoredText | None = Field(
+        default=None, description="pattern only: a .csv or .parquet side table under root "
+                                  "keyed by cell_id (and set_id)")
+    metadata_rows: list[StoredObject] | None = Field(
         default=None, description="pattern only: the side table's rows")
-    description: str | None = None
+    description: StoredText | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> RegisterVersionIn:
@@ -229,12 +239,14 @@ class SegmentOut(_Out):
 
 
 class SplitOut(_Out):
-    """A split of a version, with per-split counts (groups, manifest rows, rows)."""
+    """A split of a version, with per-split counts (groups, manifest rows, rows) and the
+    cells it puts on both sides (``leakage``; null: stored before the catalog counted)."""
 
     id: str
     version_id: str
     config: ValidationConfig
     counts: dict[str, dict[str, int]]
+    leakage: SplitLeakage | None = None
     created_at: datetime
     retired_at: datetime | None = None  # the split's or its version's retirement
 
@@ -244,6 +256,7 @@ class SplitOut(_Out):
         return cls(
             id=row.id, version_id=row.version_id,
             config=ValidationConfig.model_validate(row.config), counts=row.counts,
+            leakage=None if row.leakage is None else SplitLeakage.model_validate(row.leakage),
             created_at=row.created_at, retired_at=retired_at or row.retired_at,
         )
 
@@ -301,7 +314,8 @@ class TokenIn(BaseModel):
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
     role: Role
-    datasets: str | None = Field(default=None, description="glob of dataset names, e.g. lab-*")
+    datasets: StoredText | None = Field(default=None,
+                                       description="glob of dataset names, e.g. lab-*")
     expires_in_s: int | None = Field(
         default=None, ge=MIN_TOKEN_LIFETIME_S, le=MAX_TOKEN_LIFETIME_S,
         description="seconds until the token is refused (default: it never expires)")

@@ -10,9 +10,10 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from services.contract.errors import InvalidConfig, WindpipeError
+from services.contract.text import check_stored
 
 __all__ = ["Frozen", "ReadOnlyDict", "config_error", "freeze"]
 
@@ -65,6 +66,13 @@ class Frozen(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_text(cls, data: Any) -> Any:
+        """Every string of a config (names, columns, selectors) is text every catalog
+        database can store (``services.contract.text``): split and plan bodies are."""
+        return check_stored(data) if isinstance(data, dict) else data
 
     if not TYPE_CHECKING:  # keep the fields' keyword signature for type checkers
 

@@ -1,5 +1,6 @@
 """Registrations as jobs: 202 with progress, found again by a repeated request,
-failures recorded with their error, and a server killed mid-job leaves nothing partial."""
+failures recorded with their error, a job pruned after its retention, and a server
+killed mid-job leaves nothing partial."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ import pytest
 
 from catalog import jobs
 from catalog.api.routes.jobs import DEFAULT_WAIT_S, MAX_WAIT_S, prefer_wait
+from services.settings import Settings
 from tests.catalog.api_support import assert_error, table_counts, write_small_dataset
+from tests.fixtures.servers import run_catalog_server
 
 ASYNC = {"Prefer": "respond-async"}
 N_CELLS, N_CYCLES = 50, 50  # 5,000 segments: a few seconds of checks, several heartbeats
@@ -128,6 +131,28 @@ def test_a_failed_job_keeps_its_error_and_stores_nothing(
     assert_error(client.get("/v1/datasets/bad"), 404, "not_found")
     assert_error(client.get("/v1/jobs/j-" + "0" * 32), 404, "not_found")
     assert_error(client.get("/v1/jobs/not-a-job"), 422, "invalid_request")
+
+
+def test_a_job_ended_longer_ago_than_its_retention_is_pruned(
+    database_url: str, tmp_path: Path,
+) -> None:
+    settings = Settings(database_url=database_url, data_dir=tmp_path / "state",
+                        log_level="WARNING", job_retention_s=0.5)
+    root = tmp_path / "data"
+    write_small_dataset(root)
+    with run_catalog_server(settings) as url, httpx.Client(base_url=url, timeout=60) as client:
+        started = client.post("/v1/datasets/kept/versions", headers=ASYNC,
+                              json={"root": root.as_uri(), "manifest": "manifest.parquet"})
+        assert started.status_code == 202, started.text
+        done, _ = _follow(client, started.json())
+        assert done["state"] == "succeeded"
+        while (seen := client.get(f"/v1/jobs/{done['id']}")).status_code == 200:
+            time.sleep(0.1)  # until the heartbeat thread prunes it (pytest-timeout)
+        error = assert_error(seen, 404, "not_found")
+        assert error["details"] == {"job_id": done["id"]}
+        # the version it registered stays
+        version = client.get(f"/v1/versions/{done['version']['id']}")
+        assert version.status_code == 200, version.text
 
 
 def _serve(data_dir: Path, root: Path, env: dict[str, str]

@@ -135,7 +135,7 @@ def test_tiled_batches_take_the_contiguous_copy_and_match_the_reference(tmp_path
         server = running.server
         plan = server.plans.get("tiled")
         schedule, batches = server._rank_pass(plan, 0, 0, 1)
-        builder = BatchBuilder(plan, server._storage_for(plan.root_uri), server.cache,
+        builder = BatchBuilder(plan, server.storage_for(plan.root_uri), server.cache,
                                server._schema(plan))
         plans = builder.lane_plans(schedule, batches)
         tiled = [lp for lp in plans if lp.tiled_src >= 0]

@@ -111,7 +111,7 @@ def test_block_path_equals_chunk_path(dataset: Dataset, server: Any) -> None:
     flight = server.server
     plan = flight.plans.get("shuffled")
     schedule, batches = flight._rank_pass(plan, 1, 0, 1)
-    storage = flight._storage_for(plan.root_uri)
+    storage = flight.storage_for(plan.root_uri)
     by_blocks = BatchBuilder(plan, storage, ChunkCache(64 << 20), flight._schema(plan),
                              blocks="always")
     chunks = ChunkCache(64 << 20)

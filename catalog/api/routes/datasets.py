@@ -28,6 +28,8 @@ from catalog.api.schemas import (
 from catalog.context import CatalogContext
 from catalog.jobs import Jobs, request_key
 from catalog.pattern import PatternSource
+from catalog.registration import error_seen_by
+from services.contract.errors import NotFound, WindpipeError
 from services.contract.principals import Role
 
 __all__ = ["v1"]
@@ -90,44 +92,52 @@ async def register_version(
 
     The registration runs as a job (``catalog/jobs.py``); one still running after the
     ``Prefer: wait=N`` seconds the caller allows (``respond-async``: 0; none: 20) answers
-    202 with the job and its ``Location``. The same request again finds the running job."""
+    202 with the job and its ``Location``. The same request again, from any caller, finds
+    the running job: it answers 200 for the version that job created (the request that
+    started it answers 201), and its error is written for this caller (a conflict names
+    no dataset the caller cannot read)."""
     visible = None if principal.datasets is None else functools.partial(
         principal.may, Role.READER)
     jobs: Jobs = request.app.state.jobs
     payload = body.model_dump(mode="json", exclude_none=True)
     # the job's row is written off the event loop: a slow database stalls no other call
-    job_id, future = await run_in_threadpool(functools.partial(
+    started = await run_in_threadpool(functools.partial(
         jobs.start, dataset=name, key=request_key(name, payload), principal=principal.name,
-        work=functools.partial(_register_version, ctx, name, body, visible)))
+        work=functools.partial(_register_version, ctx, name, body)))
     wait = prefer_wait(request.headers.get("prefer"))
-    if future is not None:
-        waiter = asyncio.wrap_future(future)
+    if started.future is not None:
+        waiter = asyncio.wrap_future(started.future)
         try:
             answer, created = await asyncio.wait_for(asyncio.shield(waiter), timeout=wait)
         except TimeoutError:  # the job's outcome is its row's; nothing awaits it here
             waiter.add_done_callback(lambda done: done.cancelled() or done.exception())
+        except WindpipeError as exc:  # the job's error, shared by every request of it
+            raise error_seen_by(exc, dataset=name, visible=visible) from None
         else:
-            if not created:
+            if not created or started.joined:
                 response.status_code = status.HTTP_200_OK
             return VersionOut.model_validate(answer)
-    job = await run_in_threadpool(jobs.view, job_id)
-    assert job is not None  # a job's row is never deleted once its work is submitted
+    job = await run_in_threadpool(functools.partial(jobs.view, started.id, visible=visible))
+    if job is None:  # pruned: it ended longer ago than WINDPIPE_JOB_RETENTION_S
+        raise NotFound(f"no registration job {started.id!r}", details={"job_id": started.id})
     return JSONResponse(
         jsonable_encoder(JobOut.from_view(job).model_dump(mode="json")),
         status_code=status.HTTP_202_ACCEPTED,
-        headers={"Location": f"/v1/jobs/{job_id}", "Retry-After": "1"})
+        headers={"Location": f"/v1/jobs/{started.id}", "Retry-After": "1"})
 
 
 def _register_version(
     ctx: CatalogContext, name: str, body: RegisterVersionIn,
-    visible: Callable[[str], bool] | None, progress: Callable[[str, int, int], None],
+    progress: Callable[[str, int, int], None],
 ) -> tuple[dict[str, Any], bool]:
+    """The work of a registration job: it sees every dataset (``visible=None``), since
+    any caller may find its job; each answer is written for its own caller."""
     pattern = None if body.pattern is None else PatternSource(
         pattern=body.pattern, set_id=body.set_id, protocol=body.protocol,
         metadata=body.metadata, metadata_rows=body.metadata_rows)
     result = service.register_version(
         ctx, name, root=body.root, manifest=body.manifest, rows=body.rows, pattern=pattern,
-        description=body.description, visible=visible, progress=progress,
+        description=body.description, visible=None, progress=progress,
     )
     answer = VersionOut.from_row(result.value, warnings=result.warnings)
     return answer.model_dump(mode="json", by_alias=True), result.created

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Annotated
 
@@ -43,9 +44,13 @@ def prefer_wait(header: str | None) -> float:
         dependencies=[Depends(require(Role.READER))])
 def get_job(job_id: JobId, request: Request, principal: CurrentPrincipal) -> JobOut:
     """A registration job: its progress, then its version or its error (a scoped token
-    sees the jobs of its datasets only, as it sees their versions)."""
+    sees the jobs of its datasets only, as it sees their versions, and a conflict that
+    names no dataset it cannot read); a job that ended longer ago than
+    ``WINDPIPE_JOB_RETENTION_S`` is pruned (404)."""
     jobs: Jobs = request.app.state.jobs
-    job = jobs.view(job_id)
+    visible = None if principal.datasets is None else functools.partial(
+        principal.may, Role.READER)
+    job = jobs.view(job_id, visible=visible)
     if job is None:
         raise NotFound(f"no registration job {job_id!r}",
                        details={"job_id": job_id})
