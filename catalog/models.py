@@ -173,6 +173,9 @@ class SplitRow(Base):
     )
     config: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
     counts: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
+    # cells with rows on both sides (services.contract.leakage.SplitLeakage as JSON),
+    # counted when the split was made; null for a split stored before it was counted
+    leakage: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON, nullable=True, default=None)
     created_at: Mapped[datetime] = mapped_column(_TS, default=utcnow)
     retired_at: Mapped[datetime | None] = mapped_column(_TS, nullable=True, default=None)
 

@@ -9,6 +9,10 @@ the same split. ``sample`` draws each group independently of every other group:
 with the values in ``group_by`` order, numpy scalars unwrapped and integral floats
 written as integers (``cidx`` ``3.0`` and ``3`` draw alike). A group is ``val`` iff
 ``u < fraction``. Adding or removing other groups never moves a group.
+
+Groups finer than a cell (the default: one cycle) put one cell's cycles on both sides;
+:func:`cell_leakage` counts those cells once, when the split is made, and the answer
+carries the count (``services.contract.leakage``).
 """
 
 from __future__ import annotations
@@ -22,8 +26,11 @@ import polars as pl
 from services.contract.configs import DEFAULT_GROUP_BY, Selector, ValidationConfig
 from services.contract.errors import InvalidConfig
 from services.contract.identity import unit_interval
+from services.contract.leakage import CELL_COLUMNS, LEAKAGE_EXAMPLES, SplitLeakage
 
-__all__ = ["SPLITS", "assign_splits", "group_draws", "selector_mask", "split_counts"]
+__all__ = [
+    "SPLITS", "assign_splits", "cell_leakage", "group_draws", "selector_mask", "split_counts",
+]
 
 SPLITS: tuple[str, str] = ("train", "val")
 
@@ -145,3 +152,27 @@ def split_counts(
             "rows": int(part["row_count"].sum()) if has_rows else 0,
         }
     return out
+
+
+def cell_leakage(frame: pl.DataFrame) -> SplitLeakage:
+    """The cells (``(set_id, cell_id)``) of an assigned index with rows on both sides.
+
+    Measured on the assignment itself, not inferred from ``group_by``: a ``provide``
+    selector naming a cell holds it out whole even with the default cycle groups, and
+    a ``sample`` of cycles splits most cells. One group-by over the frame, whatever its
+    size; ``examples`` are the first cells in identity order.
+    """
+    _check_columns(frame, ["split", *CELL_COLUMNS], what="cell_leakage")
+    cells = list(CELL_COLUMNS)
+    sides = frame.group_by(cells).agg(pl.col("split").n_unique().alias("sides"))
+    both = sides.filter(pl.col("sides") > 1)
+    examples = (
+        both.select(pl.col(c).cast(pl.String) for c in cells)
+        .sort(cells, nulls_last=True)
+        .head(LEAKAGE_EXAMPLES)
+    )
+    return SplitLeakage.model_validate({
+        "cells": sides.height,
+        "cells_on_both_sides": both.height,
+        "examples": examples.to_dicts(),
+    })

@@ -5,7 +5,7 @@ from sdk import Catalog, ValidationConfig, WindowConfig, LoaderConfig, ScalingSp
 
 cat = Catalog("http://127.0.0.1:8000")
 ver = cat.register("demo", root="file:///data/demo", manifest="manifest.parquet")
-split = ver.split(ValidationConfig.sample(fraction=0.2, seed=69))
+split = ver.split(ValidationConfig.sample(fraction=0.2, group_by=("set_id", "cell_id")))
 plan = split.plan(LoaderConfig(inputs=..., targets=...))
 for batch in plan.loader(device="auto"):
     ...

@@ -3,8 +3,8 @@
 The exception tree is the contract's (``services.contract.errors``): the catalog, the
 Flight servers and the SDK raise the same classes, so ``except windpipe.NotFound``
 catches a missing plan whether the REST API, a Flight server or the same-host reader
-found it missing. This module re-exports them and adds the two warnings registration
-can give.
+found it missing. This module re-exports them and adds the two warnings: registration's
+doubts, and what registration or a split found in the data.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ class RegistrationWarning(UserWarning):
 
 
 class DataWarning(RegistrationWarning):
-    """Registration found something in the values a model would otherwise learn from
-    silently: nulls or NaN (``-2.0`` inputs in a batch), infinities, or a time column
-    sampled irregularly (gaps, steps back); ``DatasetVersion.profile`` has the counts."""
+    """Something in the data a model would otherwise learn from silently. Registration
+    found nulls or NaN (``-2.0`` inputs in a batch), infinities, or a time column
+    sampled irregularly (gaps, steps back; ``DatasetVersion.profile`` has the counts);
+    or a split put cycles of one cell in both train and val (``Split.leakage``)."""

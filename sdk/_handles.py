@@ -11,11 +11,13 @@ re-exported here.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sdk._answer import AnswerFields, FromAnswer
+from sdk._exceptions import DataWarning
 from sdk._html import html_table, text_table
 from sdk._models import MlDatasetIndex
 from sdk._plan import Plan
@@ -23,6 +25,7 @@ from sdk._plots import plot_split
 from sdk._split_stats import SplitStats
 from sdk._train_val import TrainValMixin
 from services.contract.configs import LoaderConfig, PlanSpec, ValidationConfig
+from services.contract.leakage import CELL_GROUP_BY, SplitLeakage
 from services.contract.stats import Side, VersionProfile
 
 if TYPE_CHECKING:
@@ -75,11 +78,22 @@ class DatasetVersion(FromAnswer):
         return list(self._state.pages(f"/v1/versions/{self.id}/segments"))
 
     def split(self, config: ValidationConfig) -> Split:
-        """Split into ``train`` / ``val`` (idempotent: the same config returns the same split)."""
+        """Split into ``train`` / ``val`` (idempotent: the same config returns the same split).
+
+        A split whose groups are finer than a cell (the default ``group_by``: one
+        cycle) puts cycles of one cell on both sides, so validation scores cells the
+        model trained on: it is made, with a :class:`DataWarning` naming how many cells
+        and how to hold out whole ones (``group_by=("set_id", "cell_id")``);
+        ``split.leakage`` has the numbers.
+        """
         body, status = self._state.post_json(
             f"/v1/versions/{self.id}/splits", config.model_dump(mode="json")
         )
-        return Split.from_json(self._state, body, created=status == 201)
+        split = Split.from_json(self._state, body, created=status == 201)
+        leakage = split.leakage
+        if leakage is not None and leakage.leaks:
+            warnings.warn(_leakage_message(split.id, config, leakage), DataWarning, stacklevel=2)
+        return split
 
     def retire(self) -> DatasetVersion:
         """Retire this version (soft; ``DELETE /v1/versions/{id}``): listings hide it, new
@@ -120,6 +134,14 @@ class Split(TrainValMixin, FromAnswer):
         "config": ("config", ValidationConfig.model_validate),
         "counts": ("counts", dict),
     }
+
+    @property
+    def leakage(self) -> SplitLeakage | None:
+        """The cells with rows in both ``train`` and ``val`` (``cells_on_both_sides`` of
+        ``cells``, a few ``examples``), counted when the split was made; None for a
+        split an older catalog stored (unknown)."""
+        body = self.raw.get("leakage")
+        return None if body is None else SplitLeakage.model_validate(body)
 
     def index(self) -> MlDatasetIndex:
         """The version's ML index with a ``split`` column."""
@@ -169,6 +191,10 @@ class Split(TrainValMixin, FromAnswer):
             ("group_by", self.config.group_by),
         ]
         rows += [(f"counts[{k}]", v) for k, v in self.counts.items()]
+        leakage = self.leakage
+        if leakage is not None:
+            rows.append(("cells on both sides",
+                         f"{leakage.cells_on_both_sides} of {leakage.cells}"))
         return rows
 
     def __repr__(self) -> str:
@@ -176,3 +202,21 @@ class Split(TrainValMixin, FromAnswer):
 
     def _repr_html_(self) -> str:
         return html_table(f"Split {self.id}", self._rows())
+
+
+def _leakage_message(split_id: str, config: ValidationConfig, leakage: SplitLeakage) -> str:
+    """What :meth:`DatasetVersion.split` warns: how many cells, which, and the fix."""
+    named = ", ".join(str(c) for c in leakage.examples)
+    more = ", ..." if leakage.cells_on_both_sides > len(leakage.examples) else ""
+    if config.strategy == "sample":
+        fix = (f"ValidationConfig.sample(fraction={config.fraction}, seed={config.seed}, "
+               f"group_by={CELL_GROUP_BY!r})")
+    else:
+        fix = f"group_by={CELL_GROUP_BY!r} in the ValidationConfig"
+    return (
+        f"split {split_id}: {leakage.cells_on_both_sides} of {leakage.cells} cells have rows "
+        f"in both train and val ({named}{more}): group_by={config.group_by!r} keeps each "
+        f"group of those columns whole, not each cell, so validation scores cells the "
+        f"model also trained on. Hold out whole cells with {fix}; if holding out part of "
+        f"each cell is intended (its later cycles, say), ignore this warning."
+    )

@@ -117,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "group) in a file's name is the cell (default: the name sans suffix)")
     ingest.add_argument("--overwrite", action="store_true", help="replace an earlier ingest's "
                         "output (default: refuse an --out that is not empty)")
+    ingest.add_argument("--on-bad-file", choices=("stop", "skip"), default="stop",
+                        help="a file that cannot be ingested: stop (write nothing, name it) or "
+                             "skip it and ingest the rest, listing each skipped file and why "
+                             "(default %(default)s)")
 
     demo = sub.add_parser("demo", help="synthesize, serve, register, split, plan and stream")
     demo.add_argument("--data-dir", type=Path, help="where to put state (default: a temp dir)")

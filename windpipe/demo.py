@@ -77,7 +77,9 @@ def run_demo(
         cat = Catalog(catalog.url)
         version = cat.register("demo", root=synth.path.as_uri(), manifest="manifest.parquet")
         print(f"[3/7] registered {version!r}")
-        split = version.split(ValidationConfig.sample(fraction=0.2, seed=69))
+        # whole cells held out: no cell's cycles on both sides
+        split = version.split(ValidationConfig.sample(fraction=0.2, seed=69,
+                                                      group_by=("set_id", "cell_id")))
         print(f"[4/7] split {split!r}")
         plan = split.plan(LoaderConfig(
             split="train", default_window=WindowConfig(batch_size=32, seq_len=256),

@@ -71,6 +71,7 @@ class DatasetProtocolId(StrEnum):
     CYCLING = "cycling"
     HPPC = "hppc"
     EIS = "eis"
+    OCV = "ocv"  # open-circuit rests: a BioLogic OCV file ingests to it (current 0 A)
 
 
 def _protocol_name(value: object) -> str:

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.contract.errors import InvalidConfig
+from services.contract.text import StoredText
 
 __all__ = [
     "DATA_WARNINGS",
@@ -107,7 +108,7 @@ class StatsRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     side: Side = "train"
-    columns: tuple[str, ...] | None = Field(
+    columns: tuple[StoredText, ...] | None = Field(
         default=None, description="columns to describe; null: every numeric column")
 
     @field_validator("columns", mode="before")

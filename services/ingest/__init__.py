@@ -9,7 +9,7 @@ protocol with the column names and units of ``services.synth``. See docs/data.md
 
 from services.ingest.base import UNITS, IngestError, Measurement
 from services.ingest.readers import READERS, Reader, detect_cycler, read_cell
-from services.ingest.writer import PATTERN, IngestResult, ingest_exports
+from services.ingest.writer import PATTERN, IngestResult, OnBadFile, Skipped, ingest_exports
 
 __all__ = [
     "PATTERN",
@@ -18,7 +18,9 @@ __all__ = [
     "IngestError",
     "IngestResult",
     "Measurement",
+    "OnBadFile",
     "Reader",
+    "Skipped",
     "detect_cycler",
     "ingest_exports",
     "read_cell",

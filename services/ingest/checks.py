@@ -4,7 +4,8 @@ value is named by file, row and column instead of surfacing as a library's trace
 Each layout says how the reader opens the file (the same ``pandas.read_csv`` options
 battery-data-toolkit uses) and what each column it reads must hold: ``cycle`` (an
 integer, never empty), ``time`` (a finite number, never empty) or ``value`` (a number,
-or empty for a missing value). Rows are counted from 1 after the header.
+or empty for a missing value). ``optional`` columns are read, and checked, where the
+file has them. Rows are counted from 1 after the header.
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ class CsvLayout:
     name: str
     columns: dict[str, Kind]
     options: dict[str, Any] = field(default_factory=dict)
+    optional: dict[str, Kind] = field(default_factory=dict)
 
 
 LAYOUTS: dict[str, CsvLayout] = {
     "arbin": CsvLayout("Arbin CSV", {
-        "Cycle_Index": "cycle", "DateTime": "time", "Current": "value", "Voltage": "value",
-        "Temperature": "value", "Internal_Resistance": "value"}),
+        "Test_Time": "time", "Cycle_Index": "cycle", "Current": "value", "Voltage": "value"},
+        optional={"Step_Index": "cycle", "Temperature": "value"}),
     "maccor": CsvLayout("MACCOR ASCII", {
         "Cyc#": "cycle", "Test (Min)": "time", "Amps": "value", "Volts": "value"},
         {"skiprows": 1, "sep": "\t", "index_col": False, "encoding": "ISO-8859-1"}),
@@ -55,7 +57,7 @@ def import_reader(module: str) -> Any:
 
 
 def check_csv(path: Path, layout: CsvLayout) -> int:
-    """Check ``path``'s columns for ``layout``; return its data rows. Raises
+    """Check ``path``'s columns for ``layout``; return its number of data rows. Raises
     :class:`IngestError` naming the file, and the row and column of the first bad value."""
     pd = import_reader("pandas")
     try:
@@ -64,13 +66,15 @@ def check_csv(path: Path, layout: CsvLayout) -> int:
         if missing:
             raise IngestError(path, f"lacks the columns {missing} that the {layout.name} reader "
                                     f"needs (it has {list(header.columns)})")
-        raw = pd.read_csv(path, usecols=list(layout.columns), dtype=str, **layout.options)
+        columns = dict(layout.columns)
+        columns.update((c, k) for c, k in layout.optional.items() if c in header.columns)
+        raw = pd.read_csv(path, usecols=list(columns), dtype=str, **layout.options)
     except IngestError:
         raise
     except Exception as exc:  # pandas' parser errors name the line
         raise IngestError(path, f"cannot be read as {layout.name}: {type(exc).__name__}: "
                                 f"{exc}") from exc
-    for column, kind in layout.columns.items():
+    for column, kind in columns.items():
         text = raw[column]
         values = pd.to_numeric(text, errors="coerce")
         empty = text.isna()

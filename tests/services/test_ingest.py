@@ -90,10 +90,40 @@ def test_a_cell_pattern_joins_a_cells_files(tmp_path: Path) -> None:
     assert manifest.select("cell_id", "cidx", "protocol").rows() == [
         ("cellC", 0, "cycling"), ("cellC", 0, "eis"), ("cellC", 1, "cycling"),
         ("cellC", 1, "eis")]
+
+
+def test_numbered_technique_files_of_a_cell_continue_its_cycles(tmp_path: Path) -> None:
+    # EC-Lab restarts the cycle count in every technique file: 01 and 03 both hold cycle 0
     biologic_mpr(tmp_path / "cellC_03_GCPL_C01.mpr", cycles=2)
+    biologic_mpr(tmp_path / "cellC_01_GCPL_C01.mpr", cycles=3)
+    biologic_mpr(tmp_path / "cellC_02_PEIS_C01.mpr", cycles=2, spectrum=True)
+    result = ingest_exports([tmp_path], tmp_path / "o", cell_pattern=r"^(?P<cell>[^_]+)_")
+    manifest = pl.read_parquet(result.manifest_path)
+    cycling = manifest.filter(pl.col("protocol") == "cycling")
+    assert cycling.select("cidx", "source_files").rows() == [
+        (0, "cellC_01_GCPL_C01.mpr"), (1, "cellC_01_GCPL_C01.mpr"),
+        (2, "cellC_01_GCPL_C01.mpr"), (3, "cellC_03_GCPL_C01.mpr"),
+        (4, "cellC_03_GCPL_C01.mpr")]
+    assert manifest.filter(pl.col("protocol") == "eis").get_column("cidx").to_list() == [0, 1]
+    # files that carry no technique number still may not claim one cycle twice
+    biologic_mpr(tmp_path / "cellC_extra.mpr", cycles=2)
     with pytest.raises(IngestError, match=re.escape(
-            "cell 'cellC' has cycling cycle 0 in cellC_01_GCPL_C01.mpr too")):
+            "cellC_extra.mpr: cell 'cellC' has cycling cycle 0 in cellC_01_GCPL_C01.mpr too")):
         ingest_exports([tmp_path], tmp_path / "o2", cell_pattern=r"^(?P<cell>[^_]+)_")
+
+
+def test_a_biologic_file_without_a_current_is_open_circuit_unless_named_otherwise(
+        tmp_path: Path) -> None:
+    biologic_mpr(tmp_path / "cellK.mpr", drop=("<I>/mA",))
+    result = ingest_exports([tmp_path / "cellK.mpr"], tmp_path / "o")
+    manifest = pl.read_parquet(result.manifest_path)
+    assert set(manifest.get_column("protocol")) == {"ocv"}
+    seg = pl.read_parquet(result.path / manifest.get_column("segment_path")[0])
+    assert set(seg.get_column("current_a").to_list()) == {0.0}
+    biologic_mpr(tmp_path / "cellK_03_GCPL_C01.mpr", drop=("<I>/mA",))
+    with pytest.raises(IngestError, match=re.escape(
+            "cellK_03_GCPL_C01.mpr: a GCPL file without a current: no I/mA, charge")):
+        ingest_exports([tmp_path / "cellK_03_GCPL_C01.mpr"], tmp_path / "o2")
 
 
 @pytest.mark.parametrize(("bad", "says"), [
@@ -157,6 +187,59 @@ def test_inputs_no_reader_takes(tmp_path: Path) -> None:
         ingest_exports([tmp_path / "other.csv"], tmp_path / "out")
 
 
+def test_skipping_bad_files_writes_the_rest_and_says_why(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    maccor_file(src / "good.001", cycles=2)
+    maccor_file(src / "test.001", cycles=2)
+    maccor_file(src / "test.002", cycles=2, bad=(4, "Volts", "x"))
+    biologic_mpr(src / "cellF.mpr", magic=b"not an EC-Lab file".ljust(52))
+    with pytest.raises(IngestError, match=re.escape("cellF.mpr: galvani could not read it")):
+        ingest_exports([src], tmp_path / "stop")  # the first bad file stops the run
+    assert not (tmp_path / "stop" / "manifest.parquet").exists()
+    result = ingest_exports([src], tmp_path / "out", on_bad_file="skip")
+    manifest = pl.read_parquet(result.manifest_path)
+    assert sorted(set(manifest.get_column("cell_id"))) == ["good"]
+    assert sorted(p.name for p in (result.path / "segments" / "out").iterdir()) == ["good"]
+    said = {Path(s.file).name: s.reason for s in result.skipped}
+    assert said == {
+        "cellF.mpr": "galvani could not read it: ValueError: Invalid magic for .mpr file: "
+                     "b'not an EC-Lab file '",
+        "test.002": "data row 4, column 'Volts': 'x' is not a number",
+        "test.001": "read with test.002 as one test, which was refused",  # one test: whole
+    }
+    info = json.loads((result.path / "ingest.json").read_text())
+    assert info["on_bad_file"] == "skip"
+    assert {Path(s["file"]).name: s["reason"] for s in info["skipped"]} == said
+    assert [Path(f).name for f in info["files"]] == ["good.001"]
+
+
+def test_a_skipped_file_leaves_no_segment_behind(tmp_path: Path) -> None:
+    # cellZ_b's cycle 0 is new, its cycle 1 is cellZ_a's: none of cellZ_b may be stored
+    biologic_mpr(tmp_path / "cellZ_a.mpr", cycles=2, first_cycle=1)
+    biologic_mpr(tmp_path / "cellZ_b.mpr", cycles=2)
+    result = ingest_exports([tmp_path], tmp_path / "out", cell_pattern=r"^(?P<cell>[^_]+)_",
+                            on_bad_file="skip")
+    manifest = pl.read_parquet(result.manifest_path)
+    assert manifest.select("cidx", "source_files").rows() == [
+        (1, "cellZ_a.mpr"), (2, "cellZ_a.mpr")]
+    stored = sorted(p.name for p in (result.path / "segments").rglob("*.parquet"))
+    assert stored == ["cycle_00001.parquet", "cycle_00002.parquet"]
+    assert [(Path(s.file).name, s.reason) for s in result.skipped] == [
+        ("cellZ_b.mpr", "cell 'cellZ' has cycling cycle 1 in cellZ_a.mpr too; give the files "
+                        "of one cell one test, or separate cells")]
+
+
+def test_skipping_everything_writes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    biologic_mpr(tmp_path / "cellF.mpr", magic=b"not an EC-Lab file".ljust(52))
+    with pytest.raises(IngestError, match=r"no file could be ingested: .*other\.csv: no reader "
+                                          r"recognizes this file.*cellF\.mpr: galvani could not"):
+        ingest_exports([tmp_path / "other.csv", tmp_path / "cellF.mpr"], tmp_path / "out",
+                       on_bad_file="skip")
+    assert not (tmp_path / "out" / "manifest.parquet").exists()
+
+
 def test_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     maccor_file(tmp_path / "cellH.001")
     out = tmp_path / "lab"
@@ -168,3 +251,9 @@ def test_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     maccor_file(tmp_path / "cellI.001", bad=(2, "Volts", "?"))
     assert main(["ingest", str(tmp_path / "cellI.001"), "--out", str(tmp_path / "x")]) == 1
     assert "cellI.001, data row 2, column 'Volts'" in capsys.readouterr().err
+    assert main(["ingest", str(tmp_path), "--out", str(tmp_path / "y"),
+                 "--on-bad-file", "skip"]) == 0
+    said = capsys.readouterr().out
+    assert "wrote 180 rows of 1 cells in 3 segments" in said
+    assert f"skipped 1 files (listed in ingest.json):\n  {tmp_path / 'cellI.001'}: data row 2, " \
+           "column 'Volts': '?' is not a number" in said

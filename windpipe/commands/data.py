@@ -87,13 +87,17 @@ def ingest(args: argparse.Namespace) -> int:
     try:
         result = ingest_exports(args.inputs, args.out, cycler=args.cycler, set_id=args.set_id,
                                 protocol=args.protocol, cell_pattern=args.cell_pattern,
-                                overwrite=args.overwrite)
+                                overwrite=args.overwrite, on_bad_file=args.on_bad_file)
     except (IngestError, ImportError) as exc:
         print(f"windpipe ingest: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {result.n_rows} rows of {result.n_cells} cells in {result.n_segments} "
           f"segments to {result.path}\nregister: cat.register(NAME, "
           f"root={result.path.as_uri()!r}, manifest='manifest.parquet')")
+    if result.skipped:
+        print(f"skipped {len(result.skipped)} files (listed in ingest.json):")
+        for item in result.skipped:
+            print(f"  {item.file}: {item.reason}")
     return 0
 
 
