@@ -1,7 +1,8 @@
 """``python -m bench``: every contender side by side on the same data, in one run.
 
 Writes ``<out>/bench.json`` (or ``--json PATH``), a markdown table and a PNG plot
-beside it. ``--quick`` keeps the whole run under about two minutes.
+beside it. ``--quick`` keeps the whole run under about two minutes. Exits 1 when any
+contender failed (the record is still written, the failure in its ``error``).
 """
 
 from __future__ import annotations
@@ -206,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(["", *table, ""]))
     wrote = ".md, .png" if plotted else ".md"
     print(f"wrote {json_path} (+ {wrote}) in {time.perf_counter() - t0:.0f} s")
+    failed = [name for name, result in contenders.items() if "error" in result]
+    if failed:  # the record is written either way; a script or CI must still see the failure
+        print(f"python -m bench: {len(failed)} of {len(contenders)} contenders failed: "
+              f"{', '.join(failed)} (their errors are above and in {json_path})",
+              file=sys.stderr)
+        return 1
     return 0
 
 

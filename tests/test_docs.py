@@ -85,6 +85,31 @@ def test_the_checker_catches_a_broken_link_and_anchor(tmp_path: Path):
     assert list(_links(page)) == ["page.md#two-words", "gone.md", "#nope"]
 
 
+KINDS = ("tutorial", "how-to", "reference", "explanation", "history")
+
+
+def _documentation_table() -> list[tuple[str, list[str]]]:
+    """The README's documentation table: each row's kind and the pages it links."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Documentation"):].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]  # no header
+    return [(row.split("|")[1].strip(), [m.group(1) for m in LINK.finditer(row)])
+            for row in rows]
+
+
+def test_the_readme_documentation_table_links_every_page_in_order():
+    """Every page of docs/ (and its notebooks) has a row, a reader finds it by kind, and
+    the kinds run learn, do, look up, understand."""
+    rows = _documentation_table()
+    linked = {target.partition("#")[0] for _kind, targets in rows for target in targets}
+    pages = {p.relative_to(ROOT).as_posix()
+             for p in [*(ROOT / "docs").glob("*.md"), *(ROOT / "docs").glob("*/*.ipynb")]}
+    assert sorted(pages - linked) == [], "docs pages missing from the README's table"
+    kinds = [kind for kind, _targets in rows]
+    assert set(kinds) <= set(KINDS), kinds
+    assert kinds == sorted(kinds, key=KINDS.index), kinds
+
+
 def _readme_notebook_blocks() -> tuple[str, list[str]]:
     """The notebook section's bash block (the one that starts the servers) and its
     python blocks, in order, each unless a docs-test skip marker says why not."""
@@ -93,6 +118,23 @@ def _readme_notebook_blocks() -> tuple[str, list[str]]:
     blocks = [b for b in code_blocks(section) if b.skip is None]
     bash = next(b.code for b in blocks if b.lang == "bash" and " serve " in b.code)
     return bash, [b.code for b in blocks if b.lang == "python"]
+
+
+def test_what_the_readme_notebook_section_writes_is_ignored_by_git():
+    """Run in the repository root, the section's dataset, server state and plots stay out
+    of ``git status``: .gitignore names each one it writes."""
+    bash, python = _readme_notebook_blocks()
+    code = "\n".join(python)
+    figures = re.search(r"figures = \{(.*?)\}", code, re.S)
+    assert figures, "the section's figures dict moved: update this test"
+    assert 'savefig(f"{name}.png")' in code
+    names = re.findall(r'"(\w+)":', figures.group(1))
+    assert names
+    written = [*(f"{d.rstrip('/')}/" for d in re.findall(r"(?:synth|--data-dir) (\S+)", bash)),
+               *(f"{name}.png" for name in names)]
+    assert len(written) == len(names) + 2, bash  # the dataset and the servers' state
+    ignored = {line.strip().lstrip("/") for line in (ROOT / ".gitignore").read_text().splitlines()}
+    assert [w for w in written if w not in ignored] == []
 
 
 def _port_taken(port: int) -> bool:

@@ -23,14 +23,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 import obstore
 import pyarrow as pa
 import pyarrow.parquet as pq
-import zarr
-import zarr.storage
 from obstore.exceptions import GenericError, NotFoundError
 from obstore.store import LocalStore, S3Store
 
@@ -42,6 +40,10 @@ from services.storage.options import StorageOptions
 from services.storage.paths import PathEscapeError, normalized_path
 from services.storage.ranged import RangedReader
 from services.storage.readahead import AheadRead, ReadAhead
+
+if TYPE_CHECKING:  # zarr's import costs half a second; the read path never needs it
+    import zarr
+    import zarr.storage
 
 __all__ = [
     "ObjectMeta", "PathEscapeError", "Storage", "StorageOptions", "StorageRoots", "open_root",
@@ -385,6 +387,8 @@ class Storage:
 
     def zarr_store(self, path: str) -> zarr.storage.StoreLike:
         """A read-only zarr v3 store rooted at the group ``path``."""
+        import zarr.storage  # noqa: PLC0415 - imported on first use (see above)
+
         rel = self.validate_relative_path(path)
         if self._local_root is not None:
             return zarr.storage.LocalStore(self._local_root / rel, read_only=True)
@@ -394,6 +398,8 @@ class Storage:
 
     def open_zarr(self, path: str) -> zarr.Group:
         """The zarr v3 group at ``path``, opened read-only."""
+        import zarr  # noqa: PLC0415 - imported on first use
+
         return zarr.open_group(self.zarr_store(path), mode="r", zarr_format=3)
 
 
