@@ -30,19 +30,34 @@ catalog it runs in the registration's job, on the storage pool, never on the eve
 Metadata may also come from a side table (``metadata=``: a ``.csv``/``.parquet`` path
 under the root, or ``metadata_rows``) keyed by ``cell_id`` (and ``set_id`` when it has
 that column): every cell must have one row.
+
+``exclude`` globs (:func:`catalog.pattern_syntax.compile_excludes`: whole paths relative
+to the root, ``fnmatch`` rules) leave paths out of the walk before anything else: a
+matching file or zarr group is not a segment nor a problem, a matching folder is not
+listed. ``on_bad_file`` is for the segment checks that follow
+(:func:`catalog.registration.prepare_version`): ``"skip"`` leaves out the files that
+cannot be read as segments, and the others of their identity.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
+from catalog.bad_files import OnBadFile
 from catalog.limits import check_manifest_rows
 from catalog.manifest import IDENTITY_COLUMNS, RESERVED_COLUMNS, read_table
-from catalog.pattern_syntax import ParsedPattern, bad_pattern, match_path, parse_pattern
+from catalog.pattern_syntax import (
+    ParsedPattern,
+    bad_pattern,
+    compile_excludes,
+    match_path,
+    parse_pattern,
+)
 from catalog.problems import ProblemLog
 from services.contract.errors import ErrorType, InvalidManifest, InvalidRequest, WindpipeError
 from services.contract.limits import Limits, check_limit
@@ -60,14 +75,18 @@ _LISTING_THREADS = 8
 @dataclass(frozen=True)
 class PatternSource:
     """What a registration by pattern names: the pattern, the fixed ``set_id`` /
-    ``protocol`` (when not fields) and an optional side table (a path under the root, or
-    its rows) keyed by ``cell_id``."""
+    ``protocol`` (when not fields), an optional side table (a path under the root, or
+    its rows) keyed by ``cell_id``, the globs of paths to leave out (``exclude``) and
+    what a file that cannot be read as a segment does (``on_bad_file``: ``"stop"`` the
+    registration, or be left out with a reason, ``"skip"``)."""
 
     pattern: str
     set_id: str | None = None
     protocol: str | None = None
     metadata: str | None = None
     metadata_rows: list[dict[str, Any]] | None = None
+    exclude: tuple[str, ...] = ()
+    on_bad_file: OnBadFile = "stop"
 
 
 def _segment_like(name: str, *, folder: bool) -> bool:
@@ -75,10 +94,12 @@ def _segment_like(name: str, *, folder: bool) -> bool:
 
 
 def _walk(storage: Storage, parsed: ParsedPattern, limits: Limits,
-          problems: list[dict[str, Any]], exclude: str | None) -> tuple[list[str], list[str]]:
+          problems: list[dict[str, Any]], left_out: Callable[[str], bool],
+          ) -> tuple[list[str], list[str]]:
     """The segment-like paths at the pattern's depth (matching or not: checked later) and a
     few other files seen; problems for segments of the other kind at that depth, and for
-    entries elsewhere whose name fits the pattern's last component (a segment misplaced)."""
+    entries elsewhere whose name fits the pattern's last component (a segment misplaced).
+    A path ``left_out`` is passed over (a folder: not listed)."""
     depth = len(parsed.components)
     final = parsed.components[-1]
 
@@ -100,7 +121,7 @@ def _walk(storage: Storage, parsed: ParsedPattern, limits: Limits,
                             kind=ErrorType.INVALID_MANIFEST)
                 for path, _size in folder.files:
                     name = path.rsplit("/", 1)[-1]
-                    if name.startswith(".") or path == exclude:
+                    if name.startswith(".") or left_out(path):
                         continue
                     if last and not parsed.zarr and _segment_like(name, folder=False):
                         found.append(path)
@@ -110,7 +131,7 @@ def _walk(storage: Storage, parsed: ParsedPattern, limits: Limits,
                         seen.append(path)
                 for path in folder.folders:
                     name = path.rsplit("/", 1)[-1]
-                    if name.startswith("."):
+                    if name.startswith(".") or left_out(path):
                         continue
                     if _segment_like(name, folder=True):
                         if last and parsed.zarr:
@@ -162,15 +183,17 @@ def manifest_from_pattern(
         if fixed is not None and name in parsed.types:
             raise bad_pattern(parsed.text,
                               f"{name} is a field of the pattern and given as {fixed!r}")
-    exclude = None
+    excluded = compile_excludes(source.exclude)
+    table_path = None
     if source.metadata is not None:
         try:
-            exclude = storage.normalize_relative_path(source.metadata)
+            table_path = storage.normalize_relative_path(source.metadata)
         except PathEscapeError as exc:
             raise InvalidManifest(f"metadata table path: {exc}") from exc
     misfits: list[dict[str, Any]] = []
     try:
-        found, seen = _walk(storage, parsed, limits, misfits, exclude)
+        found, seen = _walk(storage, parsed, limits, misfits,
+                            lambda path: path == table_path or excluded(path))
     except PathEscapeError as exc:
         raise InvalidManifest(f"pattern {parsed.text!r}: {exc}",
                               details={"pattern": parsed.text}) from exc
@@ -188,6 +211,8 @@ def manifest_from_pattern(
     if not rows:
         where = f"under {parsed.start!r}" if parsed.start else "under the root"
         hint = f"; other files there: {seen}" if seen else ""
+        if source.exclude:
+            hint += f"; paths its {len(source.exclude)} exclude glob(s) match are left out"
         raise InvalidManifest(
             f"pattern {parsed.text!r} matched no segment {where} of {storage.uri}{hint}",
             details={"pattern": parsed.text})

@@ -17,12 +17,21 @@ characters, the parts from field ``i`` on match a suffix starting at ``p`` exact
 after it) gives every field's end, and the greedy values are the slices between. Its
 work is at most (name length) x (the pattern's literal text), both bounded here:
 :data:`MAX_NAME_CHARS`, :data:`MAX_PATTERN_CHARS` and :data:`MAX_PATTERN_FIELDS`.
+
+A registration's ``exclude`` globs (:func:`compile_excludes`) leave paths out of the
+walk. Each is matched against a whole path relative to the root by
+:func:`fnmatch.fnmatchcase`'s rules (``*`` also crosses ``/``), all of them as one
+expression; :func:`fnmatch.translate` makes each ``*`` an atomic group, so a match costs
+at most the path's length times the globs' (:data:`MAX_EXCLUDE_GLOBS` of at most
+:data:`MAX_GLOB_CHARS` characters), never a search of splits.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,12 +40,16 @@ from services.contract.errors import InvalidRequest, WindpipeError
 
 __all__ = [
     "FIELD_TYPES",
+    "MAX_EXCLUDE_GLOBS",
+    "MAX_GLOB_CHARS",
     "MAX_NAME_CHARS",
     "MAX_PATTERN_CHARS",
     "MAX_PATTERN_FIELDS",
     "Component",
     "ParsedPattern",
     "bad_pattern",
+    "compile_excludes",
+    "exclude_problem",
     "match_path",
     "parse_pattern",
 ]
@@ -49,6 +62,11 @@ MAX_PATTERN_FIELDS = 16
 MAX_NAME_CHARS = 255
 #: The characters of a pattern: a few levels of names at the bound above.
 MAX_PATTERN_CHARS = 1024
+#: The globs of one registration's ``exclude``: a few folders or files left out, not a
+#: listing of them (name what stays with the pattern instead).
+MAX_EXCLUDE_GLOBS = 64
+#: The characters of one ``exclude`` glob: those of a pattern.
+MAX_GLOB_CHARS = MAX_PATTERN_CHARS
 #: A field's types (``{name:type}``).
 FIELD_TYPES = ("float", "int", "str")
 
@@ -227,3 +245,38 @@ def match_path(parsed: ParsedPattern, path: str) -> dict[str, Any] | str:
     if protocol is not None and protocol != protocol.strip().lower():
         return f"protocol {protocol!r}: protocol names are lower-case"
     return values
+
+
+def exclude_problem(glob: Any) -> str | None:
+    """Why ``glob`` cannot be an ``exclude`` glob (one that could name a path outside the
+    root, or none at all), or None."""
+    if not isinstance(glob, str) or not glob:
+        return "is empty"
+    if len(glob) > MAX_GLOB_CHARS:
+        return f"is {len(glob)} characters, above the bound of {MAX_GLOB_CHARS} for a glob"
+    if glob.startswith("/") or "\\" in glob or any(ord(c) < 32 for c in glob) \
+            or _SCHEME.match(glob):
+        return ("must be relative to the root (no leading '/', scheme, backslash or control "
+                "character)")
+    if any(p in ("", ".", "..") for p in glob.split("/")):
+        return "has an empty, '.' or '..' component: a glob names paths under the root"
+    return None
+
+
+def compile_excludes(globs: Sequence[str]) -> Callable[[str], bool]:
+    """A test of a path relative to the root: whether one of ``globs`` matches all of it
+    (:func:`fnmatch.fnmatchcase`'s rules); ``invalid_request`` naming a glob that is not
+    one (:func:`exclude_problem`) or more than :data:`MAX_EXCLUDE_GLOBS` of them."""
+    if len(globs) > MAX_EXCLUDE_GLOBS:
+        raise InvalidRequest(f"exclude has {len(globs)} globs, above the bound of "
+                             f"{MAX_EXCLUDE_GLOBS}", details={"bound": "exclude",
+                                                              "max": MAX_EXCLUDE_GLOBS})
+    for glob in globs:
+        why = exclude_problem(glob)
+        if why is not None:
+            shown = glob if not isinstance(glob, str) or len(glob) <= 64 else f"{glob[:64]}..."
+            raise InvalidRequest(f"exclude glob {shown!r} {why}", details={"exclude": shown})
+    if not globs:
+        return lambda _path: False
+    matcher = re.compile("|".join(fnmatch.translate(g) for g in dict.fromkeys(globs)))
+    return lambda path: matcher.match(path) is not None

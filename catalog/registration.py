@@ -18,6 +18,12 @@ A manifest *row* of SEMANTICS section 1 is an identity ``(set_id, cell_id, cidx,
 protocol)``: all segment rows sharing it, in listed order, even when they are not
 adjacent in the manifest.
 
+With ``on_bad_file="skip"`` (a registration by pattern may ask for it), the files that
+cannot be read as segments are left out instead (:mod:`catalog.bad_files`): every
+segment is checked, none stops the checks, and the version is built from the others;
+its id is the digest of the segments it holds, like any version's, so the same files
+kept give the same version however they were chosen.
+
 Content already registered under another dataset is a ``conflict``
 (:func:`registered_elsewhere`) that names that dataset and version only to a caller who
 may read it. A registration job is shared by every request of the same dataset and body,
@@ -27,6 +33,7 @@ caller (:func:`error_seen_by`), never once for all of them.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +42,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from catalog.bad_files import OnBadFile, SkippedFiles, all_skipped_error, files_to_skip
 from catalog.batched import REMOTE_REQUESTS, workers_for
 from catalog.canonical import identity_ids, row_json
 from catalog.checks import LOCAL_WORKERS, check_segments
@@ -79,7 +87,8 @@ class PreparedVersion:
     ``figures``: the profile figures the checks took from the bytes they read (small
     parquet files), summed (:class:`catalog.tally.FigureTally`), so that
     :func:`catalog.profile.profile_version` reads only the other segments (None: no
-    figures taken, every segment is read).
+    figures taken, every segment is read). ``skipped``: the files left out
+    (``on_bad_file="skip"``; empty otherwise).
     """
 
     version_id: str
@@ -89,6 +98,7 @@ class PreparedVersion:
     schema: dict[str, list[dict[str, Any]]]
     metadata_columns: tuple[str, ...]
     figures: FigureTally | None = None
+    skipped: SkippedFiles = dataclasses.field(default_factory=SkippedFiles)
 
     @property
     def total_rows(self) -> int:
@@ -174,6 +184,7 @@ def prepare_version(
     workers: int | None = None,
     requests: int = REMOTE_REQUESTS,
     pack: PackWriter | None = None,
+    on_bad_file: OnBadFile = "stop",
 ) -> PreparedVersion:
     """Validate ``manifest`` against ``storage`` and describe the version it makes.
 
@@ -187,6 +198,9 @@ def prepare_version(
     ``WindpipeError(invalid_manifest)`` with ``details["problems"]`` (``row``,
     ``segment_path``, ``problem``: the first :data:`catalog.problems.MAX_LISTED`) and
     ``details["problem_count"]`` when anything is wrong; nothing is partial.
+    ``on_bad_file="skip"``: the files that cannot be read as segments, and the others
+    of their identities, are left out (``PreparedVersion.skipped``) instead of being
+    problems (:mod:`catalog.bad_files`); when that leaves nothing, ``invalid_manifest``.
     """
     frame = normalize_manifest(manifest)
     meta = metadata_columns(frame)
@@ -198,32 +212,78 @@ def prepare_version(
 
     if workers is None:
         workers = LOCAL_WORKERS if storage.is_local else workers_for(storage)
+    skip = on_bad_file == "skip"
     described, figures = check_segments(
         storage, paths, frame.get_column("protocol").gather(at), progress=progress,
-        stop_after=problems.listed, workers=workers, requests=requests, pack=pack)
+        stop_after=paths.len() + 1 if skip else problems.listed, workers=workers,
+        requests=requests, pack=pack)
     if described.done < paths.len():
         problems.stop(f"segment checks stopped after {problems.listed} failed "
                       f"({described.done} of {paths.len()} segments checked)")
-    _segment_problems(frame, described, at, problems)
+    if not skip:
+        _segment_problems(frame, described, at, problems)
+    _row_count_problems(frame, described, at, problems)
+    if skip:
+        if problems:  # a path or metadata problem is the request's: never skipped
+            raise problems.error()
+        return _skipping(storage, frame, meta, described, paths=paths, figures=figures,
+                         pack=pack)
     columns_id = np.full(frame.height, -1, dtype=np.int64)
     columns_id[at] = described.columns_id
     column_problems(frame, columns_id, described.column_lists, problems,
                     lambda row, text: _problem(row, raw[row], text))
     if problems:
         raise problems.error()
-    return _build(storage, frame, meta, described, paths=paths, figures=figures)
+    return _build(storage, frame, meta, described.frame(), columns_id=described.columns_id,
+                  column_lists=described.column_lists, paths=paths, figures=figures)
+
+
+def _skipping(storage: Storage, frame: pl.DataFrame, meta: tuple[str, ...],
+              described: Described, *, paths: pl.Series, figures: FigureTally,
+              pack: PackWriter | None) -> PreparedVersion:
+    """The version of the files that are not skipped (every row of ``frame`` is a
+    segment, in order). The profile's sums hold nothing of a file that failed its
+    check, so they only need renumbering; should a skipped file have been read (the
+    other of its identity), they and the pack hold its rows: the profile then reads
+    the version's segments again and no pack is written."""
+    keep, skipped = files_to_skip(frame, described)
+    if not skipped:
+        return _build(storage, frame, meta, described.frame(),
+                      columns_id=described.columns_id, column_lists=described.column_lists,
+                      paths=paths, figures=figures)
+    if not keep.any():
+        raise all_skipped_error(skipped)
+    kept = pl.Series(keep)
+    if skipped.read:
+        if pack is not None:
+            pack.abort()
+        tally = None
+    else:
+        figures.renumber(np.cumsum(keep) - 1)
+        tally = figures
+    prepared = _build(storage, frame.filter(kept), meta, described.frame().filter(kept),
+                      columns_id=described.columns_id[keep],
+                      column_lists=described.column_lists, paths=paths.filter(kept),
+                      figures=tally)
+    return dataclasses.replace(prepared, skipped=skipped)
 
 
 def _segment_problems(frame: pl.DataFrame, described: Described, at: np.ndarray,
                       log: ProblemLog) -> None:
-    """The segments that failed their checks, and those whose rows differ from the
-    manifest's ``row_count`` (``at[k]``: the manifest row of segment ``k``)."""
+    """The segments that failed their checks (``at[k]``: the manifest row of segment
+    ``k``)."""
     raw = frame.get_column("segment_path")
     for k, text in described.problems.items():
         row = int(at[k])
         log.add(_problem(row, raw[row], text))
+
+
+def _row_count_problems(frame: pl.DataFrame, described: Described, at: np.ndarray,
+                        log: ProblemLog) -> None:
+    """The segments whose rows differ from the manifest's ``row_count``."""
     if "row_count" not in frame.columns:
         return
+    raw = frame.get_column("segment_path")
     want = frame.get_column("row_count").gather(at)
     have = pl.Series(described.row_count)
     bad = (want.is_not_null() & pl.Series(described.columns_id >= 0)
@@ -257,10 +317,12 @@ def version_digest(root_uri: str, canonical: pl.DataFrame, *, chunk: int = 8192,
 
 
 def _build(
-    storage: Storage, frame: pl.DataFrame, meta: tuple[str, ...], described: Described, *,
-    paths: pl.Series, figures: FigureTally,
+    storage: Storage, frame: pl.DataFrame, meta: tuple[str, ...], found: pl.DataFrame, *,
+    columns_id: np.ndarray, column_lists: list[tuple[ColumnInfo, ...]],
+    paths: pl.Series, figures: FigureTally | None,
 ) -> PreparedVersion:
-    found = described.frame()
+    """The version of ``frame``'s rows, each a segment described by the same row of
+    ``found`` (:meth:`Described.frame`) and ``columns_id`` (into ``column_lists``)."""
     seg = frame.select(*_IDENT, *meta).with_columns(
         paths.alias("path"),
         found.get_column("format"),
@@ -287,7 +349,7 @@ def _build(
         order=seg.select(pl.arg_sort_by([*_IDENT, "ordinal"])).to_series())
 
     schema = protocol_schema(seg.get_column("protocol"), seg.get_column("manifest_row_id"),
-                             described.columns_id, described.column_lists)
+                             columns_id, column_lists)
     segments = seg.select(
         "manifest_row_id", "ordinal", "path", "format", "row_count", "chunk_rows",
         "fingerprint", "manifest_position",

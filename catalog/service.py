@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Generic, TypeVar
 
@@ -20,6 +20,7 @@ import polars as pl
 from sqlalchemy.exc import IntegrityError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
+from catalog.bad_files import SkippedFiles, skipped_warning
 from catalog.context import CatalogContext
 from catalog.index import build_index
 from catalog.limits import (
@@ -64,11 +65,13 @@ _RETRIES = 3  # tries of a registration's insert (a lost race, then the winner f
 
 @dataclass(frozen=True)
 class Created(Generic[T]):
-    """A resource and whether this call created it (False: it already existed)."""
+    """A resource and whether this call created it (False: it already existed); a
+    registration's warnings and the files it left out (``on_bad_file="skip"``)."""
 
     value: T
     created: bool
     warnings: tuple[dict[str, Any], ...] = ()
+    skipped: SkippedFiles = field(default_factory=SkippedFiles)
 
 
 def content_id(prefix: str, *parts: Any) -> str:
@@ -138,7 +141,9 @@ def register_version(
     Exactly one of ``manifest`` (a path under ``root``), ``rows`` and ``pattern`` (the
     manifest built from the files under ``root``, ``catalog.pattern``) is given. A root
     the operator does not allow, or one bound to other dataset names
-    (``ctx.root_scopes``), is ``forbidden`` before anything is read. The same content
+    (``ctx.root_scopes``), is ``forbidden`` before anything is read. A pattern's
+    ``on_bad_file="skip"`` leaves out the files that cannot be read as segments
+    (``Created.skipped``, and a ``skipped_files`` warning). The same content
     again returns the existing version (``created=False``); content already registered
     under another dataset is a ``conflict``, naming that dataset and version only when
     ``visible(dataset)`` (None: the caller sees every dataset).
@@ -161,8 +166,9 @@ def register_version(
     pack = (ctx.packs.writer(storage.uri) if ctx.packs is not None and storage.is_local
             else None)
     try:
-        prepared = prepare_version(storage, frame, progress=partial(report, "checking"),
-                                   pack=pack)
+        prepared = prepare_version(
+            storage, frame, progress=partial(report, "checking"), pack=pack,
+            on_bad_file=pattern.on_bad_file if pattern is not None else "stop")
         profile = profile_for(ctx.sessions, storage, prepared,  # nulls, infinities, sampling
                               progress=partial(report, "profiling"))
         report("storing", prepared.segments.height, prepared.segments.height)
@@ -174,6 +180,9 @@ def register_version(
         raise
     if pack is not None:  # after the version: a pack is never there without its version
         pack.commit(prepared.version_id)
+    if prepared.skipped:
+        created = replace(created, skipped=prepared.skipped,
+                          warnings=(skipped_warning(prepared.skipped), *created.warnings))
     return created
 
 

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from catalog.figures import FLOATING, Counted, Sampling, count_group
@@ -202,6 +203,24 @@ class FigureTally:
             listed.extend(other.listed[protocol])
             listed.sort()
             del listed[MAX_LISTED:]
+
+    def renumber(self, new_index: np.ndarray) -> None:
+        """Number the segments again once some were left out of the version
+        (``on_bad_file="skip"``): ``new_index[k]`` is segment ``k``'s new index. Only
+        segments with nothing here (that failed their checks) may be left out: the sums
+        stay as they are."""
+        def moved(indices: array[int]) -> array[int]:
+            out = array("q")
+            out.frombytes(new_index[np.asarray(indices, dtype=np.int64)].astype(
+                np.int64).tobytes())
+            return out
+
+        self.unfigured = moved(self.unfigured)
+        for cell in self.cells.values():
+            cell.footer_at = moved(cell.footer_at)
+        for listed in self.listed.values():
+            listed[:] = [(int(new_index[k]), path, protocol, rows, sampling)
+                         for k, path, protocol, rows, sampling in listed]
 
     def listing(self, protocols: set[str]) -> list[Irregular]:
         """The first :data:`MAX_LISTED` irregular segments of ``protocols``, manifest

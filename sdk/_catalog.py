@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
 
@@ -135,6 +135,8 @@ class Catalog:
         set_id: str | None = None,
         protocol: str | None = None,
         metadata: str | Sequence[dict[str, Any]] | pl.DataFrame | None = None,
+        exclude: Sequence[str] | None = None,
+        on_bad_file: Literal["stop", "skip"] = "stop",
         description: str | None = None,
         progress: bool | None = None,
     ) -> DatasetVersion:
@@ -147,9 +149,14 @@ class Catalog:
         ``"{cell_id}/{protocol}/cycle_{cidx}.parquet"``; ``set_id`` / ``protocol`` fix
         what the pattern does not name, default the dataset's name / ``cycling``;
         ``metadata``, a side table keyed by ``cell_id``: a CSV or parquet path under
-        ``root``, or its rows; docs/data.md). Every segment is
+        ``root``, or its rows; ``exclude``, globs of paths under ``root`` to leave out,
+        fnmatch rules on the whole relative path: ``["c07/*", "*/cycle_3.parquet"]``;
+        docs/data.md). Every segment is
         validated before anything is stored; problems raise :class:`InvalidManifest`
-        with ``details["problems"]``. A protocol name new to the catalog or close to a
+        with ``details["problems"]``. With a pattern, ``on_bad_file="skip"`` leaves out
+        the files that cannot be read as segments instead (and the other files of their
+        identity), with a :class:`RegistrationWarning`; ``version.skipped`` lists each
+        with its reason. A protocol name new to the catalog or close to a
         known one (``cyling``) registers, with a :class:`RegistrationWarning` and the
         details in the version's ``warnings``; nulls, infinities and irregular sampling
         found in the values (``version.profile``) with a :class:`DataWarning` each.
@@ -160,7 +167,8 @@ class Catalog:
         process, follows the same job (``sdk._register``).
         """
         body = _register_body(root=root, manifest=manifest, rows=rows, pattern=pattern,
-                              set_id=set_id, protocol=protocol, metadata=metadata)
+                              set_id=set_id, protocol=protocol, metadata=metadata,
+                              exclude=exclude, on_bad_file=on_bad_file)
         if description is not None:
             body["description"] = description
         answer, created = register_version(self._state, name, body, progress=progress)
@@ -205,13 +213,18 @@ def _register_body(
     *, root: str, manifest: str | None, rows: Sequence[dict[str, Any]] | pl.DataFrame | None,
     pattern: str | None, set_id: str | None, protocol: str | None,
     metadata: str | Sequence[dict[str, Any]] | pl.DataFrame | None,
+    exclude: Sequence[str] | None, on_bad_file: str,
 ) -> dict[str, Any]:
     """The registration body (``RegisterVersionIn``), checked before it is sent."""
     if sum(x is not None for x in (manifest, rows, pattern)) != 1:
         msg = ("register() takes exactly one of manifest= (a path under root), rows= or "
                "pattern=")
         raise InvalidRequest(msg)
-    extras = {"set_id": set_id, "protocol": protocol, "metadata": metadata}
+    if isinstance(exclude, str):
+        msg = "register(): exclude= is a list of globs, e.g. ['c07/*']"
+        raise InvalidRequest(msg)
+    extras = {"set_id": set_id, "protocol": protocol, "metadata": metadata,
+              "exclude": exclude, "on_bad_file": None if on_bad_file == "stop" else on_bad_file}
     given = [name for name, value in extras.items() if value is not None]
     if pattern is None and given:
         msg = f"register(): {', '.join(given)} apply to pattern= only"
@@ -225,6 +238,10 @@ def _register_body(
         body["pattern"] = pattern
         body.update({k: v for k, v in (("set_id", set_id), ("protocol", protocol))
                      if v is not None})
+        if exclude is not None:
+            body["exclude"] = list(exclude)
+        if on_bad_file != "stop":
+            body["on_bad_file"] = on_bad_file
         if isinstance(metadata, str):
             body["metadata"] = metadata
         elif metadata is not None:

@@ -61,6 +61,18 @@ class DatasetVersion(FromAnswer):
         return list(self.raw.get("warnings") or ())
 
     @property
+    def skipped(self) -> list[dict[str, str]]:
+        """The files registration left out (``on_bad_file="skip"``; only on the answer of
+        ``Catalog.register``), each ``{path, reason}``: the first 1,000, of
+        :attr:`skipped_count`."""
+        return [dict(f) for f in self.raw.get("skipped") or ()]
+
+    @property
+    def skipped_count(self) -> int:
+        """How many files registration left out (0 without ``on_bad_file="skip"``)."""
+        return int(self.raw.get("skipped_count") or 0)
+
+    @property
     def profile(self) -> VersionProfile | None:
         """What registration learned about the values: ``columns`` (null and non-finite
         counts per protocol and column), ``irregular_segments`` and ``sampling`` (segments

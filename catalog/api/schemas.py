@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from catalog.bad_files import MAX_SKIPPED_LISTED, OnBadFile, SkippedFiles
 from catalog.jobs import JobView
 from catalog.models import (
     ApiToken,
@@ -31,6 +32,7 @@ from catalog.models import (
     Version,
     as_utc,
 )
+from catalog.pattern_syntax import MAX_EXCLUDE_GLOBS, MAX_GLOB_CHARS, exclude_problem
 from catalog.principals import MAX_TOKEN_LIFETIME_S, MIN_TOKEN_LIFETIME_S
 from services.contract.configs import PlanSpec, ValidationConfig
 from services.contract.leakage import SplitLeakage
@@ -54,6 +56,7 @@ __all__ = [
     "PlanOut",
     "RegisterVersionIn",
     "SegmentOut",
+    "SkippedFileOut",
     "SplitOut",
     "TokenCreatedOut",
     "TokenIn",
@@ -138,15 +141,40 @@ class RegisterVersionIn(BaseModel):
                                   "keyed by cell_id (and set_id)")
     metadata_rows: list[StoredObject] | None = Field(
         default=None, description="pattern only: the side table's rows")
+    exclude: list[Annotated[StoredText, Field(max_length=MAX_GLOB_CHARS)]] | None = Field(
+        default=None, max_length=MAX_EXCLUDE_GLOBS,
+        description="pattern only: globs of paths to leave out, each matched against a "
+                    "whole path relative to root with fnmatch rules ('*' also matches "
+                    "'/'), e.g. 'c07/*' or '*/cycle_3.parquet'; a matching folder is not "
+                    f"listed. At most {MAX_EXCLUDE_GLOBS} globs of {MAX_GLOB_CHARS} "
+                    "characters; one with a '..' component or an absolute one is refused")
+    on_bad_file: OnBadFile = Field(
+        default="stop",
+        description="pattern only: what a file that cannot be read as a segment (corrupt, "
+                    "not parquet, columns unlike the other files of its identity) does: "
+                    "'stop' refuses the registration naming it; 'skip' leaves it out, with "
+                    "the other files of its identity, and the answer's 'skipped' lists it")
     description: StoredText | None = None
+
+    @field_validator("exclude", mode="after")
+    @classmethod
+    def _globs_under_root(cls, globs: list[str] | None) -> list[str] | None:
+        for glob in globs or ():
+            why = exclude_problem(glob)
+            if why is not None:
+                msg = f"exclude glob {glob!r} {why}"
+                raise ValueError(msg)
+        return globs
 
     @model_validator(mode="after")
     def _one_source(self) -> RegisterVersionIn:
         if sum(x is not None for x in (self.manifest, self.rows, self.pattern)) != 1:
             msg = "give exactly one of 'manifest' (a path under root), 'rows' and 'pattern'"
             raise ValueError(msg)
-        extras = [name for name in ("set_id", "protocol", "metadata", "metadata_rows")
-                  if getattr(self, name) is not None]
+        extras = [name for name in ("set_id", "protocol", "metadata", "metadata_rows",
+                                    "exclude") if getattr(self, name) is not None]
+        if self.on_bad_file != "stop":
+            extras.append("on_bad_file")
         if self.pattern is None and extras:
             msg = f"{extras} apply to a registration by 'pattern' only"
             raise ValueError(msg)
@@ -154,6 +182,14 @@ class RegisterVersionIn(BaseModel):
             msg = "give at most one of 'metadata' (a path under root) and 'metadata_rows'"
             raise ValueError(msg)
         return self
+
+
+class SkippedFileOut(_Out):
+    """A file a registration left out (``on_bad_file="skip"``): its path under the root
+    and why."""
+
+    path: str
+    reason: str
 
 
 class VersionOut(_Out):
@@ -182,14 +218,25 @@ class VersionOut(_Out):
                     "counts per protocol and column, irregularly sampled segments (null "
                     "for versions registered before profiles existed)",
     )
+    skipped: list[SkippedFileOut] = Field(
+        default_factory=list,
+        description="registration by pattern with on_bad_file 'skip' only: the files left "
+                    f"out, each with its reason, the first {MAX_SKIPPED_LISTED} in "
+                    "manifest order; empty elsewhere",
+    )
+    skipped_count: int = Field(
+        default=0, description="registration only: how many files were left out (all of "
+                               "them; 'skipped' lists the first)")
 
     model_config = ConfigDict(frozen=True, populate_by_name=True)
 
     @classmethod
     def from_row(
         cls, row: Version, *, warnings: Sequence[dict[str, Any]] = (),
+        skipped: SkippedFiles | None = None,
     ) -> VersionOut:
-        """From the ORM row (its dataset loaded)."""
+        """From the ORM row (its dataset loaded); a registration's ``warnings`` and the
+        files it ``skipped``."""
         return cls(
             id=row.id, dataset=row.dataset.name, root_uri=row.root_uri,
             description=row.description, n_manifest_rows=row.n_manifest_rows,
@@ -198,6 +245,9 @@ class VersionOut(_Out):
             retired_at=row.retired_at,
             warnings=list(warnings),
             profile=None if row.profile is None else VersionProfile.model_validate(row.profile),
+            skipped=[SkippedFileOut(path=f.path, reason=f.reason)
+                     for f in (skipped.files if skipped is not None else ())],
+            skipped_count=skipped.count if skipped is not None else 0,
         )
 
 

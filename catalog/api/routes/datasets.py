@@ -89,6 +89,8 @@ async def register_version(
 ) -> VersionOut | JSONResponse:
     """Validate a manifest and every segment, then store the version (201; 200 if known;
     409 for content registered under another name, named only if the caller sees it).
+    A registration by pattern may leave paths out (``exclude``) and skip the files it
+    cannot read as segments (``on_bad_file: "skip"``: listed in ``skipped``).
 
     The registration runs as a job (``catalog/jobs.py``); one still running after the
     ``Prefer: wait=N`` seconds the caller allows (``respond-async``: 0; none: 20) answers
@@ -99,7 +101,8 @@ async def register_version(
     visible = None if principal.datasets is None else functools.partial(
         principal.may, Role.READER)
     jobs: Jobs = request.app.state.jobs
-    payload = body.model_dump(mode="json", exclude_none=True)
+    # defaults left out: a request that names none of them keeps the key it always had
+    payload = body.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
     # the job's row is written off the event loop: a slow database stalls no other call
     started = await run_in_threadpool(functools.partial(
         jobs.start, dataset=name, key=request_key(name, payload), principal=principal.name,
@@ -134,12 +137,14 @@ def _register_version(
     any caller may find its job; each answer is written for its own caller."""
     pattern = None if body.pattern is None else PatternSource(
         pattern=body.pattern, set_id=body.set_id, protocol=body.protocol,
-        metadata=body.metadata, metadata_rows=body.metadata_rows)
+        metadata=body.metadata, metadata_rows=body.metadata_rows,
+        exclude=tuple(body.exclude or ()), on_bad_file=body.on_bad_file)
     result = service.register_version(
         ctx, name, root=body.root, manifest=body.manifest, rows=body.rows, pattern=pattern,
         description=body.description, visible=None, progress=progress,
     )
-    answer = VersionOut.from_row(result.value, warnings=result.warnings)
+    answer = VersionOut.from_row(result.value, warnings=result.warnings,
+                                 skipped=result.skipped)
     return answer.model_dump(mode="json", by_alias=True), result.created
 
 
