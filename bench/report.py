@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from services.contract.extras import install_hint
+
 __all__ = ["HEADLINE_RATIOS", "ratio_rows", "ratio_table", "verdict", "write_markdown",
            "write_plot", "write_plot_if_possible"]
 
@@ -143,7 +145,7 @@ def write_plot_if_possible(record: dict[str, Any], path: Path) -> bool:
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] != "matplotlib":
             raise
-        print(f"no plot: matplotlib is not installed (pip install 'windpipe[plot]'); "
+        print(f"no plot: matplotlib is not installed ({install_hint('plot')}); "
               f"the numbers are in {path.with_suffix('.json').name} and "
               f"{path.with_suffix('.md').name}")
         return False

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from services.contract.extras import install_hint
+
 if TYPE_CHECKING:
     import polars as pl
     from matplotlib.figure import Figure
@@ -33,7 +35,7 @@ def _pyplot() -> Any:
     try:
         import matplotlib.pyplot as plt  # noqa: PLC0415
     except ModuleNotFoundError as exc:
-        msg = "plots need matplotlib: pip install 'windpipe[plot]'"
+        msg = f"plots need matplotlib: {install_hint('plot')}"
         raise ModuleNotFoundError(msg, name="matplotlib") from exc
     return plt
 

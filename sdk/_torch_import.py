@@ -16,11 +16,13 @@ import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from services.contract.extras import install_hint
+
 __all__ = ["PIN_MEMORY_NEEDS_CUDA", "TORCH_HINT", "TorchMissing", "require_torch", "torch",
            "torch_support"]
 
-TORCH_HINT = ("windpipe's torch batches need torch: install your torch build, "
-              "or pip install 'windpipe[torch]'")
+TORCH_HINT = ("windpipe's torch batches need torch: install your torch build, or "
+              f"{install_hint('torch')}")
 # batch.pin_memory(), plan.loader(pin_memory=True) on a machine without CUDA
 PIN_MEMORY_NEEDS_CUDA = (
     "pin_memory needs CUDA: page-locked memory only speeds up copies to a GPU, and this "

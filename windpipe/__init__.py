@@ -43,8 +43,9 @@ def _own(name: str) -> Any:
     except ModuleNotFoundError as exc:
         if exc.name not in _SERVER_PACKAGES:
             raise
+        from services.contract.extras import install_hint  # noqa: PLC0415
         msg = (f"windpipe.{name} runs the catalog in this process and needs its packages "
-               f"({exc.name} is missing): pip install 'windpipe[server]'")
+               f"({exc.name} is missing): {install_hint('server')}")
         raise ModuleNotFoundError(msg, name=exc.name) from exc
     return getattr(module, name)
 

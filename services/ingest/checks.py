@@ -16,6 +16,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any, Literal
 
+from services.contract.extras import install_hint
 from services.ingest.base import IngestError
 
 __all__ = ["LAYOUTS", "CsvLayout", "check_csv", "import_reader"]
@@ -52,7 +53,7 @@ def import_reader(module: str) -> Any:
         return import_module(module)
     except ImportError as exc:
         msg = (f"reading cycler exports needs {module.split('.', maxsplit=1)[0]}: "
-               "pip install 'windpipe[ingest]'")
+               f"{install_hint('ingest')}")
         raise ImportError(msg) from exc
 
 

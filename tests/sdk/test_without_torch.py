@@ -112,4 +112,4 @@ def test_the_rest_workflow_runs_without_torch_and_batches_say_what_to_install(
         assert error["name"] == "torch"
         assert error["message"].startswith(
             "windpipe's torch batches need torch: install your torch build, "
-            "or pip install 'windpipe[torch]'"), (name, error)
+            "or pip install -e '.[torch]' in a checkout"), (name, error)
