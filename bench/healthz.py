@@ -1,7 +1,7 @@
 """``/healthz`` latency while one heavy request runs: is the catalog's liveness answer
 still quick (under 0.2 s) whatever a single caller asks of it?
 
-    .venv/bin/python -m bench.healthz                       # SQLite, ~1 min
+    .venv/bin/python -m bench.healthz                       # SQLite, ~40 s
     .venv/bin/python -m bench.healthz --database-url postgresql://postgres@127.0.0.1:5432/test
 
 writes ``--cells`` x ``--cycles`` small parquet segments in one folder, named for a
@@ -9,17 +9,19 @@ writes ``--cells`` x ``--cycles`` small parquet segments in one folder, named fo
 serves a catalog (``start_catalog_server``, port 0) in a process of its own (on
 PostgreSQL: a fresh database, dropped after), and polls ``GET /healthz`` every
 ``--interval-ms`` from a third process while this one sends, one kind at a time: a
-registration by pattern, by a manifest file, by inline rows (and ``--big-inline`` rows
-naming missing files, refused: what decoding such a body costs); a split, its
-statistics, a plan and every page of its schedule (``page_size=1000``); and
-``--concurrent`` identical registrations at once (one job). Separate processes, so
-neither the caller's nor the poller's Python shares the server's GIL.
+registration by pattern, by a manifest file, by inline rows, and one of
+``--big-inline`` rows naming missing files (refused once decoded: what decoding such a
+body costs); a split, its statistics, a plan and every page of its schedule
+(``page_size=1000``); and ``--concurrent`` identical registrations at once (one job).
+Separate processes, so neither the caller's nor the poller's Python shares the server's
+GIL.
 
 Prints each kind's seconds, ``/healthz``'s p50, p99 and max during it, and the server's
 longest garbage collection meanwhile (CPython's collector runs on whichever thread
 allocates, holding the GIL: the event loop waits it out). ``--json PATH`` writes them
-too. ``--gc-freeze``: the server calls ``gc.freeze()`` once started (its imports never
-traversed again), to compare. ``--diagnose``: the server samples its event-loop thread
+too. The server freezes its startup heap once started, as ``windpipe serve`` does
+(``services.runtime.freeze_startup_heap``); ``--no-gc-freeze`` leaves it to every full
+collection, to compare. ``--diagnose``: the server samples its event-loop thread
 whenever the loop is over 50 ms late and prints where it was (a stack on the loop: work
 on the loop; the loop in ``select``: the GIL held elsewhere).
 """
@@ -121,9 +123,12 @@ def _watch_loop(loop: asyncio.AbstractEventLoop, loop_ident: int, samples: Count
         if time.perf_counter() - last[0] < _LATE_S:
             continue
         frames = sys._current_frames()
-        stack = traceback.extract_stack(frames[loop_ident])[-4:]
+        full = traceback.extract_stack(frames[loop_ident])
+        stack = [f for f in full if not f.filename.startswith("<frozen")][-4:]
         where = " < ".join(f"{Path(f.filename).name}:{f.name}" for f in reversed(stack))
-        if stack and stack[-1].name == "select":
+        if full and full[-1].filename.startswith("<frozen importlib"):
+            where = f"importing, in {where}"
+        elif stack and stack[-1].name == "select":
             others = [traceback.extract_stack(f)[-3:] for t, f in frames.items()
                       if t not in (me, loop_ident)]
             busy = [" < ".join(f"{Path(x.filename).name}:{x.name}" for x in reversed(s))
@@ -150,13 +155,13 @@ def _server_main(settings: dict[str, Any], options: dict[str, bool], conn: Any) 
     last asked) and ``"stop"``."""
     from catalog.api.server import start_catalog_server  # noqa: PLC0415 - child only
     from services.logging import configure_logging  # noqa: PLC0415
+    from services.runtime import freeze_startup_heap  # noqa: PLC0415
     from services.settings import Settings  # noqa: PLC0415
 
     configure_logging(level="WARNING")
     server = start_catalog_server(Settings(**settings), port=0)
     if options["gc_freeze"]:
-        gc.collect()
-        gc.freeze()
+        freeze_startup_heap()
     pauses: list[tuple[int, float]] = []
     _gc_pauses(pauses)
     samples: Counter[str] = Counter()
@@ -246,18 +251,28 @@ async def _many(url: str, name: str, body: dict[str, Any], n: int) -> list[int]:
 
 
 def _kinds(client: httpx.Client, url: str, root: Path, rows: list[dict[str, Any]], *,
-           repeats: int, concurrent: int) -> list[tuple[str, Callable[[], Any]]]:
+           repeats: int, concurrent: int,
+           big_inline: int) -> list[tuple[str, Callable[[], Any]]]:
     """Each heavy kind as ``(label, call)``, in the order they run (later ones use what
     earlier ones made)."""
     uri = root.resolve().as_uri()
     made: dict[str, Any] = {}
     inline = json.dumps({"root": uri, "rows": rows}).encode()
+    missing = json.dumps({"root": uri, "rows": [
+        {**rows[i % len(rows)], "cidx": i, "segment_path": f"missing/{i}.parquet"}
+        for i in range(big_inline)]}).encode()
 
     def register(name: str, content: bytes | None = None, **body: Any) -> None:
         made[name] = _ok(client.post(
             f"/v1/datasets/{name}/versions", content=content,
             json=None if content else {"root": uri, **body},
             headers={**_WAIT, "Content-Type": "application/json"}))
+
+    def refused(name: str, content: bytes) -> None:
+        answer = client.post(f"/v1/datasets/{name}/versions", content=content,
+                             headers={**_WAIT, "Content-Type": "application/json"})
+        if answer.status_code != 422:
+            raise RuntimeError(f"{name}: {answer.status_code}, not 422: {answer.text[:500]}")
 
     def manifest_file() -> None:
         pq.write_table(pa.Table.from_pylist([{**r, "set_id": "file"} for r in rows]),
@@ -303,6 +318,8 @@ def _kinds(client: httpx.Client, url: str, root: Path, rows: list[dict[str, Any]
         (f"register by manifest file, {n} rows", manifest_file),
         (f"register by inline rows, {n} rows ({len(inline) >> 10} KiB)",
          lambda: register("by-rows", content=inline)),
+        *([(f"refused inline rows, {big_inline} rows ({len(missing) >> 20} MiB)",
+            lambda: refused("missing", missing))] if big_inline else []),
         (f"split x{repeats}", split),
         (f"split stats x{repeats}", stats),
         (f"plan x{repeats}", plan),
@@ -322,9 +339,16 @@ def _figures(label: str, seconds: float, polls: list[float]) -> dict[str, Any]:
             "max_ms": round(top, 2), "under_bound": top < BOUND_MS}
 
 
+def _collections(pauses: list[tuple[int, float]]) -> dict[str, Any]:
+    """The server's collections during a kind: how many, the longest (ms, generation)."""
+    longest = max(pauses, key=lambda p: p[1], default=(None, 0.0))
+    return {"gc_count": len(pauses), "gc_max_ms": round(longest[1] * 1e3, 2),
+            "gc_max_generation": longest[0]}
+
+
 def run(*, database_url: str | None, work: Path, cells: int, cycles: int, rows: int,
-        repeats: int, concurrent: int, interval_ms: float,
-        diagnose: bool) -> dict[str, Any]:
+        repeats: int, concurrent: int, interval_ms: float, big_inline: int = 0,
+        diagnose: bool = False, gc_freeze: bool = True) -> dict[str, Any]:
     """Write the data, serve, measure every kind; the record (see the module docstring)."""
     t0 = time.perf_counter()
     manifest = write_segments(work / "data", cells=cells, cycles=cycles, rows=rows)
@@ -334,7 +358,7 @@ def run(*, database_url: str | None, work: Path, cells: int, cycles: int, rows: 
                 **({"database_url": database_url} if database_url else {})}
     results, where = [], {}
     with ExitStack() as stack:
-        server = _Child(_server_main, settings, diagnose)
+        server = _Child(_server_main, settings, {"diagnose": diagnose, "gc_freeze": gc_freeze})
         stack.callback(server.close)
         url = server.ask("", timeout_s=120.0)
         stack.callback(server.ask, "stop", 60.0)
@@ -344,7 +368,7 @@ def run(*, database_url: str | None, work: Path, cells: int, cycles: int, rows: 
         stack.callback(poller.conn.send, "end")
         client = stack.enter_context(httpx.Client(base_url=url, timeout=300.0))
         for label, call in _kinds(client, url, work / "data", manifest, repeats=repeats,
-                                  concurrent=concurrent):
+                                  concurrent=concurrent, big_inline=big_inline):
             server.ask("samples")  # forget what the last kind left
             poller.conn.send("start")
             time.sleep(0.1)  # a few polls before the request
@@ -353,23 +377,27 @@ def run(*, database_url: str | None, work: Path, cells: int, cycles: int, rows: 
             seconds = time.perf_counter() - start
             time.sleep(0.1)
             polls = poller.ask("stop")
-            results.append(_figures(label, seconds, polls))
+            seen = server.ask("samples")
+            results.append({**_figures(label, seconds, polls), **_collections(seen["gc"])})
             if diagnose:
-                where[label] = server.ask("samples")
+                where[label] = seen["late"]
             print(_row(results[-1]), flush=True)
     return {"database": "postgresql" if database_url else "sqlite", "cpus": os.cpu_count(),
             "segments": len(manifest), "rows_per_segment": rows, "write_s": written_s,
-            "interval_ms": interval_ms, "bound_ms": BOUND_MS, "kinds": results,
+            "interval_ms": interval_ms, "bound_ms": BOUND_MS, "big_inline": big_inline,
+            "gc_freeze": gc_freeze,
+            "kinds": results,
             **({"late_loop_samples": where} if diagnose else {})}
 
 
 _HEADER = (f"{'request':<46} {'seconds':>8} {'polls':>6} {'p50 ms':>8} {'p99 ms':>8} "
-           f"{'max ms':>8}  max < {BOUND_MS:.0f} ms")
+           f"{'max ms':>8} {'gc ms':>7}  max < {BOUND_MS:.0f} ms")
 
 
 def _row(r: dict[str, Any]) -> str:
     return (f"{r['kind']:<46} {r['request_s']:>8.2f} {r['polls']:>6} {r['p50_ms']:>8.1f} "
-            f"{r['p99_ms']:>8.1f} {r['max_ms']:>8.1f}  {'yes' if r['under_bound'] else 'NO'}")
+            f"{r['p99_ms']:>8.1f} {r['max_ms']:>8.1f} {r['gc_max_ms']:>7.1f}  "
+            f"{'yes' if r['under_bound'] else 'NO'}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -386,7 +414,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="splits, statistics, plans and schedule epochs per kind")
     parser.add_argument("--concurrent", type=int, default=200)
     parser.add_argument("--interval-ms", type=float, default=20.0)
-    parser.add_argument("--diagnose", action="store_true")
+    parser.add_argument("--big-inline", type=int, default=200_000,
+                        help="rows of an inline manifest naming missing files (refused; "
+                             "0: not sent)")
+    parser.add_argument("--diagnose", action="store_true",
+                        help="print where the server's event loop was when it ran late")
+    parser.add_argument("--gc-freeze", action=argparse.BooleanOptionalAction, default=True,
+                        help="the server freezes its startup heap once started, as "
+                             "windpipe serve does (services.runtime.freeze_startup_heap)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     print(_HEADER, flush=True)
@@ -395,7 +430,9 @@ def main(argv: list[str] | None = None) -> None:
                if args.database_url else None)
         record = run(database_url=url, work=Path(tmp), cells=args.cells, cycles=args.cycles,
                      rows=args.rows, repeats=args.repeats, concurrent=args.concurrent,
-                     interval_ms=args.interval_ms, diagnose=args.diagnose)
+                     interval_ms=args.interval_ms, big_inline=args.big_inline,
+                     diagnose=args.diagnose,
+                     gc_freeze=args.gc_freeze)
     for label, samples in record.get("late_loop_samples", {}).items():
         for where, count in Counter(samples).most_common(5):
             print(f"late loop during {label!r}: {count} x {where}")

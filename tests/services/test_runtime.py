@@ -1,5 +1,5 @@
 """Arrow's allocator options, set by the entry points before pyarrow loads (importing a
-package sets nothing), and the imports a server warms.
+package sets nothing), the imports a server warms and the heap it freezes once started.
 
 Each check runs a fresh interpreter: what they test happens once per process.
 """
@@ -96,3 +96,23 @@ def test_after_warming_a_conversion_imports_nothing_more() -> None:
         print(sorted(set(sys.modules) - before))
     """
     assert _run(code).stdout.strip() == "[]"
+
+
+_SERVE = """
+    import gc
+    import sys
+    import windpipe.commands.serve as serve
+    from windpipe.cli import main
+    serve._wait_for_stop = lambda: print(  # serving: what the collector still walks
+        "heap", gc.get_freeze_count(), len(gc.get_objects()), flush=True)
+    sys.exit(main(["serve", "catalog", "--port", "0", "--data-dir", sys.argv[1]]))
+"""
+
+
+def test_a_started_server_leaves_its_startup_heap_out_of_full_collections(
+        tmp_path: Path) -> None:
+    # a full collection holds the GIL while it walks every object: the event loop waits
+    result = _run(_SERVE, str(tmp_path / "state"))
+    line = next(x for x in result.stdout.splitlines() if x.startswith("heap "))
+    frozen, walked = map(int, line.split()[1:])
+    assert frozen > 10 * walked

@@ -10,6 +10,7 @@ import sys
 import threading
 from typing import Any
 
+from services.runtime import freeze_startup_heap
 from services.settings import Settings
 from windpipe.commands.common import CliError, settings_from
 
@@ -85,6 +86,7 @@ def _serve_until_stopped(args: argparse.Namespace) -> int:
             catalog = start_catalog_server(settings)
             running.append(catalog)
             print(f"windpipe catalog ready at {catalog.url}", flush=True)
+        freeze_startup_heap()  # no full collection walks the imports again (the GIL)
         _wait_for_stop()
     finally:
         for service in reversed(running):
