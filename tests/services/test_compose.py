@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from services.settings import Settings
 from windpipe.cli import build_parser
@@ -128,3 +131,49 @@ def test_the_store_is_reachable_from_the_host(compose):
         assert step in deployment, step
     assert "upload" in build_parser().parse_args(
         ["upload", "d", "s3://windpipe/d"]).command
+
+
+def _locked() -> dict[str, tuple[str, int]]:
+    """deploy/requirements.lock: each package's pinned version and how many hashes."""
+    locked: dict[str, tuple[str, int]] = {}
+    name = ""
+    for line in (ROOT / "deploy" / "requirements.lock").read_text().splitlines():
+        if line and not line[0].isspace() and not line.startswith("#"):
+            name, _, version = line.split(" ")[0].partition("==")
+            assert version, f"{line}: not pinned with =="
+            locked[canonicalize_name(name)] = (version, 0)
+        elif line.strip().startswith("--hash=sha256:"):
+            version, hashes = locked[canonicalize_name(name)]
+            locked[canonicalize_name(name)] = (version, hashes + 1)
+    return locked
+
+
+def test_the_image_installs_a_hashed_lock_that_satisfies_pyproject():
+    """The server image's dependencies come from deploy/requirements.lock (hashes
+    required); every requirement of the base and the server extra is in it at a version
+    pyproject.toml accepts, and torch is not."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "--require-hashes -r deploy/requirements.lock" in dockerfile
+    assert '--no-deps ".[server]"' in dockerfile
+    base = dockerfile.split("\n", 3)[2]
+    assert re.fullmatch(r"FROM python:\d+\.\d+\.\d+-slim-\w+", base), base
+    locked = _locked()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [Requirement(r) for r in
+              [*project["dependencies"], *project["optional-dependencies"]["server"]]]
+    for requirement in wanted:
+        if requirement.marker is not None and not requirement.marker.evaluate(
+                {"python_version": "3.11", "sys_platform": "linux"}):
+            continue
+        name = canonicalize_name(requirement.name)
+        assert name in locked, f"{name} is not in deploy/requirements.lock"
+        version, hashes = locked[name]
+        assert requirement.specifier.contains(version, prereleases=True), (name, version)
+        assert hashes >= 1, name
+    assert "torch" not in locked
+    assert all(hashes >= 1 for _version, hashes in locked.values())
+
+
+def test_third_party_images_are_pinned_to_a_full_version(compose):
+    postgres = compose["services"]["postgres"]["image"]
+    assert re.fullmatch(r"postgres:\d+\.\d+(-\w+)?", postgres), postgres
