@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from services.ingest.accounting import FileRows, account
 from services.ingest.base import UNITS, IngestError, Measurement
 from services.ingest.readers import READERS, cell_of, detect_cycler, read_cell
 
@@ -144,7 +145,7 @@ def _prepare(out: Path, *, overwrite: bool) -> None:
 
 def _versions() -> dict[str, str]:
     found = {}
-    for dist in ("battery-data-toolkit", "galvani", "pandas"):
+    for dist in ("battery-data-toolkit", "galvani", "NewareNDA", "pandas"):
         try:
             found[dist] = dist_metadata.version(dist)
         except dist_metadata.PackageNotFoundError:
@@ -162,6 +163,7 @@ class _Written:
     cyclers: dict[str, str] = field(default_factory=dict)
     readers: dict[str, str] = field(default_factory=dict)
     current_from: dict[str, str] = field(default_factory=dict)
+    file_rows: dict[str, FileRows] = field(default_factory=dict)
 
 
 def _read_unit(kind: str, unit: list[Path], *, cell: str, protocol: str, done: _Written,
@@ -173,7 +175,9 @@ def _read_unit(kind: str, unit: list[Path], *, cell: str, protocol: str, done: _
     shift = READERS[kind].sequence(unit[0]) is not None
     out: list[tuple[int, str, pa.Table, str]] = []
     notes: dict[str, str] = {}
-    for measure in read_cell(kind, unit):
+    measures = read_cell(kind, unit)
+    counted = account(kind, unit[0], measures)
+    for measure in measures:
         files = ", ".join(measure.files)
         if measure.current_from is not None:
             notes[files] = measure.current_from
@@ -186,6 +190,9 @@ def _read_unit(kind: str, unit: list[Path], *, cell: str, protocol: str, done: _
                                            "cell one test, or separate cells")
             out.append((cidx, proto, table, files))
     done.current_from.update(notes)
+    for rows in counted:
+        known = done.file_rows.get(rows.files)
+        done.file_rows[rows.files] = rows if known is None else known.plus(rows)
     return out
 
 
@@ -320,6 +327,7 @@ def _write_manifest(tmp: Path, done: _Written, *, set_id: str, on_bad_file: str,
         "n_rows": sum(r["row_count"] for r in rows),
         "on_bad_file": on_bad_file,
         "current_from": dict(sorted(done.current_from.items())),
+        "rows": {files: counts.as_json() for files, counts in sorted(done.file_rows.items())},
         "skipped": [{"file": s.file, "reason": s.reason} for s in skipped],
     }
     (tmp / "ingest.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")

@@ -18,7 +18,7 @@ import pytest
 
 from services.ingest import ingest_exports
 from services.ingest.biologic import current_ma, technique_of
-from tests.fixtures.cyclers import REAL_MPR, real_mpr
+from tests.fixtures.cyclers import REAL_FILES, real_file
 from windpipe.cli import main
 
 BioLogic = pytest.importorskip("galvani.BioLogic")
@@ -44,20 +44,20 @@ def _segments(result_path: Path, manifest: pl.DataFrame) -> pl.DataFrame:
 
 
 def test_the_sample_files_are_the_published_ones(tmp_path: Path) -> None:
-    names = sorted(p.name for p in REAL_MPR.iterdir())
-    assert names == sorted([*MB, *OCV, f"{GCPL}.xz", "LICENSE", "README.md"])
-    assert "MIT License" in (REAL_MPR / "LICENSE").read_text()
-    assert max((REAL_MPR / n).stat().st_size for n in names) < 2_000_000
+    names = sorted(p.name for p in REAL_FILES.iterdir() if ".mpr" in p.name)
+    assert names == sorted([*MB, *OCV, f"{GCPL}.xz"])
+    assert "MIT License" in (REAL_FILES / "LICENSE").read_text()
+    assert max((REAL_FILES / n).stat().st_size for n in names) < 2_000_000
     # byte for byte what navani's sdist holds: the digests its README lists
-    listed = dict(re.findall(r"^\| `([^`]+?)(?:\.xz)?` \|.*\| `([0-9a-f]{64})` \|$",
-                             (REAL_MPR / "README.md").read_text(), flags=re.MULTILINE))
+    listed = dict(re.findall(r"^\| `([^`]+?\.mpr)(?:\.xz)?` \|.*\| `([0-9a-f]{64})` \|$",
+                             (REAL_FILES / "README.md").read_text(), flags=re.MULTILINE))
     assert sorted(listed) == sorted([GCPL, *MB, *OCV])
     for name, digest in listed.items():
-        assert hashlib.sha256(real_mpr(name, tmp_path).read_bytes()).hexdigest() == digest
+        assert hashlib.sha256(real_file(name, tmp_path).read_bytes()).hexdigest() == digest
 
 
 def test_a_gcpl_file_without_a_current_column_gets_it_from_its_charge(tmp_path: Path) -> None:
-    path = real_mpr(GCPL, tmp_path / "src")
+    path = real_file(GCPL, tmp_path / "src")
     data = _galvani(path).data
     assert "I/mA" not in data.dtype.names  # what made EC-Lab's GCPL files fail before
     result = ingest_exports([path], tmp_path / "out")
@@ -92,7 +92,7 @@ def test_a_gcpl_file_without_a_current_column_gets_it_from_its_charge(tmp_path: 
 
 def test_the_control_column_and_the_charge_give_one_current(tmp_path: Path) -> None:
     # without charge columns the set current of galvanostatic records is the current
-    path = real_mpr(GCPL, tmp_path)
+    path = real_file(GCPL, tmp_path)
     mpr = _galvani(path)
     mode = mpr.get_flag("mode").astype(np.int64)
     from_charge, source = current_ma(path, mpr.data, mode=mode)
@@ -109,7 +109,7 @@ def test_the_control_column_and_the_charge_give_one_current(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("name", MB)
 def test_a_modulobat_file_keeps_its_measured_current(tmp_path: Path, name: str) -> None:
-    path = real_mpr(name, tmp_path / "src")
+    path = real_file(name, tmp_path / "src")
     data = _galvani(path).data
     result = ingest_exports([path], tmp_path / "out")
     manifest = pl.read_parquet(result.manifest_path)
@@ -132,7 +132,7 @@ def test_a_modulobat_file_keeps_its_measured_current(tmp_path: Path, name: str) 
 
 @pytest.mark.parametrize("name", OCV)
 def test_an_ocv_file_is_an_open_circuit_segment(tmp_path: Path, name: str) -> None:
-    path = real_mpr(name, tmp_path / "src")
+    path = real_file(name, tmp_path / "src")
     data = _galvani(path).data
     assert set(data.dtype.names) == {"flags", "time/s", "Ewe/V"}
     result = ingest_exports([path], tmp_path / "out")
@@ -146,7 +146,7 @@ def test_an_ocv_file_is_an_open_circuit_segment(tmp_path: Path, name: str) -> No
 def test_the_numbered_technique_files_of_one_cell_all_ingest(tmp_path: Path) -> None:
     src = tmp_path / "src"
     for name in (*MB, *OCV):
-        real_mpr(name, src)
+        real_file(name, src)
     assert [technique_of(src / n) for n in MB] == [
         technique_of(src / "x_02_MB_C01.mpr"), technique_of(src / "x_04_MB_C01.mpr")]
     result = ingest_exports([src], tmp_path / "out", cell_pattern=EXPERIMENT)
@@ -162,10 +162,10 @@ def test_the_numbered_technique_files_of_one_cell_all_ingest(tmp_path: Path) -> 
 def test_a_mixed_ec_lab_folder_ingests_what_it_can_and_names_the_rest(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = tmp_path / "real"
-    real_mpr(GCPL, src)
+    real_file(GCPL, src)
     for name in OCV:
-        real_mpr(name, src)
-    whole = (REAL_MPR / MB[1]).read_bytes()
+        real_file(name, src)
+    whole = (REAL_FILES / MB[1]).read_bytes()
     (src / "00_test_05_MB_C01.mpr").write_bytes(whole[: len(whole) // 2])  # cut short
     assert main(["ingest", str(src), "--out", str(tmp_path / "stop")]) == 1
     assert "00_test_05_MB_C01.mpr: galvani could not read it: OSError: Unexpected end of " \
