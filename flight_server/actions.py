@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import pyarrow.flight as fl
 
 from flight_server.auth import caller
-from flight_server.calls import internal_error, warm_plan_id
+from flight_server.calls import internal_error, warm_args
 from flight_server.config import FlightServerConfig
 from flight_server.plan_sources import PlanCache
 from flight_server.warm import warm_results
@@ -145,9 +145,11 @@ def _cache_stats(host: ActionHost, context: Any, body: bytes) -> Iterator[bytes]
 def _warm(host: ActionHost, context: Any, body: bytes) -> Iterator[bytes]:
     """Checked and started before the first result: a refusal is the call's error."""
     try:
-        plan_id = warm_plan_id(body)
+        plan_id, input_valid = warm_args(body)
         host.authorize(context, plan_id)
         plan = host.plans.live(plan_id)
+        if input_valid:  # the blocks a reader with input_valid maps (their own keys)
+            plan = plan.with_input_valid()
         results = warm_results(plan, host.storage_for(plan.root_uri), host.cache, host.tier)
     except Exception as exc:
         raise internal_error(exc) from None
@@ -172,7 +174,8 @@ ACTION_TABLE: dict[str, FlightAction] = {
     ACTION_CACHE_STATS: FlightAction(_cache_stats, "chunk cache counters"),
     ACTION_TIER_INFO: FlightAction(
         _tier_info, "where the host tier is, for same-host readers: {tier}"),
-    ACTION_WARM: FlightAction(_warm, "load a plan's chunks into the cache: body {plan_id}"),
+    ACTION_WARM: FlightAction(_warm, "load a plan's chunks into the cache: body {plan_id, "
+                                     "input_valid?}"),
 }
 
 

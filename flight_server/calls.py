@@ -11,7 +11,7 @@ who the peer is, how a request is parsed and how an error leaves.
 * :func:`internal_error` / :func:`guard`: a ``WindpipeError`` leaves as itself
   (:func:`services.contract.wire.to_flight_error`), anything else as a bare
   ``internal`` with a request id (the traceback goes to the log only).
-* :func:`command_of`, :func:`warm_plan_id`: requests parsed with their size, nesting
+* :func:`command_of`, :func:`warm_args`: requests parsed with their size, nesting
   and plan id shape checked first (:mod:`services.contract.shapes`).
 * :func:`peer_host`, :func:`peer_is_local`: the caller's address (``local``, the open
   embedded principal, is never granted to a caller on another host).
@@ -41,7 +41,7 @@ __all__ = [
     "peer_host",
     "peer_is_local",
     "peer_text",
-    "warm_plan_id",
+    "warm_args",
 ]
 
 CALL_FILTER = "windpipe-calls"
@@ -101,13 +101,18 @@ def command_of(descriptor: fl.FlightDescriptor) -> FlightCommand:
     return FlightCommand.decode(descriptor.command)
 
 
-def warm_plan_id(body: bytes) -> str:
-    """The plan id of a ``warm`` action body ``{"plan_id": ...}``, else ``invalid_request``."""
+def warm_args(body: bytes) -> tuple[str, bool]:
+    """The plan id of a ``warm`` action body ``{"plan_id": ..., "input_valid"?: bool}`` and
+    whether it warms the plan as read with ``input_valid`` (its own blocks), else
+    ``invalid_request``."""
     args = loads_bounded(body or b"{}", what='the warm action\'s body {"plan_id": ...}')
     plan_id = args.get("plan_id") if isinstance(args, dict) else None
     if not isinstance(plan_id, str) or not plan_id:
         raise InvalidRequest('warm needs a JSON body {"plan_id": ...}')
-    return check_plan_id(plan_id)
+    input_valid = args.get("input_valid", False)
+    if not isinstance(input_valid, bool):
+        raise InvalidRequest("warm: 'input_valid' must be true or false")
+    return check_plan_id(plan_id), input_valid
 
 
 def peer_text(context: Any) -> str:

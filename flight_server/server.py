@@ -138,7 +138,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
     # -- helpers ----------------------------------------------------------------------
 
     def _schema(self, plan: PlanContext, *, wire: int = WIRE_VERSION) -> pa.Schema:
-        return batch_schema(plan_id=plan.plan_id, version_id=plan.version_id, wire=wire)
+        return batch_schema(plan_id=plan.plan_id, version_id=plan.version_id, wire=wire,
+                            input_valid=plan.input_valid)
 
     def _rank_pass(self, plan: PlanContext, epoch: int, rank: int,
                    world_size: int) -> tuple[Schedule, np.ndarray]:
@@ -162,6 +163,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         payload = TicketPayload(
             plan_id=cmd.plan_id, epoch=cmd.epoch, rank=cmd.rank, world_size=cmd.world_size,
             start_batch=start, end_batch=end, exp=exp, sub=sub, wire=cmd.wire,
+            input_valid=cmd.input_valid,
         )
         return fl.Ticket(sign_ticket(payload, self.config.ticket_secret))
 
@@ -181,6 +183,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         check_world_size(cmd.world_size, self.config.limits)
         principal = self.authorize(context, cmd.plan_id)
         plan = self.plans.live(cmd.plan_id)
+        if cmd.input_valid:
+            plan = plan.with_input_valid()
         schedule, batches = self._rank_pass(plan, cmd.epoch, cmd.rank, cmd.world_size)
         # positions count part batches (an aligned batch is one per protocol); tickets too
         start = pass_start(schedule, batches, start_batch=cmd.start_batch, rank=cmd.rank,
@@ -188,8 +192,9 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         rest = batches[start:]
         lanes = (schedule.batch_lane_ptr[rest + 1] - schedule.batch_lane_ptr[rest]).astype(_I64)
         seq = schedule.batch_seq_len[rest].astype(_I64)
-        per_token = np.asarray(
-            [token_bytes(*channel_counts(plan.spec, p)) for p in plan.streams.protocols] or [0],
+        counts = [channel_counts(plan.spec, p) for p in plan.streams.protocols]
+        per_token = np.asarray(  # input_valid: one byte per input value
+            [token_bytes(*c) + (c[0] if cmd.input_valid else 0) for c in counts] or [0],
             dtype=_I64,
         )
         per_batch = per_token[schedule.batch_protocol[rest]] * lanes * seq
@@ -246,6 +251,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
               slot: StreamSlot) -> tuple[pa.Schema, Iterator[Any]]:
         """The schema and the batch generator of an admitted ticket."""
         plan = self.plans.live(payload.plan_id)  # a retired plan's tickets are refused
+        if payload.input_valid:  # its own chunks and blocks: inputs NaN until built
+            plan = plan.with_input_valid()
         schedule, batches = self._rank_pass(plan, payload.epoch, payload.rank,
                                             payload.world_size)
         end = min(payload.end_batch, int(batches.shape[0]))

@@ -40,6 +40,7 @@ class TicketPayload:
     exp: float | None = None
     sub: str | None = None  # the principal the ticket was issued to
     wire: int = 1  # the stream's wire version (docs/wire.md; absent in older tickets: 1)
+    input_valid: bool = False  # batches carry input_valid (absent unless asked for)
 
 
 def _b64(raw: bytes) -> bytes:
@@ -57,6 +58,8 @@ def _invalid(message: str) -> WindpipeError:
 def sign_ticket(payload: TicketPayload, secret: bytes) -> bytes:
     """The ticket bytes of ``payload``."""
     body = {"v": _VERSION, **asdict(payload)}
+    if not payload.input_valid:  # a ticket without it signs the bytes it always did
+        del body["input_valid"]
     encoded = _b64(json.dumps(body, separators=(",", ":"), sort_keys=True).encode())
     signed = TICKET_PREFIX + encoded
     mac = hmac.new(secret, signed, hashlib.sha256).digest()
@@ -109,3 +112,5 @@ def _check_range(payload: TicketPayload) -> None:
         raise _invalid("ticket payload has start_batch > end_batch")
     if isinstance(payload.wire, bool) or payload.wire not in WIRE_VERSIONS:
         raise _invalid(f"ticket payload names wire version {payload.wire!r}")
+    if not isinstance(payload.input_valid, bool):
+        raise _invalid("ticket payload has a field of the wrong type or out of range")

@@ -81,6 +81,15 @@ class AlignedBatch(AlignedLosses):
         return {p: b.target_valid for p, b in self.parts.items()}
 
     @property
+    def input_valid(self) -> dict[str, torch.Tensor] | None:
+        """bool ``(B, T_p, C_in_p)`` per protocol: the input is a real value (SEMANTICS
+        5b); None when the pass was not asked for it."""
+        parts = {p: b.input_valid for p, b in self.parts.items()}
+        if any(v is None for v in parts.values()):
+            return None
+        return {p: v for p, v in parts.items() if v is not None}
+
+    @property
     def state(self) -> dict[str, BatchState]:
         """Provenance per protocol (stays on the CPU); a key without data of ``p`` has
         ``manifest_row_ids`` -1, an empty path and group key, its alignment key set."""

@@ -27,7 +27,7 @@ from sdk._plots import plot_batch
 from sdk._torch_import import PIN_MEMORY_NEEDS_CUDA, torch
 from sdk.losses import BatchLosses
 from services.contract.configs import DatasetProtocolId, ScalingSpec
-from services.contract.wire import BatchMetadata
+from services.contract.wire import INPUT_VALID_COLUMN, BatchMetadata
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -47,6 +47,10 @@ class Batch(BatchLosses):
     whose target is null is NaN, not padding); ``all_valid``: every ``target_valid``
     entry True; ``state``: the :class:`BatchState`. ``masked_mse(pred)`` /
     ``masked_mae(pred)`` are the loss over ``target_valid`` (``sdk.losses``).
+    ``input_valid`` bool ``(B, T, C_in)`` when the pass was asked for it
+    (``input_valid=True``), else None: True where the input is a real value of the
+    data, False where it is the ``-2.0`` fill (null, NaN, infinite, an absent channel,
+    padding; SEMANTICS 5b), so a model can tell a missing value from a real ``-2.0``.
 
     A batch from the wire computes ``state`` and ``all_valid`` when first read
     (decoding provenance costs about as much as receiving the batch, and a training
@@ -55,13 +59,14 @@ class Batch(BatchLosses):
     """
 
     __slots__ = ("_all_valid", "_state", "_state_factory", "_windows", "batch_idx",
-                 "channels", "has_channel", "inputs", "mask", "targets")
+                 "channels", "has_channel", "input_valid", "inputs", "mask", "targets")
 
     def __init__(
         self, *, inputs: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
         has_channel: torch.Tensor | None = None, channels: tuple[str, ...] = (),
         all_valid: bool | None = None, state: BatchState | None = None,
         state_factory: Callable[[], BatchState] | None = None, batch_idx: int | None = None,
+        input_valid: torch.Tensor | None = None,
     ) -> None:
         if state is None and (state_factory is None or batch_idx is None):
             msg = "a Batch needs its state (or a state_factory and its batch_idx)"
@@ -74,6 +79,7 @@ class Batch(BatchLosses):
             has_channel = torch.ones((inputs.shape[0], n_channels), dtype=torch.bool,
                                      device=inputs.device)
         self.has_channel = has_channel
+        self.input_valid: torch.Tensor | None = input_valid
         self.channels = channels
         self._all_valid = all_valid
         self._state = state
@@ -118,22 +124,26 @@ class Batch(BatchLosses):
         return {"inputs": self.inputs, "targets": self.targets, "mask": self.mask,
                 "has_channel": self.has_channel, "channels": self.channels,
                 "_all_valid": self._all_valid, "_state": state, "batch_idx": self.batch_idx,
-                "_windows": self._windows}
+                "_windows": self._windows, "input_valid": self.input_valid}
 
     def __setstate__(self, values: dict[str, Any]) -> None:
         self._windows = None
+        self.input_valid = None
         for name, value in values.items():
             setattr(self, name, value)
         self._state_factory = None
 
     def with_tensors(self, *, inputs: torch.Tensor, targets: torch.Tensor,
-              mask: torch.Tensor, has_channel: torch.Tensor | None = None) -> Batch:
-        """The same batch over other tensors (same values, another place)."""
+              mask: torch.Tensor, has_channel: torch.Tensor | None = None,
+              input_valid: torch.Tensor | None = None) -> Batch:
+        """The same batch over other tensors (same values, another place); a tensor
+        left None keeps the batch's."""
         return Batch(
             inputs=inputs, targets=targets, mask=mask,
             has_channel=self.has_channel if has_channel is None else has_channel,
             channels=self.channels, all_valid=self._all_valid,
             state=self._state, state_factory=self._state_factory, batch_idx=self.batch_idx,
+            input_valid=self.input_valid if input_valid is None else input_valid,
         )
 
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -141,12 +151,15 @@ class Batch(BatchLosses):
         copies. A batch over a window block (docs/types.md) names ``windows`` (``(B, T + 1,
         C_in + C_out)``, of which ``inputs`` and ``targets`` are views), ``mask`` and
         ``has_channel``, so a copy moves the block once; any other batch ``inputs``,
-        ``targets``, ``mask`` and ``has_channel``."""
-        if self._windows is not None:
-            return {"windows": self._windows, "mask": self.mask,
-                    "has_channel": self.has_channel}
-        return {"inputs": self.inputs, "targets": self.targets, "mask": self.mask,
-                "has_channel": self.has_channel}
+        ``targets``, ``mask`` and ``has_channel``. Then ``input_valid``, when the batch
+        has it."""
+        out = ({"windows": self._windows, "mask": self.mask, "has_channel": self.has_channel}
+               if self._windows is not None else
+               {"inputs": self.inputs, "targets": self.targets, "mask": self.mask,
+                "has_channel": self.has_channel})
+        if self.input_valid is not None:
+            out["input_valid"] = self.input_valid
+        return out
 
     def replace_tensors(self, tensors: Mapping[str, torch.Tensor]) -> Batch:
         """The same batch over ``tensors`` (named as :meth:`tensors` names them; a name
@@ -159,12 +172,14 @@ class Batch(BatchLosses):
                 targets=tensors.get("targets", self.targets),
                 mask=tensors.get("mask", self.mask),
                 has_channel=tensors.get("has_channel", self.has_channel),
+                input_valid=tensors.get("input_valid"),
             )
         t, c_in = self.inputs.shape[1], self.inputs.shape[2]
         out = self.with_tensors(
             inputs=windows[:, :t, :c_in], targets=windows[:, 1:, c_in:],
             mask=tensors.get("mask", self.mask),
             has_channel=tensors.get("has_channel", self.has_channel),
+            input_valid=tensors.get("input_valid"),
         )
         out._windows = windows
         return out
@@ -186,8 +201,10 @@ class Batch(BatchLosses):
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the three tensors."""
-        return sum(t.numel() * t.element_size() for t in (self.inputs, self.targets, self.mask))
+        """Bytes of the three tensors (and of ``input_valid``, when the batch has it)."""
+        tensors = (self.inputs, self.targets, self.mask) if self.input_valid is None else (
+            self.inputs, self.targets, self.mask, self.input_valid)
+        return sum(t.numel() * t.element_size() for t in tensors)
 
     @property
     def device(self) -> torch.device:
@@ -220,7 +237,9 @@ class Batch(BatchLosses):
         return self.with_tensors(inputs=self.inputs.contiguous(),
                                  targets=self.targets.contiguous(),
                                  mask=self.mask.contiguous(),
-                                 has_channel=self.has_channel.contiguous())
+                                 has_channel=self.has_channel.contiguous(),
+                                 input_valid=None if self.input_valid is None
+                                 else self.input_valid.contiguous())
 
     def pin_memory(self) -> Batch:
         """A copy in page-locked memory (needs CUDA; the state stays as is): the window
@@ -253,6 +272,9 @@ class Batch(BatchLosses):
             ("padded lanes", padded),
             ("mask True", f"{int(self.mask.sum())} of {self.mask.numel()}"),
             ("target_valid True", f"{int(valid.sum())} of {valid.numel()}"),
+            *([] if self.input_valid is None else [(
+                "input_valid True",
+                f"{int(self.input_valid.sum())} of {self.input_valid.numel()}")]),
             ("device", str(self.device)),
             ("bytes", human_bytes(self.nbytes)),
         ]
@@ -338,10 +360,14 @@ def batch_from_arrow(batch: pa.RecordBatch, meta: BatchMetadata | bytes | Any) -
     mask = _tensor(list_values(batch.column("mask")), (lanes, t), "mask").view(torch.bool)
     has = _tensor(list_values(batch.column("has_channel")), (lanes, len(info.channels)),
                   "has_channel").view(torch.bool)
+    valid = None
+    if INPUT_VALID_COLUMN in batch.schema.names:
+        valid = _tensor(list_values(batch.column(INPUT_VALID_COLUMN)), (lanes, t, c_in),
+                        INPUT_VALID_COLUMN).view(torch.bool)
     out = Batch(
         inputs=inputs, targets=targets, mask=mask, has_channel=has, channels=info.channels,
         batch_idx=info.batch_idx,
-        state_factory=functools.partial(batch_state, batch, info),
+        state_factory=functools.partial(batch_state, batch, info), input_valid=valid,
     )
     out._windows = windows
     return out
@@ -349,12 +375,12 @@ def batch_from_arrow(batch: pa.RecordBatch, meta: BatchMetadata | bytes | Any) -
 
 def batch_from_arrays(windows: np.ndarray, mask: np.ndarray,
                       provenance: Callable[[], pa.RecordBatch], meta: BatchMetadata, *,
-                      has_channel: np.ndarray) -> Batch:
+                      has_channel: np.ndarray, input_valid: np.ndarray | None = None) -> Batch:
     """A :class:`Batch` over arrays built in this process: the window block ``windows``
     float32 ``(B, T + 1, C_in + C_out)`` (``inputs`` and ``targets`` are its views,
-    docs/types.md), ``mask`` uint8 ``(B, T)``, ``has_channel`` uint8 ``(B, C)``;
-    ``provenance`` returns the wire's provenance columns, called when ``Batch.state`` is
-    first read.
+    docs/types.md), ``mask`` uint8 ``(B, T)``, ``has_channel`` uint8 ``(B, C)``,
+    ``input_valid`` uint8 ``(B, T, C_in)`` or None; ``provenance`` returns the wire's
+    provenance columns, called when ``Batch.state`` is first read.
 
     No copy: the tensors share the arrays' memory (and keep them alive). The uint8
     arrays are viewed as bool on the numpy side (a numpy view costs a third of a torch
@@ -369,6 +395,8 @@ def batch_from_arrays(windows: np.ndarray, mask: np.ndarray,
     batch.targets = torch.from_numpy(windows[:, 1:, c_in:])
     batch.mask = torch.from_numpy(mask.view(np.bool_))
     batch.has_channel = torch.from_numpy(has_channel.view(np.bool_))
+    batch.input_valid = None if input_valid is None else torch.from_numpy(
+        input_valid.view(np.bool_))
     batch.channels = meta.channels
     batch.batch_idx = meta.batch_idx
     batch._all_valid = None

@@ -104,7 +104,8 @@ class InProcessReader:
         readers = self.readers
         builder = BatchBuilder(
             plan, readers.roots.open(plan.root_uri), readers.cache,
-            batch_schema(plan_id=plan.plan_id, version_id=plan.version_id),
+            batch_schema(plan_id=plan.plan_id, version_id=plan.version_id,
+                         input_valid=plan.input_valid),
             tier=readers.tier, blocks="auto", lazy_provenance=True,
         )
         pipeline = BatchPipeline(builder, schedule, batches, start=start,
@@ -126,7 +127,7 @@ class InProcessReaders:
         self.tier = (Tier(spec.tier_dir, budget_bytes=spec.tier_bytes)
                      if spec.tier_dir is not None and spec.tier_bytes > 0 else None)
         self._cache: ChunkCache | None = None
-        self._readers: Memo[str, InProcessReader] = Memo(8)
+        self._readers: Memo[tuple[str, bool], InProcessReader] = Memo(8)
         self._packs = None if spec.pack_dir is None else PackStore(spec.pack_dir)
         self._lock = threading.Lock()
 
@@ -145,18 +146,24 @@ class InProcessReaders:
         if cache is not None:
             cache.close()
 
-    def reader(self, plan_id: str) -> InProcessReader:
-        """The reader of ``plan_id`` (its stored plan fetched once)."""
-        return self._readers.get(plan_id, lambda: InProcessReader(
-            plan=PlanContext.from_artifact(PlanArtifact.from_ipc(self._artifact(plan_id)),
-                                           packs=self._packs),
-            readers=self))
+    def reader(self, plan_id: str, *, input_valid: bool = False) -> InProcessReader:
+        """The reader of ``plan_id`` (its stored plan fetched once; ``input_valid``: the
+        plan as read with it, ``PlanContext.with_input_valid``)."""
+        return self._readers.get((plan_id, input_valid), lambda: InProcessReader(
+            plan=self._plan(plan_id, input_valid=input_valid), readers=self))
 
-    def warm(self, plan_id: str, *, progress: bool | None = None) -> WarmResult:
+    def _plan(self, plan_id: str, *, input_valid: bool) -> PlanContext:
+        if input_valid:
+            return self.reader(plan_id).plan.with_input_valid()
+        return PlanContext.from_artifact(PlanArtifact.from_ipc(self._artifact(plan_id)),
+                                         packs=self._packs)
+
+    def warm(self, plan_id: str, *, progress: bool | None = None,
+             input_valid: bool = False) -> WarmResult:
         """Load every block of ``plan_id`` into the cache (through the tier), as a Flight
         server's ``warm`` action does; a plan larger than the cache budget raises
         :class:`ResourceExhausted` naming both sizes, before anything loads."""
-        reader = self.reader(plan_id)
+        reader = self.reader(plan_id, input_valid=input_valid)
         plan, cache = reader.plan, self.cache
         layouts = block_layouts(plan)
         total = sum(layout.nbytes for layout in layouts)

@@ -98,9 +98,13 @@ class LocalReader:
     _windows: BatchBuilder | None = field(default=None, init=False, repr=False)
 
     @classmethod
-    def create(cls, artifact: PlanArtifact, tier: Tier, location: str) -> LocalReader:
-        """A reader of ``artifact`` over ``tier``."""
+    def create(cls, artifact: PlanArtifact, tier: Tier, location: str, *,
+               input_valid: bool = False) -> LocalReader:
+        """A reader of ``artifact`` over ``tier`` (``input_valid``: of the plan as read
+        with it, whose blocks are its own: ``PlanContext.with_input_valid``)."""
         plan = PlanContext.from_artifact(artifact)
+        if input_valid:
+            plan = plan.with_input_valid()
         blocks = sum(layout.nbytes for layout in block_layouts(plan))
         return cls(plan=plan, tier=tier, location=location,
                    cache=ChunkCache(max(1, blocks), readahead_workers=0))
@@ -180,7 +184,8 @@ class LocalReader:
     def _builder(self) -> BatchBuilder:
         if self._wire_schema is None:  # made once per reader (~50 us each time)
             self._wire_schema = batch_schema(plan_id=self.plan.plan_id,
-                                             version_id=self.plan.version_id)
+                                             version_id=self.plan.version_id,
+                                             input_valid=self.plan.input_valid)
         return BatchBuilder(
             self.plan, None, self.cache, self._wire_schema, tier=self.tier, blocks="always",
             lazy_provenance=True,
@@ -195,14 +200,15 @@ class LocalReaders:
                  artifact: Callable[[str], bytes]) -> None:
         self._stream = stream
         self._artifact = artifact
-        self._readers: Memo[str, LocalReader] = Memo(8)
+        self._readers: Memo[tuple[str, bool], LocalReader] = Memo(8)
         self._found: tuple[Tier, str] | None = None
         self._looked = False
         self._lock = threading.Lock()
 
-    def reader(self, plan_id: str, *, transport: str,
-               progress: bool | None = None) -> LocalReader | None:
-        """The local reader of ``plan_id`` with its blocks in the tier, or None to stream.
+    def reader(self, plan_id: str, *, transport: str, progress: bool | None = None,
+               input_valid: bool = False) -> LocalReader | None:
+        """The local reader of ``plan_id`` with its blocks in the tier, or None to stream
+        (``input_valid``: of the plan as read with it).
 
         ``"local"`` raises what keeps the same-host path from working; ``"auto"``
         then streams over Flight instead.
@@ -213,21 +219,23 @@ class LocalReaders:
         if transport == "flight":
             return None
         try:
-            return self._ready(plan_id, progress=progress)
+            return self._ready(plan_id, progress=progress, input_valid=input_valid)
         except (Unavailable, ResourceExhausted):
             if transport == "local":
                 raise
             return None
 
-    def _ready(self, plan_id: str, *, progress: bool | None) -> LocalReader:
+    def _ready(self, plan_id: str, *, progress: bool | None,
+               input_valid: bool) -> LocalReader:
         found = self._tier()
         if found is None:
             msg = ("no Flight server of this deployment shares a tier with this host "
                    "(transport='local' needs a server on this host with --tier-dir)")
             raise Unavailable(msg)
         tier, location = found
-        reader = self._readers.get(plan_id, lambda: LocalReader.create(
-            PlanArtifact.from_ipc(self._artifact(plan_id)), tier, location))
+        reader = self._readers.get((plan_id, input_valid), lambda: LocalReader.create(
+            PlanArtifact.from_ipc(self._artifact(plan_id)), tier, location,
+            input_valid=input_valid))
         if reader.holds_its_blocks():  # mapped by an earlier pass: eviction cannot hurt it
             return reader
         blocks = len(block_layouts(reader.plan))
@@ -237,7 +245,8 @@ class LocalReaders:
                    f"{tier.budget_bytes}: raise the server's --tier-bytes")
             raise ResourceExhausted(msg, details={"needed_bytes": needed,
                                                   "tier_budget_bytes": tier.budget_bytes})
-        warmed = warm_plan(self._stream(), plan_id, progress=progress, locations=[location])
+        warmed = warm_plan(self._stream(), plan_id, progress=progress, locations=[location],
+                           input_valid=input_valid)
         if warmed[location].tier_id != tier.id:
             msg = f"the Flight server at {location} warmed plan {plan_id} into another tier"
             raise Unavailable(msg)

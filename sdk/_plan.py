@@ -131,7 +131,7 @@ class Plan(PassLengthMixin, FromAnswer):
               progress: bool | None) -> BatchSource:
         return self._state.source(self.id, transport=source.transport,
                                   data_access=source.data_access, epoch=epoch,
-                                  progress=progress)
+                                  progress=progress, input_valid=source.input_valid)
 
     def transport(self, transport: Transport | None = None) -> str:
         """``"local"`` or ``"flight"``: the path :meth:`batches` takes with ``transport``
@@ -228,7 +228,8 @@ class Plan(PassLengthMixin, FromAnswer):
         support = torch_support()
         path = self._open(source, epoch=epoch, progress=progress).transport
         dataset: WindpipeIterableDataset = support.WindpipeIterableDataset(
-            self._state.worker_source(self.id, transport=path),
+            self._state.worker_source(self.id, transport=path,
+                                      input_valid=source.input_valid),
             plan_id=self.id, epoch=epoch, rank=rank, world_size=world_size, transform=transform,
             length=self.pass_length,
         )

@@ -52,17 +52,20 @@ def to_batch(record: pa.RecordBatch | BuiltBatch, meta: BatchMetadata) -> Batch:
     """A streamed record batch, or a batch built in this process, as a :class:`Batch`."""
     if isinstance(record, BuiltBatch):
         return batch_from_arrays(record.windows, record.mask, record.provenance, meta,
-                                 has_channel=record.has_channel)
+                                 has_channel=record.has_channel,
+                                 input_valid=record.input_valid)
     return batch_from_arrow(record, meta)
 
 
 class BatchSource(ABC):
-    """One plan's passes over one transport (``transport``: ``"flight"`` or ``"local"``)."""
+    """One plan's passes over one transport (``transport``: ``"flight"`` or ``"local"``);
+    ``input_valid``: its batches carry ``input_valid`` (SEMANTICS 5b)."""
 
     transport: ClassVar[str]
 
-    def __init__(self, plan_id: str) -> None:
+    def __init__(self, plan_id: str, *, input_valid: bool = False) -> None:
         self.plan_id = plan_id
+        self.input_valid = input_valid
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.plan_id!r})"
@@ -74,7 +77,8 @@ class BatchSource(ABC):
         ``memory``: where a batch built in this process may be written (ignored by
         sources that receive their batches)."""
         command = FlightCommand(plan_id=self.plan_id, epoch=epoch, rank=rank,
-                                world_size=world_size, start_batch=start_batch)
+                                world_size=world_size, start_batch=start_batch,
+                                input_valid=self.input_valid)
         return self._records(command, memory)
 
     @abstractmethod
@@ -106,8 +110,9 @@ class FlightSource(BatchSource):
 
     transport = "flight"
 
-    def __init__(self, plan_id: str, stream: Callable[[], FlightStream]) -> None:
-        super().__init__(plan_id)
+    def __init__(self, plan_id: str, stream: Callable[[], FlightStream], *,
+                 input_valid: bool = False) -> None:
+        super().__init__(plan_id, input_valid=input_valid)
         self._stream = stream
 
     def _records(self, command: FlightCommand, memory: BatchMemory | None) -> Iterator[Record]:
@@ -121,14 +126,15 @@ class FlightSource(BatchSource):
 
 class LocalSource(BatchSource):
     """The batches built in this process by ``reader`` (from the host's tier, or from
-    storage in embedded mode); ``check_live(plan_id)`` raises what a Flight server would
+    storage in embedded mode; a reader of the plan as read with ``input_valid`` when
+    its batches carry it); ``check_live(plan_id)`` raises what a Flight server would
     refuse a retired plan with."""
 
     transport = "local"
 
     def __init__(self, plan_id: str, reader: PassReader,
-                 check_live: Callable[[str], None]) -> None:
-        super().__init__(plan_id)
+                 check_live: Callable[[str], None], *, input_valid: bool = False) -> None:
+        super().__init__(plan_id, input_valid=input_valid)
         self.reader = reader
         self._check_live = check_live
 

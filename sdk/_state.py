@@ -241,39 +241,45 @@ class ClientState:
                                             refresh=refresh)
             return self._stream
 
-    def warm(self, plan_id: str, *, epoch: int = 0,
-             progress: bool | None = None) -> dict[str, WarmResult]:
+    def warm(self, plan_id: str, *, epoch: int = 0, progress: bool | None = None,
+             input_valid: bool = False) -> dict[str, WarmResult]:
         """Load ``plan_id``'s split into every Flight server's cache (``full_in_mem``);
-        a catalog run in this process loads it into this process's cache."""
+        a catalog run in this process loads it into this process's cache
+        (``input_valid``: the blocks of the plan as read with it)."""
         if self._in_process is not None:
-            return {self.settings.url: self._in_process.warm(plan_id, progress=progress)}
-        return warm_plan(self.flight(), plan_id, epoch=epoch, progress=progress)
+            return {self.settings.url: self._in_process.warm(plan_id, progress=progress,
+                                                             input_valid=input_valid)}
+        return warm_plan(self.flight(), plan_id, epoch=epoch, progress=progress,
+                         input_valid=input_valid)
 
     def source(
         self, plan_id: str, *, transport: str, data_access: str = "windowed", epoch: int = 0,
-        progress: bool | None = None,
+        progress: bool | None = None, input_valid: bool = False,
     ) -> BatchSource:
         """Where ``plan_id``'s batches come from: a :class:`LocalSource` when
         ``transport`` takes the same-host path (its server warms the plan into the host's
         tier; ``sdk._local``), else a :class:`FlightSource`, after warming every Flight
         server when ``data_access`` is ``"full_in_mem"``. A catalog run in this process
         builds every batch here, from storage (``transport`` ``"auto"`` or ``"local"``;
-        ``"flight"`` is :class:`InvalidConfig`: there is no Flight server)."""
+        ``"flight"`` is :class:`InvalidConfig`: there is no Flight server).
+        ``input_valid``: every batch also carries ``input_valid`` (SEMANTICS 5b)."""
         if data_access not in DATA_ACCESS_MODES:
             msg = f"data_access must be one of {list(DATA_ACCESS_MODES)}, got {data_access!r}"
             raise InvalidConfig(msg)
         if self._in_process is not None:
             return self._in_process_source(plan_id, transport=transport,
-                                           data_access=data_access, progress=progress)
-        reader = self._local.reader(plan_id, transport=transport, progress=progress)
+                                           data_access=data_access, progress=progress,
+                                           input_valid=input_valid)
+        reader = self._local.reader(plan_id, transport=transport, progress=progress,
+                                    input_valid=input_valid)
         if reader is not None:
-            return LocalSource(plan_id, reader, self.check_live)
+            return LocalSource(plan_id, reader, self.check_live, input_valid=input_valid)
         if data_access == "full_in_mem":
-            self.warm(plan_id, epoch=epoch, progress=progress)
-        return FlightSource(plan_id, self.flight)
+            self.warm(plan_id, epoch=epoch, progress=progress, input_valid=input_valid)
+        return FlightSource(plan_id, self.flight, input_valid=input_valid)
 
     def _in_process_source(self, plan_id: str, *, transport: str, data_access: str,
-                           progress: bool | None) -> LocalSource:
+                           progress: bool | None, input_valid: bool) -> LocalSource:
         assert self._in_process is not None
         if transport == "flight":
             msg = (f"transport='flight' needs a Flight server, and the catalog "
@@ -285,34 +291,40 @@ class ClientState:
             msg = f"transport must be one of {list(TRANSPORTS)}, got {transport!r}"
             raise InvalidConfig(msg)
         if data_access == "full_in_mem":
-            self._in_process.warm(plan_id, progress=progress)
-        return LocalSource(plan_id, self._in_process.reader(plan_id), self.check_live)
+            self._in_process.warm(plan_id, progress=progress, input_valid=input_valid)
+        return LocalSource(plan_id, self._in_process.reader(plan_id, input_valid=input_valid),
+                           self.check_live, input_valid=input_valid)
 
-    def worker_source(self, plan_id: str, *, transport: str) -> WorkerSource:
+    def worker_source(self, plan_id: str, *, transport: str,
+                      input_valid: bool = False) -> WorkerSource:
         """The passes of ``plan_id`` for a torch dataset: over this state in this
         process, over a state of their own in a DataLoader worker."""
-        return WorkerSource(plan_id, settings=self.settings, transport=transport, state=self)
+        return WorkerSource(plan_id, settings=self.settings, transport=transport, state=self,
+                            input_valid=input_valid)
 
 
 class WorkerSource:
     """One plan's passes for :class:`~sdk.WindpipeIterableDataset`; picklable.
 
     ``transport``: ``"flight"`` or ``"local"``, as chosen in the process that made the
-    dataset. Pickled (sent to a DataLoader worker) it drops its state, and each process
-    opens its own connections: gRPC channels never cross a fork.
+    dataset; ``input_valid``: the batches carry ``input_valid``. Pickled (sent to a
+    DataLoader worker) it drops its state, and each process opens its own connections:
+    gRPC channels never cross a fork.
     """
 
     def __init__(self, plan_id: str, *, settings: ClientSettings, transport: str = "flight",
-                 state: ClientState | None = None) -> None:
+                 state: ClientState | None = None, input_valid: bool = False) -> None:
         self.plan_id = plan_id
         self.settings = settings
         self.transport = transport
+        self.input_valid = input_valid
         self._state = state
         self._pid = os.getpid()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"plan_id": self.plan_id, "settings": self.settings,
-                "transport": self.transport, "_state": None, "_pid": 0}
+                "transport": self.transport, "input_valid": self.input_valid,
+                "_state": None, "_pid": 0}
 
     def __call__(
         self, *, epoch: int, rank: int, world_size: int, start_batch: int, worker: int = 0,
@@ -323,7 +335,8 @@ class WorkerSource:
             self._state = ClientState(self.settings)
             atexit.register(self._state.close)
             worker_exit.install(self._pid)
-        source = self._state.source(self.plan_id, transport=self.transport, progress=False)
+        source = self._state.source(self.plan_id, transport=self.transport, progress=False,
+                                    input_valid=self.input_valid)
         batches = cast("Generator[Batch | AlignedBatch, None, None]", source.batches(
             epoch=epoch, rank=rank, world_size=world_size, start_batch=start_batch,
             worker=worker, num_workers=num_workers))

@@ -47,10 +47,11 @@ class WarmResult:
 
 def warm_plan(
     stream: FlightStream, plan_id: str, *, epoch: int = 0, progress: bool | None = None,
-    locations: Sequence[str] | None = None,
+    locations: Sequence[str] | None = None, input_valid: bool = False,
 ) -> dict[str, WarmResult]:
     """Warm ``plan_id`` on every location of ``stream`` (or ``locations``); one
-    :class:`WarmResult` each.
+    :class:`WarmResult` each. ``input_valid``: the blocks of the plan as read with
+    ``input_valid`` (SEMANTICS 5b), which are not the plain plan's.
 
     ``progress``: None shows a bar when the output is a terminal or notebook, True
     always, False never. The first error (a budget too small, a bad segment, a
@@ -60,9 +61,13 @@ def warm_plan(
 
     events: queue.Queue[tuple[str, WarmProgress | BaseException | None]] = queue.Queue()
 
+    body: dict[str, Any] = {"plan_id": plan_id, "epoch": epoch}
+    if input_valid:
+        body["input_valid"] = True
+
     def run(location: str) -> None:
         try:
-            for step in stream.action(location, ACTION_WARM, {"plan_id": plan_id, "epoch": epoch}):
+            for step in stream.action(location, ACTION_WARM, body):
                 events.put((location, WarmProgress.model_validate(step)))
         except BaseException as exc:
             events.put((location, exc))

@@ -1,10 +1,12 @@
 """A loader's runtime options (``LoaderOptions``), grouped by what each one steers.
 
-None of them changes a batch, so none is part of a plan's identity (``PlanSpec``).
-Three concerns, three small immutable models, each field with one meaning everywhere:
+None of them changes a batch's values, so none is part of a plan's identity
+(``PlanSpec``). Three concerns, three small immutable models, each field with one
+meaning everywhere:
 
-* :class:`SourceOptions`: where a plan's batches come from (``data_access``,
-  ``transport``: ``plan.batches``, ``plan.loader``, ``plan.torch_dataset``);
+* :class:`SourceOptions`: where a plan's batches come from and what they carry
+  (``data_access``, ``transport``, ``input_valid``: ``plan.batches``, ``plan.loader``,
+  ``plan.torch_dataset``);
 * :class:`DeviceOptions`: how a batch reaches the device (``device``, ``pin_memory``,
   ``prefetch_to_device``, ``non_blocking``: ``plan.loader``'s device feed);
 * :class:`WorkerOptions`: who reads ahead and how far (``num_workers``,
@@ -63,17 +65,20 @@ START_METHODS: tuple[StartMethod, ...] = get_args(StartMethod)
 
 
 class SourceOptions(_Frozen):
-    """Where a plan's batches come from.
+    """Where a plan's batches come from, and what they carry besides their values.
 
     ``data_access``: ``"windowed"`` loads chunks on demand, ``"full_in_mem"`` warms the
     plan's split whole first. ``transport``: ``"local"`` builds the batches in this
     process from the host's shared tier, ``"flight"`` streams them, ``"auto"`` takes the
     local path when a Flight server of the deployment shares its tier with this host.
-    Both give the same batches, byte for byte.
+    Both give the same batches, byte for byte. ``input_valid``: each batch also carries
+    ``input_valid`` (SEMANTICS 5b: which inputs are real values, not the ``-2.0``
+    fill); the other tensors are the same either way.
     """
 
     data_access: DataAccess = "windowed"
     transport: Transport = "auto"
+    input_valid: bool = False
 
 
 class DeviceOptions(_Frozen):
@@ -120,6 +125,7 @@ class OptionKeywords(TypedDict, total=False):
 
     data_access: DataAccess
     transport: Transport
+    input_valid: bool
     device: str
     pin_memory: bool | None
     prefetch_to_device: bool | None
@@ -244,6 +250,11 @@ class LoaderOptions(_Frozen):
     def transport(self) -> Transport:
         """``source.transport``."""
         return self.source.transport
+
+    @property
+    def input_valid(self) -> bool:
+        """``source.input_valid``."""
+        return self.source.input_valid
 
     @property
     def device(self) -> str:

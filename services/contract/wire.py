@@ -16,7 +16,9 @@ Clients (the SDK, or a client in any language) depend on this module, never on
   ``T*C_in`` float32 values (row-major ``(T, C_in)``) and ``targets`` ``T*C_out``.
   Both: ``mask`` ``T`` uint8 (0/1, so it can be viewed as bool without a copy),
   ``has_channel`` ``C`` uint8 (one per channel of ``BatchMetadata.channels``: 0 where
-  the lane's stream lacks that column). The shape of each batch is in its
+  the lane's stream lacks that column); only when the command asks for it
+  (``input_valid``), a last column ``input_valid`` ``T*C_in`` uint8 (1 where the input
+  value is a real value of the data). The shape of each batch is in its
   ``app_metadata`` (:class:`BatchMetadata`); :func:`batch_arrays` reshapes the columns
   into ``(B, T, C)`` numpy views without copying;
 * per-lane provenance columns and the per-batch ``app_metadata`` JSON;
@@ -57,6 +59,7 @@ __all__ = [
     "COLUMNS",
     "COMMAND_KIND",
     "INPUT_PAD",
+    "INPUT_VALID_COLUMN",
     "META_FORMAT",
     "META_PLAN_ID",
     "META_VERSION_ID",
@@ -80,6 +83,7 @@ WIRE_VERSIONS: tuple[int, ...] = (1, 2)  # what a server streams
 META_FORMAT = 1  # the ``v`` of a batch's app_metadata (the same in both wire versions)
 COMMAND_KIND = "windpipe.batches"
 INPUT_PAD = -2.0
+INPUT_VALID_COLUMN = "input_valid"  # the last column, only in a stream that asks for it
 
 ACTION_CACHE_STATS = "cache-stats"
 ACTION_HEALTH = "health"  # the only call without a token: liveness, nothing about the host
@@ -121,13 +125,16 @@ _PROVENANCE_FIELDS: tuple[pa.Field, ...] = (
     pa.field("seg_window_row_count", _I64_LIST, nullable=False),
 )
 
+_INPUT_VALID_FIELD = pa.field(INPUT_VALID_COLUMN, pa.list_(pa.uint8()), nullable=False)
+
 COLUMNS: tuple[str, ...] = (  # every column of the current wire version, in order
     *TENSOR_COLUMNS[WIRE_VERSION], *(f.name for f in _PROVENANCE_FIELDS))
 
 
 def batch_schema(*, plan_id: str | None = None, version_id: str | None = None,
-                 wire: int = WIRE_VERSION) -> pa.Schema:
-    """The schema of every record batch of a windpipe stream of wire version ``wire``.
+                 wire: int = WIRE_VERSION, input_valid: bool = False) -> pa.Schema:
+    """The schema of every record batch of a windpipe stream of wire version ``wire``
+    (with ``input_valid``: the ``input_valid`` column after the provenance columns).
 
     Schema metadata carries the wire version and, when given, the plan and dataset
     version ids (a client can check it reads the plan it asked for).
@@ -137,7 +144,8 @@ def batch_schema(*, plan_id: str | None = None, version_id: str | None = None,
         meta[META_PLAN_ID] = plan_id.encode()
     if version_id is not None:
         meta[META_VERSION_ID] = version_id.encode()
-    return pa.schema([*_TENSOR_FIELDS[wire], *_PROVENANCE_FIELDS], metadata=meta)
+    extra = (_INPUT_VALID_FIELD,) if input_valid else ()
+    return pa.schema([*_TENSOR_FIELDS[wire], *_PROVENANCE_FIELDS, *extra], metadata=meta)
 
 
 def schema_wire(schema: pa.Schema) -> int:
@@ -173,6 +181,8 @@ class FlightCommand:
     ``start_batch`` resumes a pass: the stream then yields exactly the batches a full
     pass yields from index ``start_batch`` on (SEMANTICS section 7). ``wire`` is the
     wire version of the stream asked for (the command's ``v``; absent: 1).
+    ``input_valid``: the stream's batches carry the ``input_valid`` column (SEMANTICS 5b);
+    left out of the JSON when False, so a command without it encodes as before.
     """
 
     plan_id: str
@@ -181,6 +191,7 @@ class FlightCommand:
     world_size: int = 1
     start_batch: int = 0
     wire: int = WIRE_VERSION
+    input_valid: bool = False
 
     def __post_init__(self) -> None:
         check_plan_id(self.plan_id, what="flight command: 'plan_id'")
@@ -190,11 +201,16 @@ class FlightCommand:
         if self.wire not in WIRE_VERSIONS:
             raise _bad(f"unsupported wire version {self.wire!r} (server speaks "
                        f"{list(WIRE_VERSIONS)})", field="v")
+        if not isinstance(self.input_valid, bool):
+            raise _bad("flight command: 'input_valid' must be true or false",
+                       field="input_valid")
 
     def encode(self) -> bytes:
         """Compact JSON bytes (the descriptor's ``cmd``)."""
         body = {"kind": COMMAND_KIND, **asdict(self)}
         body["v"] = body.pop("wire")
+        if not body["input_valid"]:
+            del body["input_valid"]
         return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
@@ -210,16 +226,20 @@ class FlightCommand:
             raise _bad(f"unsupported wire version {wire!r} (server speaks "
                        f"{list(WIRE_VERSIONS)})", field="v")
         unknown = sorted(set(body) - {"kind", "v", "plan_id", "epoch", "rank", "world_size",
-                                      "start_batch"})
+                                      "start_batch", "input_valid"})
         if unknown:
             raise _bad(f"flight command has unknown fields {unknown}", fields=unknown)
+        input_valid = body.get("input_valid", False)
+        if not isinstance(input_valid, bool):
+            raise _bad("flight command: 'input_valid' must be true or false",
+                       field="input_valid")
         return cls(
             plan_id=check_plan_id(body.get("plan_id"), what="flight command: 'plan_id'"),
             epoch=_int_field(body, "epoch", default=0, minimum=0),
             rank=_int_field(body, "rank", default=0, minimum=0),
             world_size=_int_field(body, "world_size", default=1, minimum=1),
             start_batch=_int_field(body, "start_batch", default=0, minimum=0),
-            wire=int(wire),
+            wire=int(wire), input_valid=input_valid,
         )
 
     def descriptor(self) -> fl.FlightDescriptor:
@@ -377,7 +397,8 @@ class BatchArrays:
     ``inputs`` ``(B, T, C_in)`` float32, ``targets`` ``(B, T, C_out)`` float32,
     ``mask`` ``(B, T)`` bool, ``has_channel`` ``(B, C)`` bool over ``meta.channels``;
     ``windows`` ``(B, T + 1, C_in + C_out)`` in wire v2, whose strided views
-    ``inputs`` and ``targets`` are (None in v1, where they are contiguous).
+    ``inputs`` and ``targets`` are (None in v1, where they are contiguous);
+    ``input_valid`` ``(B, T, C_in)`` bool when the stream carries it, else None.
     The arrays are read-only views on the Arrow buffers: keep the record batch alive
     while using them, copy to keep them longer.
     """
@@ -387,6 +408,7 @@ class BatchArrays:
     mask: np.ndarray
     has_channel: np.ndarray
     windows: np.ndarray | None = None
+    input_valid: np.ndarray | None = None
 
 
 def _flat_values(column: pa.Array, dtype: np.dtype[Any]) -> np.ndarray:
@@ -419,6 +441,11 @@ def batch_arrays(batch: pa.RecordBatch, meta: BatchMetadata) -> BatchArrays:
         targets = _flat_values(batch.column("targets"), np.dtype(np.float32))
         sizes = [inputs.size, targets.size, mask.size, has.size]
         expected = [lanes * t * c_in, lanes * t * c_out, lanes * t, lanes * c]
+    valid = None
+    if INPUT_VALID_COLUMN in batch.schema.names:
+        valid = _flat_values(batch.column(INPUT_VALID_COLUMN), np.dtype(np.uint8))
+        sizes.append(valid.size)
+        expected.append(lanes * t * c_in)
     if sizes != expected:
         raise _bad("record batch does not match its metadata", sizes=sizes, expected=expected)
     if "windows" in batch.schema.names:
@@ -431,6 +458,7 @@ def batch_arrays(batch: pa.RecordBatch, meta: BatchMetadata) -> BatchArrays:
         mask=mask.view(np.bool_).reshape(lanes, t),
         has_channel=has.view(np.bool_).reshape(lanes, c),
         windows=windows,
+        input_valid=None if valid is None else valid.view(np.bool_).reshape(lanes, t, c_in),
     )
 
 

@@ -21,13 +21,20 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from services.contract.wire import TENSOR_COLUMNS, AlignedPart, BatchMetadata, schema_wire
+from services.contract.errors import InternalError
+from services.contract.wire import (
+    INPUT_VALID_COLUMN,
+    TENSOR_COLUMNS,
+    AlignedPart,
+    BatchMetadata,
+    schema_wire,
+)
 from services.materialize.lanes import LanePlan, block_lanes
 from services.materialize.plan import PlanContext
 from services.materialize.plan_tables import PlanTables
 from services.materialize.provenance import provenance_batch
 from services.materialize.read_paths.base import LaneArrays
-from services.materialize.rows import input_view, split_copy, target_view
+from services.materialize.rows import fill_inputs, input_view, split_copy, target_view
 from services.planning.schedule import Schedule
 
 __all__ = ["BLOCK_BATCHES", "BatchAssembler", "BuiltBatch"]
@@ -62,6 +69,8 @@ class BuiltBatch:
     provenance: Callable[[], pa.RecordBatch]  # the wire's columns after the tensors
     provenance_bytes: int  # their Arrow bytes (a share of their block's); 0: not built yet
     meta: BatchMetadata
+    # uint8 (B, T, C_in), 1 where the input is a real value: a plan read with input_valid
+    input_valid: np.ndarray | None = None
 
     @property
     def inputs(self) -> np.ndarray:
@@ -76,8 +85,9 @@ class BuiltBatch:
     @property
     def nbytes(self) -> int:
         """Bytes of the batch as sent: its tensors and (when built) its provenance."""
+        extra = 0 if self.input_valid is None else self.input_valid.nbytes
         return int(self.windows.nbytes + self.mask.nbytes + self.has_channel.nbytes
-                   + self.provenance_bytes)
+                   + self.provenance_bytes + extra)
 
 
 class BatchAssembler:
@@ -91,7 +101,9 @@ class BatchAssembler:
         self.lazy_provenance = lazy_provenance
         self._prov: dict[int, tuple[pa.RecordBatch, int, int, int]] = {}
         self.wire = schema_wire(schema)
-        self._prov_schema = pa.schema(list(schema)[len(TENSOR_COLUMNS[self.wire]):])
+        self._input_valid = INPUT_VALID_COLUMN in schema.names
+        self._prov_schema = pa.schema([f for f in list(schema)[len(TENSOR_COLUMNS[self.wire]):]
+                                       if f.name != INPUT_VALID_COLUMN])
 
     def prepare(self, schedule: Schedule, gs: np.ndarray) -> None:
         """Compute the provenance columns of global batches ``gs`` together (vectorized).
@@ -180,8 +192,10 @@ class BatchAssembler:
             ),
             aligned=aligned,
         )
+        input_valid = (fill_inputs(windows, meta.c_in) if self.plan.input_valid else None)
         return BuiltBatch(windows=windows, mask=mask, has_channel=has_channel,
-                          provenance=provenance, provenance_bytes=prov_bytes, meta=meta)
+                          provenance=provenance, provenance_bytes=prov_bytes, meta=meta,
+                          input_valid=input_valid)
 
     def record_batch(self, built: BuiltBatch) -> pa.RecordBatch:
         """The wire record batch of a built batch: in wire v2 its arrays wrapped zero-copy;
@@ -209,6 +223,12 @@ class BatchAssembler:
                                      _child(built.has_channel, pa.uint8())),
             *built.provenance().columns,
         ]
+        if self._input_valid:
+            if built.input_valid is None:
+                msg = "the stream's schema has input_valid but its plan is not read with it"
+                raise InternalError(msg)
+            columns.append(pa.ListArray.from_arrays(
+                offsets(n, t * built.meta.c_in), _child(built.input_valid, pa.uint8())))
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
     def lane_provenance(self, lane_stream: np.ndarray, offsets: np.ndarray,

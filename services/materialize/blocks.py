@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from services.contract.errors import Unavailable
+from services.contract.wire import INPUT_PAD
 from services.materialize.block_fill import Progress, fill_block
 from services.materialize.cache import ChunkRequest
 from services.materialize.plan import PlanContext
@@ -147,6 +148,7 @@ def gather_lanes(
     blocks: dict[int, tuple[Block, BlockLayout]], *, lane_stream: np.ndarray,
     lane_offset: np.ndarray, lane_protocol: np.ndarray, n_rows: np.ndarray, seq_len: int,
     c_in: int, take: Callable[[], tuple[np.ndarray, np.ndarray]],
+    input_fill: float = INPUT_PAD,
 ) -> tuple[np.ndarray, np.ndarray]:
     """A batch's lanes from blocks: the window block ``(B, T + 1, C)`` and ``mask (B, T)``.
 
@@ -156,7 +158,8 @@ def gather_lanes(
     stream: the common case) the batch is one fancy-index copy into a new array.
     Otherwise the lanes are written into the arrays ``take()`` returns: full lanes one
     copy per protocol, padding lanes (offset -1) and lanes that end early all at once,
-    with the padding of SEMANTICS 5 (:func:`~services.materialize.rows.pad_row`).
+    with the padding of SEMANTICS 5 (:func:`~services.materialize.rows.pad_row`; its
+    inputs ``input_fill``, the blocks' own fill).
     """
     t = seq_len
     rows = lane_offset.copy()
@@ -178,24 +181,25 @@ def gather_lanes(
     short = np.flatnonzero(~full)
     empty = short[avail[short] <= 0]  # padding lanes (aligned keys without data): at once
     if empty.shape[0]:
-        windows[empty] = pad_row(c_in, windows.shape[2] - c_in)
+        windows[empty] = pad_row(c_in, windows.shape[2] - c_in, input_fill=input_fill)
         mask[empty] = 0
     for code, (block, _) in blocks.items():
         lanes = short[(avail[short] > 0) & (lane_protocol[short] == code)]
         if lanes.shape[0]:
             short_lanes(block, lanes, rows[lanes], avail[lanes], t=t, windows=windows,
-                         mask=mask)
+                        mask=mask, input_fill=input_fill)
     return windows, mask
 
 
 def short_lanes(block: Block, lanes: np.ndarray, start: np.ndarray, avail: np.ndarray, *,
-                 t: int, windows: np.ndarray, mask: np.ndarray) -> None:
+                t: int, windows: np.ndarray, mask: np.ndarray,
+                input_fill: float = INPUT_PAD) -> None:
     """Lanes ``lanes`` that end early (``avail < T + 1`` rows of their stream from block
     row ``start`` on), all at once: their ``avail`` rows, then pad rows (inputs ``-2.0``,
-    targets NaN), and a mask of ``avail - 1`` steps (SEMANTICS 5)."""
+    or ``input_fill``; targets NaN), and a mask of ``avail - 1`` steps (SEMANTICS 5)."""
     j = np.arange(t + 1, dtype=_I64)
     src = np.minimum(start[:, None] + j, block.rows.shape[0] - 1)  # rows past it: unused
     real = j < avail[:, None]
-    windows[lanes] = np.where(real[..., None], block.rows[src],
-                              pad_row(block.c_in, block.rows.shape[1] - block.c_in))
+    pad = pad_row(block.c_in, block.rows.shape[1] - block.c_in, input_fill=input_fill)
+    windows[lanes] = np.where(real[..., None], block.rows[src], pad)
     mask[lanes] = real[:, 1:]

@@ -6,7 +6,9 @@ A chunk (a parquet row group or a zarr chunk along axis 0) is read once with
 (:mod:`services.materialize.rows`), so materializing a lane is a plain slice copy:
 
 * the first ``C_in`` values of a row, its inputs: scaled; null, NaN and +-inf values and
-  channels the segment's protocol does not have as inputs are ``-2.0``;
+  channels the segment's protocol does not have as inputs are ``-2.0`` (``NaN`` under a
+  spec with ``input_valid``: the batch's ``input_valid`` is read from them, and the
+  batch gets its ``-2.0`` when it is built, :func:`~services.materialize.rows.fill_inputs`);
 * the last ``C_out``, its targets: scaled; null, NaN and +-inf -> NaN (mask false);
   absent channels NaN.
 
@@ -22,11 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -58,7 +61,10 @@ class ChannelSpec:
 
     ``*_present[c]`` is False for a channel of the batch (the chained union) that
     this protocol does not configure, or that the stream lacks (:meth:`without`):
-    such a channel is padding.
+    such a channel is padding. ``input_valid``: inputs that are not a real value stay
+    NaN in chunks and blocks (:attr:`input_fill`) for the batch to tell them apart; a
+    part of the digest only when set, so the default spec's cache and block keys stay
+    as they were.
     """
 
     input_columns: tuple[str, ...]
@@ -66,6 +72,7 @@ class ChannelSpec:
     target_columns: tuple[str, ...]
     target_present: tuple[bool, ...]
     scaling: tuple[ScalingSpec, ...]
+    input_valid: bool = False
 
     @classmethod
     def for_protocol(cls, spec: PlanSpec, protocol: str) -> ChannelSpec:
@@ -95,7 +102,13 @@ class ChannelSpec:
             input_columns=self.input_columns, input_present=ins,
             target_columns=self.target_columns, target_present=outs,
             scaling=tuple(s for s in self.scaling if s.column in keep),
+            input_valid=self.input_valid,
         )
+
+    @property
+    def input_fill(self) -> float:
+        """What an input that is not a real value holds in chunks and blocks."""
+        return math.nan if self.input_valid else INPUT_PAD
 
     @property
     def channels(self) -> tuple[str, ...]:
@@ -114,7 +127,7 @@ class ChannelSpec:
     @cached_property
     def digest(self) -> str:
         """A short stable digest (part of the cache key)."""
-        body = {
+        body: dict[str, Any] = {
             "in": [c if p else None for c, p in zip(self.input_columns, self.input_present,
                                                     strict=True)],
             "out": [c if p else None for c, p in zip(self.target_columns, self.target_present,
@@ -122,6 +135,8 @@ class ChannelSpec:
             "scaling": sorted((s.model_dump(mode="json") for s in self.scaling),
                               key=lambda d: d["column"]),
         }
+        if self.input_valid:
+            body["input_valid"] = True
         raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.blake2b(raw, digest_size=12).hexdigest()
 
@@ -227,7 +242,7 @@ def lay_out(data: Mapping[str, np.ndarray], rows: int, spec: ChannelSpec, *,
     # each column cast straight into its slot of the float32 matrix (no float64 temporary);
     # a value float32 cannot hold (|x| > 3.4e38) becomes inf there, so the checks run after
     # the cast: no input or target is ever +-inf (SEMANTICS 5)
-    c_in = len(spec.input_columns)
+    c_in, fill = len(spec.input_columns), spec.input_fill
     matrix = (np.empty((rows, c_in + len(spec.target_columns)), dtype=np.float32)
               if out is None else out)
     inputs, targets = matrix[:, :c_in], matrix[:, c_in:]
@@ -235,13 +250,13 @@ def lay_out(data: Mapping[str, np.ndarray], rows: int, spec: ChannelSpec, *,
                                             strict=True)):
         slot = inputs[:, c]
         if not present:
-            slot.fill(INPUT_PAD)
+            slot.fill(fill)
             continue
         with np.errstate(over="ignore"):  # past float32's range: inf, padded next
             np.copyto(slot, column(name), casting="same_kind")
         bad = ~np.isfinite(slot)
         if bad.any():
-            slot[bad] = INPUT_PAD
+            slot[bad] = fill
     for c, (name, present) in enumerate(zip(spec.target_columns, spec.target_present,
                                             strict=True)):
         if present:

@@ -9,6 +9,7 @@ or rebuilds streams: the artifact is the plan.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 
@@ -48,6 +49,10 @@ class PlanContext:
     ``[V, C]``: the ``has_channel`` row of each variant in batches of protocol ``code``;
     ``target_missing[s]``: stream ``s`` lacks a target column its protocol names (its
     lanes' mask is False). ``key_json``: an aligned plan's keys (SEMANTICS 9).
+
+    :meth:`with_input_valid` is the same plan read with ``input_valid`` (SEMANTICS 5b):
+    the same schedules, its channel specs keeping NaN where an input is not a real
+    value, so its chunks and blocks are cached under keys of their own.
     """
 
     artifact: PlanArtifact
@@ -71,6 +76,7 @@ class PlanContext:
         default_factory=lambda: Memo(_EPOCHS_KEPT), repr=False)
     _chunk_bytes: Memo[int, np.ndarray] = field(
         default_factory=lambda: Memo(_EPOCHS_KEPT), repr=False)
+    _reading: dict[bool, PlanContext] = field(default_factory=dict, repr=False)
 
     @property
     def plan_id(self) -> str:
@@ -96,6 +102,25 @@ class PlanContext:
     def streams(self) -> Streams:
         """The plan's streams."""
         return self.artifact.streams
+
+    @property
+    def input_valid(self) -> bool:
+        """Whether its batches carry ``input_valid`` (:meth:`with_input_valid`)."""
+        return self.specs[0].input_valid if self.specs else False
+
+    def with_input_valid(self) -> PlanContext:
+        """This plan read with ``input_valid`` (made once, then kept with this one): the
+        same artifact, schedules and pack, every channel spec with ``input_valid``."""
+        if self.input_valid:
+            return self
+        found = self._reading.get(True)
+        if found is None:
+            found = self._reading.setdefault(True, dataclasses.replace(
+                self, specs=tuple(dataclasses.replace(s, input_valid=True) for s in self.specs),
+                variants=tuple(dataclasses.replace(v, input_valid=True)
+                               for v in self.variants),
+                _reading={}))
+        return found
 
     def schedule(self, epoch: int) -> Schedule:
         """The global schedule of ``epoch`` (the last few epochs are kept; concurrent

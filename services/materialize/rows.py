@@ -19,6 +19,13 @@ view: row ``T``'s inputs and row 0's targets.
 Splitting a window block into contiguous ``inputs`` and ``targets`` (wire v1, which sends
 them as two columns) is a strided copy of 3-4 bytes runs: several times the cost of the
 copy that made the block (docs/wire.md says so).
+
+A plan read with ``input_valid`` (SEMANTICS 5b) holds ``NaN``, not ``-2.0``, where an
+input is not a real value (``ChannelSpec.input_fill``): in its chunks, its blocks and
+its pad rows. Once a batch's window block is gathered, :func:`fill_inputs` reads
+``input_valid`` off those NaNs and writes the ``-2.0`` over them, so the batch's values
+are the ones a plan read without it has, byte for byte. A real value that happens to
+be ``-2.0`` is therefore never taken for a fill.
 """
 
 from __future__ import annotations
@@ -29,7 +36,10 @@ import numpy as np
 
 from services.contract.wire import INPUT_PAD
 
-__all__ = ["RowMatrix", "input_view", "pad_row", "split_copy", "target_view", "window_views"]
+__all__ = [
+    "RowMatrix", "fill_inputs", "input_view", "pad_row", "split_copy", "target_view",
+    "window_views",
+]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -61,12 +71,27 @@ class RowMatrix:
         return window_views(self.rows, t)
 
 
-def pad_row(c_in: int, c_out: int) -> np.ndarray:
-    """The row of a position past a lane's stream: inputs ``-2.0``, targets ``NaN``."""
+def pad_row(c_in: int, c_out: int, *, input_fill: float = INPUT_PAD) -> np.ndarray:
+    """The row of a position past a lane's stream: inputs ``-2.0`` (``input_fill``: NaN
+    for a plan read with ``input_valid``), targets ``NaN``."""
     row = np.empty(c_in + c_out, dtype=np.float32)
-    row[:c_in] = INPUT_PAD
+    row[:c_in] = input_fill
     row[c_in:] = np.nan
     return row
+
+
+def fill_inputs(windows: np.ndarray, c_in: int) -> np.ndarray:
+    """``input_valid`` of a window block gathered from NaN-filled rows (the module
+    docstring): uint8 ``(B, T, C_in)``, 1 where the input is a real value; the NaN inputs
+    of every row (row ``T``'s too) are set to ``-2.0`` in place. Three vectorized passes
+    over the inputs, paid only by a plan read with ``input_valid``."""
+    inputs = windows[:, :, :c_in]
+    missing = np.isnan(inputs)
+    np.copyto(inputs, np.float32(INPUT_PAD), where=missing)
+    b, t1 = windows.shape[0], windows.shape[1]
+    valid = np.empty((b, max(t1 - 1, 0), c_in), dtype=np.uint8)
+    np.logical_not(missing[:, :-1], out=valid.view(np.bool_))
+    return valid
 
 
 def window_views(rows: np.ndarray, t: int) -> np.ndarray:

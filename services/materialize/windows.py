@@ -41,14 +41,14 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from services.contract.wire import BatchMetadata
+from services.contract.wire import INPUT_PAD, BatchMetadata
 from services.materialize.assembler import BuiltBatch
 from services.materialize.batch_memory import BatchMemory
 from services.materialize.blocks import BlockLayout, short_lanes
 from services.materialize.lanes import block_lanes
 from services.materialize.plan import PlanContext
 from services.materialize.plan_tables import PlanTables
-from services.materialize.rows import pad_row
+from services.materialize.rows import fill_inputs, pad_row
 from services.materialize.tier import Block
 from services.planning.schedule import Schedule
 
@@ -118,6 +118,8 @@ class WindowPass:
         self._prepared = prepared
         self._held = held
         self._aligned = schedule.parts > 1  # parts carry per-part metadata: general builder
+        self._input_valid = plan.input_valid
+        self._input_fill = plan.specs[0].input_fill if plan.specs else INPUT_PAD
         # one has_channel row per protocol when no stream lacks a column (else per lane)
         self._same_channels = len(plan.variants) == len(plan.specs)
         self._shapes: dict[tuple[int, int], _Shape | None] = {}
@@ -144,7 +146,8 @@ class WindowPass:
         if short and memory is not None:
             return None  # a GPU feed's buffer takes full windows (the general builder pads)
         if short:
-            windows, mask = self._with_short_lanes(shape, seg, lo, hi)
+            windows, mask = self._with_short_lanes(shape, seg, lo, hi,
+                                                   input_fill=self._input_fill)
             has_channel = channels.copy()
         elif memory is None:
             windows = shape.windows[rows]
@@ -157,6 +160,8 @@ class WindowPass:
             mask.fill(1)
             has_channel = memory.empty(channels.shape, np.uint8)
             np.copyto(has_channel, channels)
+        # fresh memory, not the feed's buffer: the device loader copies it on as it is
+        input_valid = fill_inputs(windows, shape.fields[2]) if self._input_valid else None
         if self._prepared is None:
             provenance: Callable[[], pa.RecordBatch] = functools.partial(
                 self._lane_provenance, seg, lo, hi, t)
@@ -166,12 +171,12 @@ class WindowPass:
             provenance = functools.partial(_given, prov)
         return BuiltBatch(
             windows, mask, has_channel, provenance, nbytes,
-            BatchMetadata(i, seg.g[k], *shape.fields, *seg.stateful[k]),
+            BatchMetadata(i, seg.g[k], *shape.fields, *seg.stateful[k]), input_valid,
         )
 
     @staticmethod
-    def _with_short_lanes(shape: _Shape, seg: _Segment, lo: int,
-                          hi: int) -> tuple[np.ndarray, np.ndarray]:
+    def _with_short_lanes(shape: _Shape, seg: _Segment, lo: int, hi: int, *,
+                          input_fill: float) -> tuple[np.ndarray, np.ndarray]:
         """A batch some of whose lanes end early: full lanes one copy, the others their rows
         then padding and a shorter mask (SEMANTICS 5), as the general builder writes them
         (:func:`~services.materialize.blocks.gather_lanes`).
@@ -185,7 +190,8 @@ class WindowPass:
         if rows.shape[0] and int(rows.max()) < shape.windows.shape[0]:
             real = np.arange(t + 1, dtype=_I64) < avail[:, None]
             windows = shape.windows[rows]
-            windows[~real] = pad_row(shape.block.c_in, windows.shape[2] - shape.block.c_in)
+            windows[~real] = pad_row(shape.block.c_in, windows.shape[2] - shape.block.c_in,
+                                     input_fill=input_fill)
             return windows, real[:, 1:].astype(np.uint8)
         windows = np.empty((hi - lo, t + 1, shape.windows.shape[2]), dtype=np.float32)
         mask = np.ones((hi - lo, t), dtype=np.uint8)
@@ -195,7 +201,7 @@ class WindowPass:
             windows[full] = shape.windows[rows[full]]
         lanes = np.flatnonzero(ends)
         short_lanes(shape.block, lanes, rows[lanes], avail[lanes], t=t, windows=windows,
-                    mask=mask)
+                    mask=mask, input_fill=input_fill)
         return windows, mask
 
     def _lane_provenance(self, seg: _Segment, lo: int, hi: int, t: int) -> pa.RecordBatch:

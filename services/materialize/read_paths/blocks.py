@@ -119,4 +119,5 @@ class BlockPath:
             loaded, lane_stream=lp.lane_stream, lane_offset=lp.lane_offset,
             lane_protocol=lp.lane_protocol, n_rows=self._tables.n_rows, seq_len=lp.seq_len,
             c_in=c_in, take=lambda: self._pool.take(lp.n_lanes, lp.seq_len, c),
+            input_fill=spec.input_fill,
         )

@@ -113,7 +113,7 @@ class ChunkPath:
         if skipped:
             avail[list(skipped)] = 0
         mask.fill(1)
-        pad = pad_row(c_in, c_out)
+        pad = pad_row(c_in, c_out, input_fill=spec.input_fill)
         empty = np.flatnonzero(avail <= 0)  # padding lanes: at once
         if empty.shape[0]:
             windows[empty] = pad

@@ -205,7 +205,8 @@ def test_loader_config_splits_into_plan_spec_and_options():
         "shuffle_block_bytes"}  # windpipe's addition (SEMANTICS 3c)
     assert set(LoaderConfig.RUNTIME_FIELDS) == {
         "data_access", "num_workers", "prefetch_factor", "persistent_workers", "pin_memory",
-        "multiprocessing_context", "device", "prefetch_to_device", "non_blocking", "transport"}
+        "multiprocessing_context", "device", "prefetch_to_device", "non_blocking", "transport",
+        "input_valid"}
     # the runtime options are held by concern, in three groups
     assert set(LoaderConfig.model_fields) == {*LoaderConfig.PLANNING_FIELDS,
                                               "source", "device_feed", "workers"}
