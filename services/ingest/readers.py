@@ -11,6 +11,11 @@
 - ``biologic``: BioLogic EC-Lab ``.mpr`` (GCPL and the like, OCV; PEIS/GEIS spectra),
   galvani (:mod:`services.ingest.biologic`: where the current comes from when a file
   has no ``I/mA`` column).
+- ``neware``: Neware ``.ndax``, NewareNDA (:mod:`services.ingest.neware`: the test's
+  time from Neware's step time, the recorded cycle, the sign as recorded).
+- ``batteryarchive``: batteryarchive.org ``<cell>_timeseries.csv``, pandas in
+  battery-data-toolkit's column mapping (:mod:`services.ingest.batteryarchive`:
+  battery-data-toolkit 0.4 only writes BatteryArchive's tables).
 
 The libraries are the optional extra ``windpipe[ingest]`` and are imported when a file
 is read. A CSV export's columns are checked first (:mod:`services.ingest.checks`), so a
@@ -32,24 +37,30 @@ import polars as pl
 
 from services.ingest.arbin import read_arbin
 from services.ingest.base import IngestError, Measurement, failed, quiet
+from services.ingest.batteryarchive import read_batteryarchive
 from services.ingest.biologic import read_biologic, technique_of
 from services.ingest.checks import LAYOUTS, check_csv, import_reader
+from services.ingest.neware import read_neware
 
 __all__ = ["READERS", "Reader", "cell_of", "detect_cycler", "read_cell"]
 
 _MACCOR = re.compile(r"^(?P<cell>.+)\.(?P<part>\d{3})$")
 _BATTERYDATA = re.compile(r"^(?P<cell>[-\w]+)[- ](?P<kind>summary|raw)\.csv$")
+_BATTERYARCHIVE = re.compile(r"^(?P<cell>.+)_timeseries\.csv$", re.IGNORECASE)
+_BA_HEADER = {"Test_Time (s)", "Cycle_Index", "Current (A)", "Voltage (V)"}
 _DROP_CYCLES = ("same time (to 0.01 s), voltage and current as an earlier row of the file "
                 "(battery-data-toolkit's drop_cycles)")
 
 
 def detect_cycler(path: Path) -> str | None:
     """The cycler that wrote ``path``, from its name and (CSV) its header; ``None`` when
-    it is no export windpipe reads (``-summary.csv`` files of batterydata.energy.gov too:
-    the raw file holds the measurements)."""
+    it is no export windpipe reads (``-summary.csv`` files of batterydata.energy.gov and
+    BatteryArchive's ``_cycle_data.csv`` too: the time series holds the measurements)."""
     name = path.name
     if name.lower().endswith(".mpr"):
         return "biologic"
+    if name.endswith(".ndax"):  # NewareNDA knows the format by this suffix only
+        return "neware"
     if _MACCOR.match(name):
         return "maccor"
     if not name.lower().endswith(".csv"):
@@ -58,6 +69,8 @@ def detect_cycler(path: Path) -> str | None:
         return "batterydata" if m.group("kind") == "raw" else None
     with path.open(encoding="utf-8", errors="replace") as handle:
         header = {c.strip() for c in handle.readline().split(",")}
+    if header >= _BA_HEADER:
+        return "batteryarchive"
     if {"Cycle_Index", "Current", "Voltage"} <= header and header & {"Test_Time", "DateTime"}:
         return "arbin"  # one without Test_Time is refused, saying it lacks it
     return None
@@ -78,6 +91,8 @@ def cell_of(path: Path, cycler: str, cell_regex: re.Pattern[str] | None) -> str:
         cell = mm.group("cell")
     elif cycler == "batterydata" and (mb := _BATTERYDATA.match(name)) is not None:
         cell = mb.group("cell")
+    elif cycler == "batteryarchive" and (ma := _BATTERYARCHIVE.match(name)) is not None:
+        cell = ma.group("cell")
     else:
         cell = path.stem
     if not cell or cell.startswith(".") or any(ord(c) < 32 for c in cell):
@@ -178,6 +193,10 @@ READERS: dict[str, Reader] = {
                           lambda files: _read_battdat("batterydata", files)),
     "biologic": Reader("galvani (galvani.BioLogic.MPRfile), BioLogic EC-Lab .mpr",
                        read_biologic, per_file=True, sequence=_technique_number),
+    "neware": Reader("NewareNDA (NewareNDA.read), Neware .ndax", read_neware, per_file=True),
+    "batteryarchive": Reader("pandas (read_csv, in battery-data-toolkit's BatteryArchive "
+                             "column mapping), BatteryArchive <cell>_timeseries.csv",
+                             read_batteryarchive),
 }
 """The cyclers ``windpipe ingest`` reads, by name: the one list (the CLI's ``--cycler``
 choices and the writer's checks are its keys)."""
