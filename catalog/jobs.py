@@ -93,9 +93,29 @@ _INTERRUPTED = ("the catalog server running this registration stopped before it 
                 "nothing of it was stored: post the same registration again")
 
 
+_KEY_SLICE = 2048
+
+
 def request_key(dataset: str, body: dict[str, Any]) -> str:
-    """The digest that makes a repeated registration find its running job."""
-    return hashlib.sha256(canonical_json([dataset, body])).hexdigest()
+    """The digest that makes a repeated registration find its running job: SHA-256 of
+    ``canonical_json([dataset, body])``, encoded a slice of each list in ``body`` at a
+    time (thousands of inline rows in one ``json.dumps`` would hold the GIL, and the
+    catalog's event loop with it, for as long)."""
+    digest = hashlib.sha256(b"[" + canonical_json(dataset) + b",{")
+    plain = {str(k): v for k, v in body.items()}
+    for i, name in enumerate(sorted(plain)):
+        value = plain[name]
+        digest.update((b"," if i else b"") + canonical_json(name) + b":")
+        if isinstance(value, list | tuple):
+            digest.update(b"[")
+            for at in range(0, len(value), _KEY_SLICE):
+                items = canonical_json(value[at:at + _KEY_SLICE])[1:-1]
+                digest.update(b"," + items if at else items)
+            digest.update(b"]")
+        else:
+            digest.update(canonical_json(value))
+    digest.update(b"}]")
+    return digest.hexdigest()
 
 
 def _utc(at: datetime) -> datetime:

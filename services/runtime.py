@@ -23,8 +23,10 @@ notebook, a training script) keeps the default unless its environment sets
 first time it converts a Python or numpy value (``pyarrow.array``, ``to_numpy``):
 0.45 s alone, ~0.76 s of thread time inside a fresh catalog's first registration
 (sampled), and paid inside a fresh Flight server's first stream (its provenance
-columns). :func:`warm_imports` makes that conversion once, when a server starts, so
-no request waits on an import.
+columns). anyio loads its asyncio backend on its first thread hop (``anyio.to_thread``,
+and FastAPI's with it), on the event loop: 50-175 ms inside a fresh catalog's first
+registration. :func:`warm_imports` makes that conversion and that import once, when a
+server starts, so no request waits on an import.
 
 **Full collections.** CPython's oldest-generation collection walks every tracked object
 while it holds the GIL, on whichever thread allocates: the catalog's event loop (and
@@ -55,7 +57,9 @@ def prefer_small_pages() -> None:
 
 
 def warm_imports() -> None:
-    """Make the conversions whose first call imports a library (pyarrow's pandas shim)."""
+    """Make the conversions whose first call imports a library (pyarrow's pandas shim),
+    and import anyio's asyncio backend."""
+    import anyio._backends._asyncio  # noqa: F401, PLC0415
     import numpy as np  # noqa: PLC0415  (this module runs before pyarrow may load)
     import pyarrow as pa  # noqa: PLC0415
 

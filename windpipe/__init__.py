@@ -18,6 +18,8 @@ from __future__ import annotations
 from importlib import import_module, metadata
 from typing import TYPE_CHECKING, Any
 
+from services.contract.extras import install_hint as _install_hint
+
 if TYPE_CHECKING:  # what type checkers see: every name of sdk.__all__, and ours
     from sdk import *  # noqa: F403
     from windpipe._embedded import embedded as embedded
@@ -43,9 +45,8 @@ def _own(name: str) -> Any:
     except ModuleNotFoundError as exc:
         if exc.name not in _SERVER_PACKAGES:
             raise
-        from services.contract.extras import install_hint  # noqa: PLC0415
         msg = (f"windpipe.{name} runs the catalog in this process and needs its packages "
-               f"({exc.name} is missing): {install_hint('server')}")
+               f"({exc.name} is missing): {_install_hint('server')}")
         raise ModuleNotFoundError(msg, name=exc.name) from exc
     return getattr(module, name)
 

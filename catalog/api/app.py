@@ -23,6 +23,7 @@ from catalog.api.audit import AuditMiddleware, LogRequestId, request_id_middlewa
 from catalog.api.auth import authenticate
 from catalog.api.body import BodyLimitMiddleware
 from catalog.api.errors import install_error_handlers
+from catalog.api.json_body import document_json_bodies
 from catalog.api.metrics import HttpMetrics, RequestMetricsMiddleware
 from catalog.api.routes import (
     access,
@@ -34,10 +35,12 @@ from catalog.api.routes import (
     splits,
     versions,
 )
+from catalog.api.schemas import RegisterVersionIn
 from catalog.api.storage_pool import StoragePool
 from catalog.context import CatalogContext
 from catalog.jobs import Jobs
 from migrations import upgrade_engine
+from services.contract.stats import StatsRequest
 from services.database import create_engine
 from services.settings import Settings
 from services.storage.packs import PackStore
@@ -120,4 +123,5 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.include_router(flight.metrics, dependencies=secured)
     for module in (health, datasets, jobs, versions, splits, plans, flight, access):
         app.include_router(module.v1, prefix="/v1", dependencies=secured)
+    document_json_bodies(app, RegisterVersionIn, StatsRequest)  # read by their routes
     return app

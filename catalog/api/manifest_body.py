@@ -1,4 +1,5 @@
-"""Inline manifest rows counted in the raw body, before any of them is decoded.
+"""Inline manifest rows counted in the raw body, before any of them is decoded; the body
+decoded off the event loop.
 
 ``POST /v1/datasets/{name}/versions`` may carry its manifest as ``rows``: JSON objects,
 one per row. Decoding builds a Python dict per row (hundreds of bytes each, twice over
@@ -10,33 +11,52 @@ that limit, before the body is decoded.
 A registration body holds one object of its own and one per row (metadata is scalar,
 unknown fields are refused), so ``objects - 1`` bounds its rows from above. Counting
 ``{`` is the fast path; only when that passes the limit are the braces inside strings
-taken out (a regular expression, off the event loop) to count exactly.
+taken out (a regular expression, a MiB at a time: one pass over tens of MiB would hold
+the GIL, and the event loop, for a second or more) to count exactly.
+
+Then the body is decoded in the same worker thread, and validated by the endpoint in
+another (:class:`catalog.api.json_body.JsonBodyRoute`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Coroutine
 from typing import Any
 
-import anyio.to_thread
-from fastapi import Request, Response
-from fastapi.routing import APIRoute
+from fastapi import Request
 
+from catalog.api.json_body import JsonBodyRoute
+from catalog.api.schemas import RegisterVersionIn
 from services.contract.errors import ErrorType
 from services.contract.limits import Limits, check_limit
 
 __all__ = ["ManifestBodyRoute", "check_inline_rows", "json_objects"]
 
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+# text and whole strings, up to a string that does not close within the slice
+_UNTIL_OPEN_STRING = re.compile(rb'(?:[^"]++|"[^"\\]*+(?:\\.[^"\\]*+)*+")*+')
+_SLICE = 1 << 20
 
 
 def json_objects(body: bytes, *, exact: bool = True) -> int:
     """The JSON objects in ``body`` (``{`` outside strings; ``exact=False``: every ``{``,
-    an upper bound)."""
+    an upper bound). The exact count reads a slice of about a MiB at a time, cut where
+    no string is open, and equals one pass of the string pattern over the whole body."""
     if not exact:
         return body.count(b"{")
-    return _STRING.sub(b"", body).count(b"{")
+    count, at = 0, 0
+    while at < len(body):
+        until = _UNTIL_OPEN_STRING.match(body, at, at + _SLICE)
+        assert until is not None  # it matches the empty string
+        end = until.end()
+        count += _STRING.sub(b"", body[at:end]).count(b"{")
+        if end < min(at + _SLICE, len(body)):  # a string opens at ``end``
+            string = _STRING.match(body, end)
+            if string is None:  # it never closes: that quote is text, as in one pass
+                return count + _STRING.sub(b"", body[end + 1:]).count(b"{")
+            end = string.end()
+        at = end
+    return count
 
 
 def check_inline_rows(objects: int, limits: Limits) -> None:
@@ -46,20 +66,15 @@ def check_inline_rows(objects: int, limits: Limits) -> None:
                 kind=ErrorType.INVALID_MANIFEST)
 
 
-class ManifestBodyRoute(APIRoute):
-    """A route whose body's inline rows are counted before FastAPI decodes it."""
+class ManifestBodyRoute(JsonBodyRoute):
+    """The registration route: its body's inline rows are counted before it is decoded
+    (both in a worker thread)."""
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        """The route's handler behind the count (the body is read once: Starlette keeps
-        it for the handler)."""
-        handler = super().get_route_handler()
+    body_model = RegisterVersionIn
 
-        async def counted(request: Request) -> Response:
-            limits: Limits = request.app.state.catalog.limits
-            body = await request.body()
-            if json_objects(body, exact=False) - 1 > limits.max_manifest_rows:
-                objects = await anyio.to_thread.run_sync(json_objects, body)
-                check_inline_rows(objects, limits)
-            return await handler(request)
-
-        return counted
+    def read_json(self, request: Request, body: bytes) -> Any:
+        """``body`` decoded, once its objects are known to be within the limit."""
+        limits: Limits = request.app.state.catalog.limits
+        if json_objects(body, exact=False) - 1 > limits.max_manifest_rows:
+            check_inline_rows(json_objects(body), limits)
+        return super().read_json(request, body)

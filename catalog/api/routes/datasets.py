@@ -10,11 +10,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Request, Response, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
+from pydantic import TypeAdapter
 from starlette.concurrency import run_in_threadpool
 
 from catalog import service
 from catalog.api.auth import CurrentPrincipal, dataset_param, require
 from catalog.api.deps import Context, PageSize, PageToken
+from catalog.api.json_body import json_body_openapi, release, take_json_body, validate_json
 from catalog.api.manifest_body import ManifestBodyRoute
 from catalog.api.routes.jobs import prefer_wait
 from catalog.api.schemas import (
@@ -26,13 +28,14 @@ from catalog.api.schemas import (
     VersionOut,
 )
 from catalog.context import CatalogContext
-from catalog.jobs import Jobs, request_key
+from catalog.jobs import Jobs, Started, request_key
 from catalog.pattern import PatternSource
 from catalog.registration import error_seen_by
 from services.contract.errors import NotFound, WindpipeError
 from services.contract.principals import Role
+from services.contract.text import StoredObject
 
-__all__ = ["v1"]
+__all__ = ["key_payload", "v1"]
 
 v1 = APIRouter(tags=["datasets"])
 _READ_ALL = [Depends(require(Role.READER))]
@@ -68,9 +71,46 @@ def get_dataset(ctx: Context, name: DatasetName) -> DatasetOut:
 
 
 # Registrations wait on storage (the manifest, every segment): they run on the catalog's
-# own bounded pool (catalog/api/storage_pool.py), not on the threads serving other calls,
-# and their inline rows are counted before the body is decoded (ManifestBodyRoute).
+# own bounded pool (catalog/api/storage_pool.py), not on the threads serving other calls;
+# their inline rows are counted before the body is decoded, and it is decoded and
+# validated off the event loop (ManifestBodyRoute, catalog/api/json_body.py).
 _register = APIRouter(route_class=ManifestBodyRoute)
+_DUMP: dict[str, Any] = {"mode": "json", "exclude_none": True, "exclude_defaults": True}
+_ROW_LISTS = ("rows", "metadata_rows")
+_ROWS: TypeAdapter[list[dict[str, Any]]] = TypeAdapter(list[StoredObject])
+_CHUNK = 2048
+
+
+def key_payload(body: RegisterVersionIn) -> dict[str, Any]:
+    """``body.model_dump(mode="json", exclude_none=True, exclude_defaults=True)``, what
+    the job's request key digests (defaults left out: a request that names none of them
+    keeps the key it always had), with the inline rows dumped a slice at a time: one
+    dump of them all would hold the GIL for as long."""
+    payload = body.model_dump(**_DUMP, exclude=set(_ROW_LISTS))
+    for field in _ROW_LISTS:
+        rows: list[dict[str, Any]] | None = getattr(body, field)
+        if rows is not None:
+            payload[field] = [row for i in range(0, len(rows), _CHUNK)
+                              for row in _ROWS.dump_python(rows[i:i + _CHUNK], **_DUMP)]
+    return payload
+
+
+def _start(jobs: Jobs, ctx: CatalogContext, name: str, principal: str,
+           decoded: Any) -> Started:
+    """Validate the decoded body, key it and start its job, or find the running job of
+    the same request (in a worker thread: the first two take seconds for a manifest of
+    many inline rows, and the job's row is written to the database)."""
+    try:
+        body = validate_json(RegisterVersionIn, decoded)
+        key = request_key(name, key_payload(body))
+    finally:
+        release(decoded)
+    started = jobs.start(dataset=name, key=key, principal=principal,
+                         work=functools.partial(_register_version, ctx, name, body))
+    if started.joined:  # the running job does the work: this body is done with
+        release(body.rows)
+        release(body.metadata_rows)
+    return started
 
 
 @_register.post(
@@ -82,9 +122,10 @@ _register = APIRouter(route_class=ManifestBodyRoute)
         200: {"model": VersionOut, "description": "this content was already registered"},
         202: {"model": JobOut, "description": "still running: poll the job (Location)"},
     },
+    openapi_extra=json_body_openapi(RegisterVersionIn),
 )
 async def register_version(
-    *, ctx: Context, name: DatasetName, body: RegisterVersionIn, response: Response,
+    *, ctx: Context, name: DatasetName, response: Response,
     principal: CurrentPrincipal, request: Request,
 ) -> VersionOut | JSONResponse:
     """Validate a manifest and every segment, then store the version (201; 200 if known;
@@ -101,12 +142,10 @@ async def register_version(
     visible = None if principal.datasets is None else functools.partial(
         principal.may, Role.READER)
     jobs: Jobs = request.app.state.jobs
-    # defaults left out: a request that names none of them keeps the key it always had
-    payload = body.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
-    # the job's row is written off the event loop: a slow database stalls no other call
-    started = await run_in_threadpool(functools.partial(
-        jobs.start, dataset=name, key=request_key(name, payload), principal=principal.name,
-        work=functools.partial(_register_version, ctx, name, body)))
+    # the body (a RegisterVersionIn) is the route's to read, not declared: FastAPI would
+    # decode and validate it on the event loop
+    started = await run_in_threadpool(
+        _start, jobs, ctx, name, principal.name, take_json_body(request))
     wait = prefer_wait(request.headers.get("prefer"))
     if started.future is not None:
         waiter = asyncio.wrap_future(started.future)
@@ -139,10 +178,14 @@ def _register_version(
         pattern=body.pattern, set_id=body.set_id, protocol=body.protocol,
         metadata=body.metadata, metadata_rows=body.metadata_rows,
         exclude=tuple(body.exclude or ()), on_bad_file=body.on_bad_file)
-    result = service.register_version(
-        ctx, name, root=body.root, manifest=body.manifest, rows=body.rows, pattern=pattern,
-        description=body.description, visible=None, progress=progress,
-    )
+    try:
+        result = service.register_version(
+            ctx, name, root=body.root, manifest=body.manifest, rows=body.rows,
+            pattern=pattern, description=body.description, visible=None, progress=progress,
+        )
+    finally:
+        release(body.rows)
+        release(body.metadata_rows)
     answer = VersionOut.from_row(result.value, warnings=result.warnings,
                                  skipped=result.skipped)
     return answer.model_dump(mode="json", by_alias=True), result.created

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from catalog import retire, service, stats
 from catalog.api.auth import require, split_dataset, version_dataset
 from catalog.api.deps import Context
+from catalog.api.json_body import JsonBodyRoute, decoded_body, json_body_openapi
 from catalog.api.routes._index import INDEX_RESPONSES, IndexQuery
 from catalog.api.routes.common import created_or_found
 from catalog.api.schemas import SplitOut
@@ -71,19 +72,33 @@ def get_split_index(ctx: Context, split_id: str, page: IndexQuery) -> Response:
     return page.answer(service.split_index(ctx, split_id))
 
 
-@v1.post(
+class _StatsBodyRoute(JsonBodyRoute):
+    """Up to WINDPIPE_MAX_BODY_BYTES of columns: decoded and validated off the event loop."""
+
+    body_model = StatsRequest
+
+
+_compute = APIRouter(route_class=_StatsBodyRoute)
+
+
+@_compute.post(
     "/splits/{split_id}/stats", operation_id="compute_split_stats", dependencies=_COMPUTE,
     status_code=status.HTTP_201_CREATED, response_model=SplitStatsData,
     responses={200: {"model": SplitStatsData, "description": "computed before: the stored ones"}},
+    openapi_extra=json_body_openapi(StatsRequest),
 )
 async def compute_split_stats(
-    *, ctx: Context, split_id: str, body: StatsRequest, response: Response, request: Request,
+    *, ctx: Context, split_id: str, response: Response, request: Request,
 ) -> SplitStatsData:
     """Statistics of one side of the split (SEMANTICS 6a), per protocol and numeric column:
     computed once from that side's rows only (201) and stored; the same request again
     answers the stored ones (200). Reading runs on the catalog's storage threads."""
+    body = await decoded_body(request, StatsRequest)  # a StatsRequest, read by the route
     pool: StoragePool = request.app.state.storage_pool
     return created_or_found(response, await pool.run(stats.split_stats, ctx, split_id, body))
+
+
+v1.include_router(_compute)
 
 
 @v1.get("/splits/{split_id}/stats", operation_id="get_split_stats", dependencies=_READ,
