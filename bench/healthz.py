@@ -40,23 +40,22 @@ import tempfile
 import threading
 import time
 import traceback
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
-import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bench.databases import fresh_database
 from bench.pattern_match import CELL
 from services.contract.configs import LoaderConfig, ValidationConfig, WindowConfig
 
-__all__ = ["BOUND_MS", "fresh_database", "main", "run", "write_segments"]
+__all__ = ["BOUND_MS", "main", "run", "write_segments"]
 
 BOUND_MS = 200.0
 PATTERN = "seg/{cell_id}_{cidx}_{a}_{b}_{c}_{d}_{e}_{f}_{g}-{h}.parquet"
@@ -89,19 +88,6 @@ def write_segments(root: Path, *, cells: int, cycles: int, rows: int) -> list[di
         manifest.append({"set_id": "rows", "cell_id": cell_id, "cidx": cidx,
                          "protocol": "cycling", "segment_path": rel})
     return manifest
-
-
-@contextmanager
-def fresh_database(admin_url: str) -> Iterator[str]:
-    """A new PostgreSQL database beside ``admin_url``'s, dropped on exit."""
-    name = f"wp_healthz_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{admin_url.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 # --- the server, in a process of its own -----------------------------------------------
@@ -426,7 +412,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     print(_HEADER, flush=True)
     with tempfile.TemporaryDirectory(prefix="windpipe-healthz-") as tmp, ExitStack() as stack:
-        url = (stack.enter_context(fresh_database(args.database_url))
+        url = (stack.enter_context(fresh_database(args.database_url, prefix="wp_healthz"))
                if args.database_url else None)
         record = run(database_url=url, work=Path(tmp), cells=args.cells, cycles=args.cycles,
                      rows=args.rows, repeats=args.repeats, concurrent=args.concurrent,

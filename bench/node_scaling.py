@@ -22,16 +22,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pyarrow.flight as fl
 
+from bench.databases import fresh_database
 from catalog.api.server import start_catalog_server
 from sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
 from services.settings import Settings
@@ -79,18 +78,6 @@ def _schedule(client: httpx.Client, plan_id: str, epoch: int, rank: int) -> list
         token = body["next_page_token"]
         if not token:
             return out
-
-
-@contextmanager
-def _fresh_database(admin_url: str) -> Iterator[str]:
-    name = f"wp_bench_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{admin_url.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _start_servers(stack: ExitStack, database_url: str, tmp: Path,
@@ -213,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
         _consume(*args.consume)
         return
     with tempfile.TemporaryDirectory(prefix="windpipe-node-scaling-") as tmp, \
-            _fresh_database(args.database_url) as url:
+            fresh_database(args.database_url) as url:
         figures = measure(url, Path(tmp))
     base = figures[1]
     print("node scaling: aggregate batches/s over Flight, 4 consumers, warm caches: "

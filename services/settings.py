@@ -337,6 +337,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         default=_LIMITS.max_body_bytes, ge=1024, description="largest REST request body"
     )
+    max_config_body_bytes: int = Field(
+        default=_LIMITS.max_config_body_bytes, ge=1024,
+        description="largest REST request body of a call other than a registration or "
+                    "split statistics (configs, tokens)"
+    )
     max_description_chars: int = Field(
         default=_LIMITS.max_description_chars, ge=0,
         description="longest dataset/version/split description"

@@ -112,7 +112,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     )
     app.state.settings = settings
     app.state.metrics = HttpMetrics()  # this app's own registry (``/metrics``)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
+                       max_config_bytes=settings.max_config_body_bytes)
     install_error_handlers(app)
     app.add_middleware(AuditMiddleware)
     app.add_middleware(LogRequestId)

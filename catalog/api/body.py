@@ -1,12 +1,18 @@
-"""A bound on request bodies (``WINDPIPE_MAX_BODY_BYTES``), enforced while they arrive.
+"""Bounds on request bodies, enforced while they arrive.
 
-A declared ``content-length`` above the bound is refused before a byte is read; a
-body without one (chunked) is counted as it streams and refused the moment it
+Two bounds: ``WINDPIPE_MAX_BODY_BYTES`` for the bodies that are decoded off the event
+loop (a registration's, a split statistics request's: ``catalog/api/json_body.py``), and
+``WINDPIPE_MAX_CONFIG_BODY_BYTES`` for every other call's, which FastAPI decodes on the
+event loop (a few KiB of config; tens of MiB would hold every other call for a third of
+a second). A declared ``content-length`` above the bound is refused before a byte is
+read; a body without one (chunked) is counted as it streams and refused the moment it
 passes the bound (the app then sees a client that went away). Either way: 422
 ``invalid_request`` naming the limit.
 """
 
 from __future__ import annotations
+
+import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -20,28 +26,40 @@ class _BodyTooLarge(Exception):  # noqa: N818
     """Ends the app's read of a body refused mid-stream (its 422 already sent)."""
 
 
-class BodyLimitMiddleware:
-    """Refuses request bodies larger than ``max_bytes``."""
+# the routes whose bodies are read off the event loop (JsonBodyRoute): the larger bound
+_BULK_BODIES = re.compile(r"^/v1/(datasets/[^/]+/versions|splits/[^/]+/stats)/?$")
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+
+class BodyLimitMiddleware:
+    """Refuses request bodies larger than their route's bound (the module docstring)."""
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int, max_config_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.max_config_bytes = min(max_config_bytes, max_bytes)
+
+    def _bound(self, scope: Scope) -> tuple[str, int]:
+        if _BULK_BODIES.match(scope.get("path", "")):
+            return "max_body_bytes", self.max_bytes
+        return "max_config_body_bytes", self.max_config_bytes
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, size: int) -> None:
-        err = limit_error("max_body_bytes", size, self.max_bytes, what="request body (bytes)")
+        limit, bound = self._bound(scope)
+        err = limit_error(limit, size, bound, what="request body (bytes)")
         await error_response(err, status=422)(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        _limit, bound = self._bound(scope)
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
                     declared = 0
-                if declared > self.max_bytes:
+                if declared > bound:
                     await self._refuse(scope, receive, send, declared)
                     return
         seen = 0
@@ -63,7 +81,7 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes and not started:
+                if seen > bound and not started:
                     await self._refuse(scope, receive, send, seen)
                     refused = True
                     raise _BodyTooLarge

@@ -14,6 +14,7 @@ the log).
 from __future__ import annotations
 
 import asyncio
+import itertools
 from functools import partial
 from typing import Any
 
@@ -97,9 +98,15 @@ def _error_text(request: Request, error: dict[str, Any]) -> str:
     return str(error.get("msg", "invalid request"))
 
 
+_MAX_ERRORS = 100  # validation errors one 422 lists (details.errors_total: all)
+
+
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = [dict(e) for e in exc.errors()]
+    every = exc.errors()
+    # the first few: a body of a million bad rows gives a million errors, and formatting
+    # them all would hold the event loop for seconds (and the answer would be a GiB)
+    errors = [dict(e) for e in itertools.islice(every, _MAX_ERRORS)]
     for e in errors:
         e.pop("url", None)
         if "ctx" in e:
@@ -112,7 +119,10 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         ErrorType.INVALID_CONFIG if _is_config_body_error(request, errors)
         else ErrorType.INVALID_REQUEST
     )
-    return error_response(error_class(kind)(message, details={"errors": errors}), status=422)
+    details: dict[str, Any] = {"errors": errors}
+    if len(every) > len(errors):
+        details["errors_total"] = len(every)
+    return error_response(error_class(kind)(message, details=details), status=422)
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

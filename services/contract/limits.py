@@ -32,6 +32,7 @@ class Limits:
     max_plan_windows: int = 20_000_000
     max_batch_bytes: int = 1 << 30
     max_body_bytes: int = 64 << 20
+    max_config_body_bytes: int = 256 << 10
     max_description_chars: int = 4096
     max_manifest_rows: int = 1_000_000
     max_manifest_bytes: int = 256 << 20

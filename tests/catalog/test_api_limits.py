@@ -29,6 +29,7 @@ PLAN = {"default_window": {"batch_size": 2, "seq_len": 8},
 def catalog(database_url: str, tmp_path: Path) -> Iterator[tuple[httpx.Client, str]]:
     settings = Settings(database_url=database_url, data_dir=tmp_path / "catalog",
                         log_level="WARNING", max_world_size=4096, max_body_bytes=256 << 10,
+                        max_config_body_bytes=16 << 10,
                         max_description_chars=64, max_plan_windows=100)
     write_small_dataset(tmp_path / "data")
     with run_catalog_server(settings) as url, httpx.Client(base_url=url, timeout=60) as c:
@@ -121,6 +122,35 @@ def test_descriptions_and_bodies_are_bounded(catalog: tuple[httpx.Client, str],
     limits = client.get("/v1/config").json()["limits"]
     assert limits["max_world_size"] == 4096
     assert limits["max_body_bytes"] == 256 << 10
+    assert limits["max_config_body_bytes"] == 16 << 10
+
+
+def test_a_config_body_has_the_smaller_bound(catalog: tuple[httpx.Client, str],
+                                             tmp_path: Path) -> None:
+    """Bodies FastAPI decodes on the event loop (plans, splits, tokens) are bounded by
+    max_config_body_bytes; a registration's, read off the loop, by max_body_bytes."""
+    client, split = catalog
+    padded = {**PLAN, "description": "p" * (20 << 10)}  # above 16 KiB, below 256 KiB
+    _limit(client.post(f"/v1/splits/{split}/plans", json=padded), "invalid_request",
+           "max_config_body_bytes")
+    _limit(client.post(f"/v1/splits/{split}/plans", content=iter([json.dumps(padded).encode()]),
+                       headers={"content-type": "application/json"}),
+           "invalid_request", "max_config_body_bytes")
+    # the same size registers as far as its description's own bound
+    _limit(client.post("/v1/datasets/e/versions", json={
+        "root": (tmp_path / "data").as_uri(), "manifest": "manifest.parquet",
+        "description": "y" * (20 << 10)}), "invalid_request", "max_description_chars")
+    assert client.post(f"/v1/splits/{split}/plans", json=PLAN).status_code == 201
+
+
+def test_a_422_lists_the_first_hundred_errors(catalog: tuple[httpx.Client, str],
+                                              tmp_path: Path) -> None:
+    client, _ = catalog
+    error = assert_error(client.post("/v1/datasets/e/versions", json={
+        "root": (tmp_path / "data").as_uri(), "rows": [1] * 5000}), 422, "invalid_request")
+    assert len(error["details"]["errors"]) == 100
+    assert error["details"]["errors_total"] == 5000
+    assert error["details"]["errors"][0]["loc"] == ["body", "rows", 0]
 
 
 def test_nul_characters_are_a_422_not_a_500(catalog: tuple[httpx.Client, str],
