@@ -35,6 +35,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bench.databases import fresh_database
+
 __all__ = ["PG_ADMIN_URL", "compare_revision", "planning_times", "write_planning_dataset"]
 
 PG_ADMIN_URL = os.environ.get("WINDPIPE_BENCH_PG_ADMIN_URL",
@@ -59,20 +61,6 @@ def write_planning_dataset(root: Path, windows: int) -> Path:
             rows[key].append(value)
     pq.write_table(pa.table(rows), root / "manifest.parquet")
     return root
-
-
-@contextmanager
-def _postgres_database() -> Iterator[str]:
-    import psycopg  # noqa: PLC0415
-
-    name = f"wp_bench_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @contextmanager
@@ -125,7 +113,7 @@ def planning_times(sizes: Sequence[int] = (10_000, 100_000, 1_000_000), *,
             row: dict[str, Any] = {"windows": int(windows), "database": database}
             try:
                 db = (_sqlite_database(work_dir) if database == "sqlite"
-                      else _postgres_database())
+                      else fresh_database(PG_ADMIN_URL))
                 with db as url:
                     row["seconds"] = _time_plan(url, root, windows)
             except Exception as exc:
@@ -177,7 +165,7 @@ def compare_revision(rev: str, sizes: Sequence[int], *, work_dir: Path,
                     for _ in range(repeats):
                         for name, tree in (("this", _REPO), ("rev", old)):
                             db = (_sqlite_database(work_dir) if database == "sqlite"
-                                  else _postgres_database())
+                                  else fresh_database(PG_ADMIN_URL))
                             with db as url:
                                 times[name].append(_time_in_tree(tree, url, root, windows))
                     this, then = statistics.median(times["this"]), statistics.median(times["rev"])
