@@ -268,12 +268,17 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                   "end_batch": end, "peer": slot.peer}
         check_cache_fit(plan, schedule, batches[start:end], start=start,
                         budget_bytes=self.cache.budget_bytes)
-        if self.tier_fill is not None:
-            self.tier_fill.start(plan, builder.storage)
         auth = StreamAuth(self._access, token=caller_token(context), principal=principal,
                           plan_id=payload.plan_id, trust_s=self.config.settings.auth_cache_s)
         return schema, self._stream(context, builder, schedule, batches, start=start,
                                     end=end, fields=fields, auth=auth, slot=slot)
+
+    def _fill_tier_behind(self, builder: BatchBuilder) -> None:
+        """Start the tier's background fill of the stream's plan (``tier_fill``): called
+        once its first batch is built, so that batch comes from chunks at once and the
+        fill never competes with it for storage."""
+        if self.tier_fill is not None:
+            self.tier_fill.start(builder.plan, builder.storage)
 
     def _stalled(self, slot: StreamSlot, waited_s: float) -> None:
         """End a stream whose client took nothing for ``flight_stream_stall_s`` (called
@@ -313,6 +318,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                                  skipped=list(meta.skipped_lanes))
                 nbytes += built.nbytes
                 slot.handed()  # the stall clock runs until gRPC asks for the next batch
+                if sent == 0:
+                    self._fill_tier_behind(builder)
                 yield builder.record_batch(built), pa.py_buffer(meta.encode())
                 slot.taken()
                 sent += 1

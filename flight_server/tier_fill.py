@@ -2,10 +2,10 @@
 tier is decoded into the tier in a background thread, so the next pass is served from it.
 
 A stream of such a plan reads its first pass by chunks (each batch decodes only its
-windows' chunks, so the first batch comes at once); meanwhile :class:`TierFill` decodes
-the plan's blocks (``services.materialize.blocks``) into the tier one after the other,
-each block's row groups in order (``services.materialize.block_fill``) with the storage
-read-ahead. From the batch after a block is in the tier, the stream reads that block's
+windows' chunks, so the first batch comes at once); once that batch is built,
+:class:`TierFill` decodes the plan's blocks (``services.materialize.blocks``) into the
+tier one after the other, each block's row groups in order
+(``services.materialize.block_fill``) with the storage read-ahead. From the batch after a block is in the tier, the stream reads that block's
 protocol from the tier (``read_paths.blocks.BlockPath``: the tier counts as held), so the
 rest of the first pass is neither read nor decoded again; a stream that starts once the
 tier holds every block takes the block path from its first batch
