@@ -6,11 +6,6 @@ COPY pyproject.toml README.md ./
 # every dependency pinned with its hashes (deploy/requirements.lock, from pyproject.toml)
 COPY deploy/requirements.lock deploy/requirements.lock
 RUN pip install --no-cache-dir --require-hashes -r deploy/requirements.lock
-COPY services services
-COPY catalog catalog
-COPY migrations migrations
-COPY flight_server flight_server
-COPY sdk sdk
 COPY windpipe windpipe
 RUN pip install --no-cache-dir --no-deps ".[server]"
 ENTRYPOINT ["windpipe"]

@@ -6,9 +6,9 @@ on the same data and the same schedule; see docs/benchmarks.md.
 Every module here is a script run as ``python -m bench.<name>``: this package's
 init runs before the script's own imports load pyarrow, so it is where a benchmark
 process sets Arrow's allocator option as the servers do
-(:func:`services.runtime.prefer_small_pages`); the processes a script starts inherit it.
+(:func:`windpipe.services.runtime.prefer_small_pages`); the processes a script starts inherit it.
 """
 
-from services.runtime import prefer_small_pages
+from windpipe.services.runtime import prefer_small_pages
 
 prefer_small_pages()

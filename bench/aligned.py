@@ -40,14 +40,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from catalog.api.server import start_catalog_server
-from catalog.flight_adapters import DatabaseBackend
-from flight_server.runner import start_flight_server
-from sdk import AlignedBatch, Catalog, ValidationConfig
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.planning.artifact import PlanArtifact
-from services.settings import Settings
-from services.synth import write_synthetic_dataset
+from windpipe.catalog.api.server import start_catalog_server
+from windpipe.catalog.flight_adapters import DatabaseBackend
+from windpipe.flight_server.runner import start_flight_server
+from windpipe.sdk import AlignedBatch, Catalog, ValidationConfig
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.planning.artifact import PlanArtifact
+from windpipe.services.settings import Settings
+from windpipe.services.synth import write_synthetic_dataset
 
 __all__ = ["ALIGNED_CONTENDERS", "aligned_config", "main", "memmap_batches", "prepare_memmaps"]
 

@@ -38,13 +38,13 @@ import polars as pl
 
 from bench.registration import footer_floor, register_once
 from bench.serve_process import windpipe_serve
-from catalog.api.server import start_catalog_server
-from catalog.flight_adapters import DatabaseBackend
-from flight_server.runner import start_flight_server
-from sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
-from sdk._torch_import import require_torch
-from services.settings import Settings
-from services.synth import write_synthetic_dataset
+from windpipe.catalog.api.server import start_catalog_server
+from windpipe.catalog.flight_adapters import DatabaseBackend
+from windpipe.flight_server.runner import start_flight_server
+from windpipe.sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
+from windpipe.sdk._torch_import import require_torch
+from windpipe.services.settings import Settings
+from windpipe.services.synth import write_synthetic_dataset
 
 __all__ = ["cold_epoch", "main", "merge_segments", "served_registration"]
 
@@ -90,7 +90,7 @@ def cold_epoch(root: Path, *, work: Path, name: str, packs: bool = True) -> dict
     batches: short streams pad more windows), ``epoch_s``, ``cpu_s`` (this process's CPU
     time over the epoch: server and client both run in it; steadier than wall time on a
     shared machine), and the seconds of ``index``, ``split`` and ``plan``. ``packs``:
-    registration writes the version's pack (the default, ``services.storage.packs``), or
+    registration writes the version's pack (the default, ``windpipe.services.storage.packs``), or
     none (``WINDPIPE_PACK_ROWS=0``: every segment read from its file)."""
     settings = Settings(data_dir=work, log_level="WARNING", host="127.0.0.1",
                         allowed_roots=(str(root),), tier_bytes=0,

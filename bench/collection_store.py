@@ -15,7 +15,7 @@ of their own, uploads the collection, then measures, side by side in one run:
 - ``store ceiling``: the same one request a segment that registration makes (a suffix
   GET: size, tag, footer or whole file), 64 in flight, nothing else done: the most
   requests a second this store (moto and the proxy, on this machine) answers;
-- with ``--sweep 8,16,...``: the checks alone (``catalog.registration.prepare_version``
+- with ``--sweep 8,16,...``: the checks alone (``windpipe.catalog.registration.prepare_version``
   in this process) at each number of requests in flight, and the profile after them.
 
 Prints seconds, per segment, registration's speed-up over one at a time (target >= 10x)
@@ -39,14 +39,14 @@ import psutil
 from obstore.store import S3Store
 
 from bench.object_store import _BUCKET, _CREDS, _start_servers, _upload
-from catalog.api.server import start_catalog_server
-from catalog.batched import REMOTE_REQUESTS, prefetched_map
-from catalog.profile import profile_version
-from catalog.registration import prepare_version
-from sdk import Catalog
-from services.settings import Settings
-from services.storage.store import Storage, StorageOptions
-from services.synth import write_synthetic_dataset
+from windpipe.catalog.api.server import start_catalog_server
+from windpipe.catalog.batched import REMOTE_REQUESTS, prefetched_map
+from windpipe.catalog.profile import profile_version
+from windpipe.catalog.registration import prepare_version
+from windpipe.sdk import Catalog
+from windpipe.services.settings import Settings
+from windpipe.services.storage.store import Storage, StorageOptions
+from windpipe.services.synth import write_synthetic_dataset
 
 __all__ = ["main", "one_at_a_time", "register_served"]
 
@@ -73,7 +73,7 @@ def one_at_a_time(endpoint: str, prefix: str, paths: list[str]) -> float:
 def store_ceiling(uri: str, endpoint: str, paths: list[str], *,
                   requests: int = REMOTE_REQUESTS) -> float:
     """Seconds of registration's one request a segment (a suffix GET) fetched as
-    registration fetches them (:func:`catalog.batched.prefetched_map`, ``requests`` in
+    registration fetches them (:func:`windpipe.catalog.batched.prefetched_map`, ``requests`` in
     flight), nothing done with the bytes."""
     storage = Storage.from_uri(uri, StorageOptions(s3_endpoint=endpoint, s3_allow_http=True))
     start = time.perf_counter()

@@ -30,7 +30,7 @@ def ensure_dataset(directory: Path, *, cycling_rows: int, seed: int = 7,
     ``row_group_rows``: parquet row group (= cached chunk) size; smaller groups let a
     tiny dataset still be several times a cache that holds one shuffled batch's chunks.
     """
-    from services.synth import write_synthetic_dataset  # noqa: PLC0415
+    from windpipe.services.synth import write_synthetic_dataset  # noqa: PLC0415
 
     if (directory / "manifest.parquet").exists():
         return directory

@@ -38,10 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from catalog.api.server import start_catalog_server
-from catalog.flight_adapters import DatabaseBackend
-from flight_server.runner import start_flight_server
-from sdk import (
+from windpipe.catalog.api.server import start_catalog_server
+from windpipe.catalog.flight_adapters import DatabaseBackend
+from windpipe.flight_server.runner import start_flight_server
+from windpipe.sdk import (
     Batch,
     BatchState,
     Catalog,
@@ -51,8 +51,8 @@ from sdk import (
     ValidationConfig,
     WindowConfig,
 )
-from services.settings import Settings
-from services.synth import write_synthetic_dataset
+from windpipe.services.settings import Settings
+from windpipe.services.synth import write_synthetic_dataset
 
 
 def _no_cuda() -> int:

@@ -20,7 +20,7 @@ Prints each kind's seconds, ``/healthz``'s p50, p99 and max during it, and the s
 longest garbage collection meanwhile (CPython's collector runs on whichever thread
 allocates, holding the GIL: the event loop waits it out). ``--json PATH`` writes them
 too. The server freezes its startup heap once started, as ``windpipe serve`` does
-(``services.runtime.freeze_startup_heap``); ``--no-gc-freeze`` leaves it to every full
+(``windpipe.services.runtime.freeze_startup_heap``); ``--no-gc-freeze`` leaves it to every full
 collection, to compare. ``--diagnose``: the server samples its event-loop thread
 whenever the loop is over 50 ms late and prints where it was (a stack on the loop: work
 on the loop; the loop in ``select``: the GIL held elsewhere).
@@ -53,7 +53,7 @@ import pyarrow.parquet as pq
 
 from bench.databases import fresh_database
 from bench.pattern_match import CELL
-from services.contract.configs import LoaderConfig, ValidationConfig, WindowConfig
+from windpipe.services.contract.configs import LoaderConfig, ValidationConfig, WindowConfig
 
 __all__ = ["BOUND_MS", "main", "run", "write_segments"]
 
@@ -139,10 +139,10 @@ def _gc_pauses(pauses: list[tuple[int, float]]) -> None:
 def _server_main(settings: dict[str, Any], options: dict[str, bool], conn: Any) -> None:
     """Serve the catalog; answer ``"samples"`` (collections and late-loop samples since
     last asked) and ``"stop"``."""
-    from catalog.api.server import start_catalog_server  # noqa: PLC0415 - child only
-    from services.logging import configure_logging  # noqa: PLC0415
-    from services.runtime import freeze_startup_heap  # noqa: PLC0415
-    from services.settings import Settings  # noqa: PLC0415
+    from windpipe.catalog.api.server import start_catalog_server  # noqa: PLC0415 - child only
+    from windpipe.services.logging import configure_logging  # noqa: PLC0415
+    from windpipe.services.runtime import freeze_startup_heap  # noqa: PLC0415
+    from windpipe.services.settings import Settings  # noqa: PLC0415
 
     configure_logging(level="WARNING")
     server = start_catalog_server(Settings(**settings), port=0)
@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="print where the server's event loop was when it ran late")
     parser.add_argument("--gc-freeze", action=argparse.BooleanOptionalAction, default=True,
                         help="the server freezes its startup heap once started, as "
-                             "windpipe serve does (services.runtime.freeze_startup_heap)")
+                             "windpipe serve does (windpipe.services.runtime.freeze_startup_heap)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     print(_HEADER, flush=True)

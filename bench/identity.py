@@ -37,7 +37,7 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path.pop(0)  # run as a script: bench/planning.py must not shadow the SDK's planning
 
 # the SDK of whichever checkout is first on sys.path (PYTHONPATH)
-from sdk import Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
+from windpipe.sdk import Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
 
 CYC = ("current_a", "temperature_c")
 HPPC = ("current_a", "soc_pct")

@@ -25,7 +25,7 @@ seconds apart does not); a row's ratio is its tokens/s over the mean of its brac
   re-reads storage: only the interpreter and the OS page cache are warm);
 * ``shuffled_second_epoch_tier``: ``shuffled``, cache ``C``, the host tier at its
   automatic budget (half the free disk): epoch 0 is opened (which starts the tier fill,
-  ``flight_server.tier_fill``) and left after its first batch, the fill is awaited
+  ``windpipe.flight_server.tier_fill``) and left after its first batch, the fill is awaited
   through the ``tier-info`` action (the block file in the tier directory it names),
   then epochs 1-2.
 
@@ -37,7 +37,7 @@ Memory: every process's peak. The client's is its ``VmHWM`` (:func:`peak_rss`); 
 server's is sampled from ``/proc/<pid>/smaps`` (every 0.1 s and after every epoch) as
 its RSS outside the tier's files (mapped tier pages are the kernel's page cache, shared
 and reclaimable: the chunk cache charges a mapped block
-:func:`services.materialize.tier.mapping_charge`), next to its ``VmHWM`` (which counts
+:func:`windpipe.services.materialize.tier.mapping_charge`), next to its ``VmHWM`` (which counts
 them). ``ru_maxrss`` is printed too but judges nothing: Linux carries it across fork and
 exec, so a spawned server's starts at its parent's RSS. Budgets: the server's cache
 budget + the mapping charge of the tier's blocks + :data:`FIXED_OVERHEAD_BYTES`
@@ -65,7 +65,7 @@ import numpy as np
 from bench.server import MiB, data_bytes
 from bench.workload import EPOCHS, INPUTS, Workload
 from bench.workload import TARGETS as TARGET_COLUMNS
-from services.planning.sizes import chunk_row_bytes
+from windpipe.services.planning.sizes import chunk_row_bytes
 
 __all__ = [
     "CLIENT_STREAMING_BYTES", "FIXED_OVERHEAD_BYTES", "ROWS", "TARGETS", "Sizes", "main",
@@ -234,7 +234,7 @@ def _epoch(client: Any, plan_id: str, epoch: int, sampler: _Sampler) -> dict[str
     start of each block while its chunks are decoded)."""
     from bench.measure import consume  # noqa: PLC0415
     from bench.windpipe_contenders import epoch_tensors  # noqa: PLC0415
-    from services.contract.wire import ACTION_CACHE_STATS  # noqa: PLC0415
+    from windpipe.services.contract.wire import ACTION_CACHE_STATS  # noqa: PLC0415
 
     read0 = _action(client, ACTION_CACHE_STATS)["bytes_read"]
     tokens = 0
@@ -269,7 +269,7 @@ def _epoch(client: Any, plan_id: str, epoch: int, sampler: _Sampler) -> dict[str
 def _wait_for_tier(client: Any, nbytes: int, *, timeout_s: float) -> dict[str, Any]:
     """Poll ``tier-info`` until the tier directory it names holds a complete block file of
     at least ``nbytes`` (a block is renamed into place only once written)."""
-    from services.contract.wire import ACTION_TIER_INFO  # noqa: PLC0415
+    from windpipe.services.contract.wire import ACTION_TIER_INFO  # noqa: PLC0415
 
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout_s:
@@ -286,7 +286,7 @@ def _wait_for_tier(client: Any, nbytes: int, *, timeout_s: float) -> dict[str, A
 
 
 def _config(w: Workload, kind: str, block_bytes: int) -> Any:
-    from services.contract.configs import LoaderConfig  # noqa: PLC0415
+    from windpipe.services.contract.configs import LoaderConfig  # noqa: PLC0415
 
     config = w.config(strategy="shuffled")
     if kind != "block":
@@ -311,7 +311,7 @@ def _server_figures(server: Any, sampler: _Sampler, final: dict[str, Any], *,
                     mapped: int) -> dict[str, Any]:
     """A server process's peaks (see the module docstring) and its budget."""
     from bench.server import server_figures  # noqa: PLC0415
-    from services.materialize.tier import mapping_charge  # noqa: PLC0415
+    from windpipe.services.materialize.tier import mapping_charge  # noqa: PLC0415
 
     figures = server_figures(server, final)
     return {
@@ -336,7 +336,7 @@ def _run_kind(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
 
     from bench.server import ServerHandle  # noqa: PLC0415
     from bench.workload import load_workload  # noqa: PLC0415
-    from services.contract.wire import ACTION_HEALTH  # noqa: PLC0415
+    from windpipe.services.contract.wire import ACTION_HEALTH  # noqa: PLC0415
 
     torch.set_num_threads(1)
     w = load_workload(Path(spec["workload"]))

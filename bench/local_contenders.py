@@ -24,7 +24,7 @@ from typing import Any
 from bench.measure import consume
 from bench.server import MiB, ServerHandle, data_bytes, pss_bytes, rusage, server_figures
 from bench.workload import EPOCHS, Workload
-from sdk import Catalog, Plan
+from windpipe.sdk import Catalog, Plan
 
 __all__ = ["local_concurrency", "windpipe_local"]
 
@@ -34,7 +34,7 @@ _TIER_MARGIN = 64 * MiB
 def _passes(plan: Plan) -> Iterator[tuple[Any, ...]]:
     """Pass after pass of ``plan``: a handle made just before the clock starts, as the
     careful loader maps its file before it (setup, not per-batch work). Reading the plan
-    also answers the SDK's liveness check for the next second (``sdk._state``), so a run
+    also answers the SDK's liveness check for the next second (``windpipe.sdk._state``), so a run
     of a few hundred milliseconds sends the catalog no request, as a training loop sends
     one a second at most."""
     epoch = 0

@@ -31,10 +31,10 @@ import httpx
 import pyarrow.flight as fl
 
 from bench.databases import fresh_database
-from catalog.api.server import start_catalog_server
-from sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
-from services.settings import Settings
-from services.synth import write_synthetic_dataset
+from windpipe.catalog.api.server import start_catalog_server
+from windpipe.sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
+from windpipe.services.settings import Settings
+from windpipe.services.synth import write_synthetic_dataset
 
 __all__ = ["main"]
 
@@ -160,8 +160,8 @@ def measure(database_url: str, tmp: Path) -> dict[int, float]:
 
 def _consume(plan_id: str, rank: str, locations: str, start_at: str) -> None:
     """One consumer: its rank's passes over Flight, timed from the shared start."""
-    from sdk._stream import FlightStream  # noqa: PLC0415 - the consumer's own process
-    from services.contract.wire import FlightCommand  # noqa: PLC0415
+    from windpipe.sdk._stream import FlightStream  # noqa: PLC0415 - the consumer's own process
+    from windpipe.services.contract.wire import FlightCommand  # noqa: PLC0415
 
     stream = FlightStream(json.loads(locations))
     seen: list[int] = []

@@ -58,7 +58,7 @@ COLUMNS = (*INPUTS, *TARGETS)
 
 def needed_ranges(root: Path) -> dict[str, list[tuple[int, int]]]:
     """Per cycling segment (relative path), the byte ranges of the plan's columns."""
-    from services.storage.formats.parquet import column_chunk_ranges  # noqa: PLC0415
+    from windpipe.services.storage.formats.parquet import column_chunk_ranges  # noqa: PLC0415
 
     out = {}
     for path in sorted((root / "segments").rglob("cycling*.parquet")):
@@ -87,7 +87,7 @@ def _row_ceiling(endpoint: str, prefix: str, ranges: dict[str, list[tuple[int, i
                  ) -> dict[str, Any]:
     import obstore  # noqa: PLC0415
 
-    from services.storage.coalesce import coalesce  # noqa: PLC0415
+    from windpipe.services.storage.coalesce import coalesce  # noqa: PLC0415
 
     store = _store(endpoint, prefix)
     jobs = [(p, s.start, s.end) for p, rs in ranges.items()
@@ -123,8 +123,8 @@ def _row_windpipe(endpoint: str, prefix: str, work: Path, *,
     import psutil  # noqa: PLC0415
     import torch  # noqa: PLC0415
 
-    from sdk import Catalog  # noqa: PLC0415
-    from services.contract.configs import ValidationConfig  # noqa: PLC0415
+    from windpipe.sdk import Catalog  # noqa: PLC0415
+    from windpipe.services.contract.configs import ValidationConfig  # noqa: PLC0415
 
     torch.set_num_threads(1)
     env = {**os.environ, **_CREDS, "WINDPIPE_S3_ENDPOINT": endpoint,

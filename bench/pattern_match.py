@@ -2,7 +2,7 @@
 
 A pattern of ten fields separated by ``_`` and one ``-``, against a 240-character name
 with over 100 ``_``: a backtracking regex tried every split of the name among the fields (the
-name without its ``-`` never finished); :mod:`catalog.pattern_syntax` scans each literal
+name without its ``-`` never finished); :mod:`windpipe.catalog.pattern_syntax` scans each literal
 once from the end. Prints the median per match, for a name that matches and one that
 does not::
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from catalog.pattern_syntax import parse_pattern
+from windpipe.catalog.pattern_syntax import parse_pattern
 
 __all__ = ["main"]
 

@@ -1,7 +1,7 @@
 """Plan creation time against plan size, on SQLite and PostgreSQL.
 
 For each size, a dataset of 100 one-column streams is registered and split (not
-timed), then ``catalog.plans.create_plan`` makes a plan of exactly ``windows``
+timed), then ``windpipe.catalog.plans.create_plan`` makes a plan of exactly ``windows``
 one-row windows (``batch_size=1, seq_len=1``: one window = one unit); the timed
 part is validation, planning and storing the plan in one transaction. PostgreSQL
 runs on a scratch database created on ``127.0.0.1:5432`` (user ``postgres``) and
@@ -75,12 +75,12 @@ def _sqlite_database(work_dir: Path) -> Iterator[str]:
 def _time_plan(url: str, root: Path, windows: int) -> float:
     from sqlalchemy.orm import sessionmaker  # noqa: PLC0415
 
-    from catalog.context import CatalogContext  # noqa: PLC0415
-    from catalog.plans import create_plan  # noqa: PLC0415
-    from catalog.service import create_split, register_version  # noqa: PLC0415
-    from migrations import upgrade_database  # noqa: PLC0415
-    from services.contract.configs import LoaderConfig, ValidationConfig, WindowConfig  # noqa: PLC0415
-    from services.database import create_engine  # noqa: PLC0415
+    from windpipe.catalog.context import CatalogContext  # noqa: PLC0415
+    from windpipe.catalog.plans import create_plan  # noqa: PLC0415
+    from windpipe.catalog.service import create_split, register_version  # noqa: PLC0415
+    from windpipe.migrations import upgrade_database  # noqa: PLC0415
+    from windpipe.services.contract.configs import LoaderConfig, ValidationConfig, WindowConfig  # noqa: PLC0415
+    from windpipe.services.database import create_engine  # noqa: PLC0415
 
     upgrade_database(url)
     engine = create_engine(url)

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from catalog.api.server import start_catalog_server
-from sdk import Catalog
-from services.settings import Settings
-from services.synth import write_synthetic_dataset
+from windpipe.catalog.api.server import start_catalog_server
+from windpipe.sdk import Catalog
+from windpipe.services.settings import Settings
+from windpipe.services.synth import write_synthetic_dataset
 
 __all__ = ["footer_floor", "main", "register_once"]
 

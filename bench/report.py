@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from services.contract.extras import install_hint
+from windpipe.services.contract.extras import install_hint
 
 __all__ = ["HEADLINE_RATIOS", "ratio_rows", "ratio_table", "verdict", "write_markdown",
            "write_plot", "write_plot_if_possible"]

@@ -30,18 +30,18 @@ from pydantic import SecretStr
 from sqlalchemy.orm import sessionmaker
 
 from bench.workload import INPUTS, TARGETS, Workload
-from catalog.api.server import start_catalog_server
-from catalog.context import CatalogContext
-from catalog.flight_adapters import DatabaseBackend
-from catalog.plans import create_plan
-from catalog.service import create_split, register_version
-from flight_server.runner import start_flight_server
-from migrations import upgrade_database
-from services.contract.configs import LoaderConfig, ValidationConfig
-from services.database import create_engine
-from services.logging import configure_logging
-from services.planning.sizes import chunk_row_bytes
-from services.settings import Settings
+from windpipe.catalog.api.server import start_catalog_server
+from windpipe.catalog.context import CatalogContext
+from windpipe.catalog.flight_adapters import DatabaseBackend
+from windpipe.catalog.plans import create_plan
+from windpipe.catalog.service import create_split, register_version
+from windpipe.flight_server.runner import start_flight_server
+from windpipe.migrations import upgrade_database
+from windpipe.services.contract.configs import LoaderConfig, ValidationConfig
+from windpipe.services.database import create_engine
+from windpipe.services.logging import configure_logging
+from windpipe.services.planning.sizes import chunk_row_bytes
+from windpipe.services.settings import Settings
 
 __all__ = [
     "MiB", "ServerHandle", "data_bytes", "pss_bytes", "rusage", "server_figures",

@@ -4,9 +4,9 @@ The benchmark dataset (``bench.data``: parquet segments, float32 columns), regis
 a catalog on SQLite in a temporary directory and split 80/20 (``sample``, seed 1). Timed,
 alternating, ``--rounds`` times each (medians), page cache warm:
 
-* ``windpipe_stats``: ``catalog.stats.split_stats`` of the train side for the cycling
+* ``windpipe_stats``: ``windpipe.catalog.stats.split_stats`` of the train side for the cycling
   and hppc columns, as ``POST /v1/splits/{id}/stats`` computes it the first time (the
-  bound check, every segment read once through ``services.storage.segments``, the
+  bound check, every segment read once through ``windpipe.services.storage.segments``, the
   summaries, the row stored; the stored row is deleted between rounds);
 * ``polars_stats``: what a user writes instead: per protocol one ``scan_parquet`` of the
   same train files computing the same numbers (non-finite and null counts, min, max,
@@ -34,13 +34,13 @@ import polars as pl
 import sqlalchemy as sa
 
 from bench.data import ensure_dataset
-from catalog.context import CatalogContext
-from catalog.service import create_split, register_version, split_index
-from catalog.stats import split_stats
-from migrations import upgrade_engine
-from services.contract.configs import ValidationConfig
-from services.contract.stats import SplitStatsData, StatsRequest
-from services.database import create_engine
+from windpipe.catalog.context import CatalogContext
+from windpipe.catalog.service import create_split, register_version, split_index
+from windpipe.catalog.stats import split_stats
+from windpipe.migrations import upgrade_engine
+from windpipe.services.contract.configs import ValidationConfig
+from windpipe.services.contract.stats import SplitStatsData, StatsRequest
+from windpipe.services.database import create_engine
 
 __all__ = ["main", "run"]
 

@@ -2,7 +2,7 @@
 client here.
 
 The client consumes with ``pyarrow.flight`` and turns each record batch into a
-``Batch`` with ``sdk.batch_from_arrow``, exactly what ``plan.batches(transport="flight")``
+``Batch`` with ``windpipe.sdk.batch_from_arrow``, exactly what ``plan.batches(transport="flight")``
 does (torch tensors over the Arrow buffers, no copy; provenance decoded only when
 read). Epochs cycle as the workload's do (``bench.workload.EPOCHS``), so every
 contender reads the same windows in the same order. Each contender returns the
@@ -26,9 +26,9 @@ from bench.local_contenders import local_concurrency, windpipe_local
 from bench.measure import consume
 from bench.server import MiB, ServerHandle, data_bytes, server_figures, working_set_bytes
 from bench.workload import EPOCHS, Workload
-from sdk import batch_from_arrow
-from services.contract.configs import LoaderConfig
-from services.contract.wire import ACTION_WARM, FlightCommand
+from windpipe.sdk import batch_from_arrow
+from windpipe.services.contract.configs import LoaderConfig
+from windpipe.services.contract.wire import ACTION_WARM, FlightCommand
 
 __all__ = ["WINDPIPE_CONTENDERS", "concurrency", "epoch_tensors", "local_concurrency"]
 
@@ -36,7 +36,7 @@ __all__ = ["WINDPIPE_CONTENDERS", "concurrency", "epoch_tensors", "local_concurr
 def _epoch_tensors(client: Any, plan_id: str, epoch: int) -> Generator[tuple[Any, ...]]:
     """One epoch's batches as ``(inputs, targets, mask)`` torch tensors, decoded by the SDK.
 
-    ``sdk.batch_from_arrow`` is what ``plan.batches()`` runs on every record batch:
+    ``windpipe.sdk.batch_from_arrow`` is what ``plan.batches()`` runs on every record batch:
     zero-copy tensors, provenance decoded only when read.
     """
     info = client.get_flight_info(FlightCommand(plan_id=plan_id, epoch=epoch).descriptor())
@@ -96,7 +96,7 @@ def _run(w: Workload, *, cache_bytes: int, max_batches: int, max_seconds: float,
             client.close()
         final = server.stop()
     return {**result, **extra, **server_figures(server, final),
-            "batches_per_pass": server.n_batches, "consumer": "sdk.batch_from_arrow"}
+            "batches_per_pass": server.n_batches, "consumer": "windpipe.sdk.batch_from_arrow"}
 
 
 def windpipe_flight_warm(w: Workload, *, max_batches: int, max_seconds: float,

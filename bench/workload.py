@@ -20,11 +20,11 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from services.contract.configs import DataAccess, LoaderConfig, WindowConfig
-from services.contract.identity import manifest_row_id
-from services.planning.sizes import token_bytes
-from services.planning.strategies import epoch_schedule
-from services.planning.streams import Streams
+from windpipe.services.contract.configs import DataAccess, LoaderConfig, WindowConfig
+from windpipe.services.contract.identity import manifest_row_id
+from windpipe.services.planning.sizes import token_bytes
+from windpipe.services.planning.strategies import epoch_schedule
+from windpipe.services.planning.streams import Streams
 
 __all__ = ["EPOCHS", "INPUTS", "TARGETS", "Workload", "build_workload", "load_workload",
            "plan_config"]

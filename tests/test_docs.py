@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sdk import Catalog
 from tests.fixtures.docs import code_blocks, finite_losses
+from windpipe.sdk import Catalog
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

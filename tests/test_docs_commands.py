@@ -35,7 +35,6 @@ import polars as pl
 import pytest
 import yaml
 
-from sdk._locations import LOCATION_MAP_ENV, LocationMap
 from tests.fixtures.cyclers import (
     REAL_FILES,
     arbin_file,
@@ -47,6 +46,7 @@ from tests.fixtures.cyclers import (
 from tests.fixtures.docs import CodeBlock, code_blocks
 from tests.fixtures.servers import free_ports
 from tests.test_docs import _readme_notebook_blocks
+from windpipe.sdk._locations import LOCATION_MAP_ENV, LocationMap
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

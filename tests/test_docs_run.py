@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from sdk import Catalog
-from services.synth import write_synthetic_dataset
 from tests.fixtures.docs import code_blocks, finite_losses, page_blocks
 from tests.fixtures.servers import embedded_services
+from windpipe.sdk import Catalog
+from windpipe.services.synth import write_synthetic_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_PAGES = ("sdk.md", "data.md")  # data.md: when it exists

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from services.synth import write_synthetic_dataset
 from tests.fixtures.servers import embedded_services
+from windpipe.services.synth import write_synthetic_dataset
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")

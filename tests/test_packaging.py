@@ -1,5 +1,6 @@
-"""What ``pip install`` puts on a machine: the specified packages and the
-public face, and a server that runs from ``windpipe[server]`` without torch.
+"""What ``pip install`` puts on a machine: one top-level package, ``windpipe``, that a
+project's own ``services/``, ``catalog/``, ``sdk/`` or ``migrations/`` cannot shadow, and a
+server that runs from ``windpipe[server]`` without torch.
 
 A fresh virtual environment gets a non-editable install of a copy of the tree (tracked
 files and new ones git does not ignore), so nothing of the checkout or of the test
@@ -20,7 +21,7 @@ import pytest
 from tests.fixtures.servers import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
-SPECIFIED = {"services", "catalog", "flight_server", "sdk", "migrations", "windpipe"}
+SPECIFIED = {"windpipe"}
 
 pytestmark = pytest.mark.slow
 
@@ -66,6 +67,31 @@ def test_install_holds_exactly_the_specified_packages(server_venv: Path) -> None
          "print(windpipe.__version__, u.find_spec('torch') is None, u.find_spec('bench'))"],
         cwd=server_venv, capture_output=True, text=True, check=True).stdout.split()
     assert out == ["0.1.0", "True", "None"]  # versioned, no torch, no bench
+
+
+def test_a_project_with_folders_of_our_packages_names_still_imports_windpipe(
+        server_venv: Path, tmp_path: Path) -> None:
+    """A script beside its own ``services/``, ``catalog/``, ``sdk/`` and ``migrations/``
+    (each a package that would shadow a top-level one of ours) imports windpipe, opens an
+    embedded catalog (the migrations run) and gets the installed classes."""
+    for own in ("services", "catalog", "sdk", "migrations", "flight_server"):
+        (tmp_path / own).mkdir()
+        (tmp_path / own / "__init__.py").write_text(f"MINE = {own!r}\n")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import services, sdk\n"
+        "import windpipe\n"
+        "from windpipe import Catalog, LoaderConfig\n"
+        "from windpipe.services.contract.errors import WindpipeError\n"
+        "catalog = windpipe.embedded('state')\n"
+        "print(services.MINE, sdk.MINE, catalog.datasets(), Catalog.__module__,\n"
+        "      LoaderConfig.__module__, WindpipeError.__module__)\n")
+    out = subprocess.run([str(server_venv / "bin" / "python"), str(script)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["services", "sdk", "[]", "windpipe.sdk._catalog",
+                                  "windpipe.services.contract.configs",
+                                  "windpipe.services.contract.errors"]
 
 
 def test_the_server_runs_without_torch(server_venv: Path, tmp_path: Path) -> None:

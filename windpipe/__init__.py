@@ -4,12 +4,12 @@ The one documented import::
 
     from windpipe import Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
 
-Every public name is the SDK's (:mod:`sdk`), loaded on first use so that ``import
+Every public name is the SDK's (:mod:`windpipe.sdk`), loaded on first use so that ``import
 windpipe`` alone stays cheap (the CLI's ``--help`` and the servers never pay for the
 client, torch or polars), and ``embedded`` (:mod:`windpipe._embedded`: a ``Catalog``
 whose catalog runs in this process, no server; it needs ``windpipe[server]``). The
 list of names is ``sdk.__all__``'s: ``__all__`` here is made from it on first use, and
-type checkers read it through ``from sdk import *``. The ``windpipe`` command lives in
+type checkers read it through ``from windpipe.sdk import *``. The ``windpipe`` command lives in
 :mod:`windpipe.cli`.
 """
 
@@ -18,11 +18,11 @@ from __future__ import annotations
 from importlib import import_module, metadata
 from typing import TYPE_CHECKING, Any
 
-from services.contract.extras import install_hint as _install_hint
+from windpipe.services.contract.extras import install_hint as _install_hint
 
 if TYPE_CHECKING:  # what type checkers see: every name of sdk.__all__, and ours
-    from sdk import *  # noqa: F403
     from windpipe._embedded import embedded as embedded
+    from windpipe.sdk import *  # noqa: F403
 
 try:
     __version__ = metadata.version("windpipe")
@@ -35,7 +35,7 @@ _SERVER_PACKAGES = frozenset({"alembic", "fastapi", "fastapi_offline", "sqlalche
 
 def _sdk_names() -> list[str]:
     """``sdk.__all__``, the list of the SDK's public names (importing the SDK)."""
-    names: list[str] = import_module("sdk").__all__
+    names: list[str] = import_module("windpipe.sdk").__all__
     return names
 
 
@@ -59,7 +59,7 @@ def __getattr__(name: str) -> Any:
     elif name in _OWN:
         value = _own(name)
     elif not name.startswith("_") and name in _sdk_names():
-        value = getattr(import_module("sdk"), name)
+        value = getattr(import_module("windpipe.sdk"), name)
     else:
         raise AttributeError(f"module 'windpipe' has no attribute {name!r}")
     globals()[name] = value  # resolved once

@@ -9,7 +9,7 @@ batches as a served one; only where its calls go differs:
   loop is never touched; the app's lifespan (the SQLite engine under ``data_dir``,
   migrations) starts with the transport and ends with ``cat.close()``.
 * Batches are built in this process from storage, over the host's tier of decoded
-  blocks (``sdk._in_process``): there is no Flight server.
+  blocks (``windpipe.sdk._in_process``): there is no Flight server.
 
 The user is the operator here: registrations may name any root this process can read
 (no allow-list, no root scopes; segment paths stay confined to their root), and no
@@ -37,13 +37,13 @@ import anyio.from_thread
 import httpx
 from fastapi import FastAPI
 
-from catalog.api.app import create_app
-from sdk import Catalog
-from sdk._in_process import InProcess
-from services.contract.errors import InvalidConfig
-from services.materialize.tier import tier_budget
-from services.settings import Settings
-from services.storage.store import StorageOptions
+from windpipe.catalog.api.app import create_app
+from windpipe.sdk import Catalog
+from windpipe.sdk._in_process import InProcess
+from windpipe.services.contract.errors import InvalidConfig
+from windpipe.services.materialize.tier import tier_budget
+from windpipe.services.settings import Settings
+from windpipe.services.storage.store import StorageOptions
 
 __all__ = ["DATABASE_FILE", "AppTransport", "check_database_file", "embedded",
            "embedded_settings", "open_transport"]

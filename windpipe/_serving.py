@@ -2,7 +2,7 @@
 
 The Flight server (``flight_server``) and the catalog (``catalog``) do not import each
 other; a Flight server that reads the catalog database is handed the catalog's
-adapters (``catalog.flight_adapters.DatabaseBackend``) here, in the top layer, which
+adapters (``windpipe.catalog.flight_adapters.DatabaseBackend``) here, in the top layer, which
 may import both. ``windpipe serve``, the demo and the tests start their Flight servers
 through this one function, so every one of them chooses its backend alike.
 """
@@ -13,11 +13,11 @@ from collections.abc import Callable
 
 from sqlalchemy.engine import Engine
 
-from catalog.flight_adapters import DatabaseBackend
-from flight_server.plan_sources import PlanSource
-from flight_server.runner import RunningFlightServer, start_flight_server
-from services.planning.artifact import PlanArtifact
-from services.settings import Settings
+from windpipe.catalog.flight_adapters import DatabaseBackend
+from windpipe.flight_server.plan_sources import PlanSource
+from windpipe.flight_server.runner import RunningFlightServer, start_flight_server
+from windpipe.services.planning.artifact import PlanArtifact
+from windpipe.services.settings import Settings
 
 __all__ = ["serve_flight"]
 

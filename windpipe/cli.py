@@ -22,12 +22,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from services.runtime import prefer_small_pages
 from windpipe.commands.bench import bench
 from windpipe.commands.common import CliError, add_server_flags, settings_from
 from windpipe.commands.data import CyclerChoices, demo, ingest, synth, upload
 from windpipe.commands.serve import migrate, serve
 from windpipe.commands.token import duration, token
+from windpipe.services.runtime import prefer_small_pages
 
 __all__ = ["CliError", "build_parser", "main"]
 

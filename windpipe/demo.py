@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from catalog.api.server import start_catalog_server
-from sdk import (
+from windpipe._serving import serve_flight
+from windpipe.catalog.api.server import start_catalog_server
+from windpipe.sdk import (
     AlignedBatch,
     Batch,
     Catalog,
@@ -28,9 +29,8 @@ from sdk import (
     ValidationConfig,
     WindowConfig,
 )
-from services.settings import Settings
-from services.synth import write_synthetic_dataset
-from windpipe._serving import serve_flight
+from windpipe.services.settings import Settings
+from windpipe.services.synth import write_synthetic_dataset
 
 __all__ = ["DemoResult", "run_demo"]
 

@@ -1,4 +1,4 @@
-"""Masked losses that cannot turn NaN (``sdk.losses``): index with ``target_valid`` first.
+"""Masked losses that cannot turn NaN (``windpipe.sdk.losses``): index with ``target_valid`` first.
 
 ``from windpipe.losses import masked_mse``; the same as the batch methods
 ``batch.masked_mse(pred)`` and ``batch.masked_mae(pred)`` (a :class:`~windpipe.Batch`
@@ -6,6 +6,6 @@ takes a tensor, an :class:`~windpipe.AlignedBatch` ``{protocol: tensor}``); ``No
 when the batch has no valid target.
 """
 
-from sdk.losses import Reduction, masked_error, masked_mae, masked_mse
+from windpipe.sdk.losses import Reduction, masked_error, masked_mae, masked_mse
 
 __all__ = ["Reduction", "masked_error", "masked_mae", "masked_mse"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import sdk
+import windpipe.sdk as sdk
 from bench.aligned import (
     ALIGNED_CONTENDERS,
     aligned_config,
@@ -17,9 +17,9 @@ from bench.aligned import (
     prepare_memmaps,
     run,
 )
-from services.planning.artifact import PlanArtifact
-from services.synth import write_synthetic_dataset
 from tests.sdk.deployment import deployment
+from windpipe.services.planning.artifact import PlanArtifact
+from windpipe.services.synth import write_synthetic_dataset
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.collection import cold_epoch, served_registration
-from services.synth import write_synthetic_dataset
+from windpipe.services.synth import write_synthetic_dataset
 
 
 def test_served_registration_reports_times_and_the_servers_peak_memory(tmp_path: Path) -> None:

@@ -10,10 +10,10 @@ import httpx
 import numpy as np
 from sqlalchemy.orm import Session
 
-from catalog.repository import Repository
-from services.database import create_engine
 from tests.fixtures.data import write_manifest, write_parquet_segment
 from tests.reference.schedule_ref import RefBatch
+from windpipe.catalog.repository import Repository
+from windpipe.services.database import create_engine
 
 
 def table_counts(database_url: str) -> dict[str, int]:

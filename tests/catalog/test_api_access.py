@@ -17,10 +17,10 @@ import pytest
 import sqlalchemy as sa
 from pydantic import SecretStr
 
-from catalog.api.app import create_app
-from services.settings import Settings
 from tests.catalog.api_support import assert_error, write_small_dataset
 from tests.fixtures.servers import run_catalog_server
+from windpipe.catalog.api.app import create_app
+from windpipe.services.settings import Settings
 
 BOOT = "boot-secret-token"
 PLAN = {"default_window": {"batch_size": 2, "seq_len": 8},

@@ -7,9 +7,9 @@ from pathlib import Path
 import httpx
 from pydantic import SecretStr
 
-from services.settings import Settings
 from tests.catalog.api_support import assert_error
 from tests.fixtures.servers import run_catalog_server
+from windpipe.services.settings import Settings
 
 
 def test_bearer_token(sqlite_url: str, tmp_path: Path) -> None:

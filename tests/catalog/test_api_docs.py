@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from catalog.api.app import create_app
-from services.contract.errors import ERROR_TABLE
-from services.settings import Settings
+from windpipe.catalog.api.app import create_app
+from windpipe.services.contract.errors import ERROR_TABLE
+from windpipe.services.settings import Settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 

@@ -13,13 +13,13 @@ import httpx
 import pyarrow.flight as fl
 import pytest
 
-from catalog.flight_stats import fetch_cache_stats
-from services.contract.wire import FlightCommand
-from services.settings import Settings
 from tests.catalog.api_support import write_small_dataset
 from tests.catalog.test_api_flight_stats import parse_metrics
 from tests.fixtures.servers import free_ports, run_catalog_server
 from windpipe._serving import serve_flight
+from windpipe.catalog.flight_stats import fetch_cache_stats
+from windpipe.services.contract.wire import FlightCommand
+from windpipe.services.settings import Settings
 
 
 def _plan(client: httpx.Client, root: Path) -> str:

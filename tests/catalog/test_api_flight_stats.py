@@ -15,13 +15,13 @@ import pyarrow.flight as fl
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from catalog.api.metrics import HttpMetrics
-from catalog.flight_stats import LocationStats, render_metrics
-from services.contract.wire import FlightCommand
-from services.settings import Settings
 from tests.catalog.api_support import assert_error, write_small_dataset
 from tests.fixtures.servers import free_ports, run_catalog_server
 from windpipe._serving import serve_flight
+from windpipe.catalog.api.metrics import HttpMetrics
+from windpipe.catalog.flight_stats import LocationStats, render_metrics
+from windpipe.services.contract.wire import FlightCommand
+from windpipe.services.settings import Settings
 
 
 @dataclass

@@ -15,11 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
-from catalog import jobs
-from catalog.api.routes.jobs import DEFAULT_WAIT_S, MAX_WAIT_S, prefer_wait
-from services.settings import Settings
 from tests.catalog.api_support import assert_error, table_counts, write_small_dataset
 from tests.fixtures.servers import run_catalog_server
+from windpipe.catalog import jobs
+from windpipe.catalog.api.routes.jobs import DEFAULT_WAIT_S, MAX_WAIT_S, prefer_wait
+from windpipe.services.settings import Settings
 
 ASYNC = {"Prefer": "respond-async"}
 N_CELLS, N_CYCLES = 50, 50  # 5,000 segments: a few seconds of checks, several heartbeats

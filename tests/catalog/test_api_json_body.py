@@ -33,19 +33,19 @@ import pytest
 from fastapi import FastAPI
 from pydantic import SecretStr
 
-from catalog.api.app import create_app
-from catalog.api.manifest_body import json_objects
-from catalog.api.routes import datasets
-from catalog.api.routes.datasets import key_payload
-from catalog.api.schemas import RegisterVersionIn
-from catalog.api.server import start_catalog_server
-from catalog.jobs import request_key
-from services.contract import text
-from services.contract.identity import canonical_json
-from services.contract.stats import StatsRequest
-from services.settings import Settings
 from tests.catalog.api_support import assert_error
 from tests.fixtures.servers import run_catalog_server
+from windpipe.catalog.api.app import create_app
+from windpipe.catalog.api.manifest_body import json_objects
+from windpipe.catalog.api.routes import datasets
+from windpipe.catalog.api.routes.datasets import key_payload
+from windpipe.catalog.api.schemas import RegisterVersionIn
+from windpipe.catalog.api.server import start_catalog_server
+from windpipe.catalog.jobs import request_key
+from windpipe.services.contract import text
+from windpipe.services.contract.identity import canonical_json
+from windpipe.services.contract.stats import StatsRequest
+from windpipe.services.settings import Settings
 
 _HELD = "held-until-healthz-answers"
 _PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
@@ -243,7 +243,7 @@ def test_after_warming_the_first_thread_hop_imports_nothing() -> None:
     code = textwrap.dedent("""
         import asyncio, sys
         import anyio.to_thread
-        from services.runtime import warm_imports
+        from windpipe.services.runtime import warm_imports
         warm_imports()
         before = set(sys.modules)
         asyncio.run(anyio.to_thread.run_sync(len, ()))

@@ -16,10 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
-from services.settings import Settings
 from tests.catalog.api_support import assert_error, table_counts, write_small_dataset
 from tests.fixtures.memory import peak_rss_growth
 from tests.fixtures.servers import run_catalog_server
+from windpipe.services.settings import Settings
 
 PLAN = {"default_window": {"batch_size": 2, "seq_len": 8},
         "inputs": {"cycling": ["voltage_v"]}, "targets": {"cycling": ["voltage_v"]}}

@@ -21,10 +21,10 @@ import httpx
 import polars as pl
 import pytest
 
-from services.settings import Settings
 from tests.catalog.api_support import assert_error, write_small_dataset
 from tests.fixtures.memory import peak_rss_growth
 from tests.fixtures.servers import run_catalog_server
+from windpipe.services.settings import Settings
 
 _MIB = 1 << 20
 

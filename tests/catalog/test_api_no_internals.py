@@ -12,14 +12,14 @@ import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 
-from services.contract.auth import flight_headers
-from services.contract.errors import ErrorType
-from services.contract.wire import FlightCommand
-from services.contract.wire import error_from_flight as wire_error
-from services.settings import Settings
 from tests.fixtures.servers import free_port, run_catalog_server
 from tests.flight_server.helpers import start_server
 from windpipe._serving import serve_flight
+from windpipe.services.contract.auth import flight_headers
+from windpipe.services.contract.errors import ErrorType
+from windpipe.services.contract.wire import FlightCommand
+from windpipe.services.contract.wire import error_from_flight as wire_error
+from windpipe.services.settings import Settings
 
 SECRETS = ("secret-value", "secret-cell", "secret-m", "secret-zarr", "secret-cidx")
 INTERNALS = re.compile(r"Traceback|File \"|Debug source|postgresql://|sqlite:///|:5432|"
@@ -92,7 +92,7 @@ def test_flight_internal_errors_carry_only_a_request_id(tmp_path: Path) -> None:
         assert err.type == ErrorType.INTERNAL
         assert re.fullmatch(r"[0-9a-f]{16}", err.details["request_id"])
         assert err.details["request_id"] in err.message
-        # GetSchema is not served (flight_server.calls): refused before any handler, so
+        # GetSchema is not served (windpipe.flight_server.calls): refused before any handler, so
         # without the traceback text pyarrow would attach to a handler's error.
         for desc_ in (desc, fl.FlightDescriptor.for_path("x")):
             with pytest.raises((OSError, pa.ArrowException)) as schema:

@@ -26,11 +26,11 @@ import httpx
 import psycopg
 import pytest
 
-from sdk import Catalog
-from services.settings import Settings
 from tests.catalog.api_support import assert_error, write_small_dataset
 from tests.fixtures.database import PG_ADMIN_URL
 from tests.fixtures.servers import SilentEndpoint, run_catalog_server
+from windpipe.sdk import Catalog
+from windpipe.services.settings import Settings
 
 
 def _set_connections(url: str, *, allow: bool) -> None:

@@ -18,11 +18,6 @@ import polars as pl
 import pytest
 from sqlalchemy.orm import Session
 
-from catalog.repository import Repository, encode_page_token
-from services.contract.configs import LoaderConfig
-from services.database import create_engine
-from services.planning.artifact import PlanArtifact
-from services.synth import SynthResult
 from tests.catalog.api_support import (
     assert_error,
     served_schedule,
@@ -30,6 +25,11 @@ from tests.catalog.api_support import (
     write_small_dataset,
 )
 from tests.reference.schedule_ref import RefBatch, RefStream, reference_rank, reference_schedule
+from windpipe.catalog.repository import Repository, encode_page_token
+from windpipe.services.contract.configs import LoaderConfig
+from windpipe.services.database import create_engine
+from windpipe.services.planning.artifact import PlanArtifact
+from windpipe.services.synth import SynthResult
 
 _IO = {"current_a": None, "voltage_v": None}
 

@@ -18,10 +18,10 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from structlog.testing import capture_logs
 
-from catalog.api.audit import LogRequestId, request_id_middleware
-from services.logging import get_logger
-from services.settings import Settings
 from tests.fixtures.servers import run_catalog_server
+from windpipe.catalog.api.audit import LogRequestId, request_id_middleware
+from windpipe.services.logging import get_logger
+from windpipe.services.settings import Settings
 
 _OURS = re.compile(r"[0-9a-f]{16}")
 

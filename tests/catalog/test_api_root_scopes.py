@@ -15,9 +15,9 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from services.settings import Settings
 from tests.catalog.api_support import assert_error, table_counts, write_small_dataset
 from tests.fixtures.servers import run_catalog_server
+from windpipe.services.settings import Settings
 
 BOOT = "boot-secret-token"
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.settings import Settings
 from tests.catalog.api_support import assert_error, table_counts, write_small_dataset
 from tests.fixtures.servers import free_port, run_catalog_server
+from windpipe.services.settings import Settings
 
 
 def _rows(path: str) -> list[dict]:

@@ -18,10 +18,10 @@ import httpx
 import numpy as np
 import pytest
 
-from services.contract.configs import LoaderConfig
 from tests.catalog.api_support import served_schedule
 from tests.fixtures.data import write_manifest, write_parquet_segment
 from tests.reference.schedule_ref import RefBatch, RefStream, reference_rank
+from windpipe.services.contract.configs import LoaderConfig
 
 B, T = 3, 4
 SET = "s"

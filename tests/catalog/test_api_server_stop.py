@@ -12,8 +12,8 @@ import socket
 import time
 from pathlib import Path
 
-from catalog.api.server import start_catalog_server
-from services.settings import Settings
+from windpipe.catalog.api.server import start_catalog_server
+from windpipe.services.settings import Settings
 
 PARTIAL_REQUEST = (
     b"POST /v1/datasets/d/versions HTTP/1.1\r\nHost: 127.0.0.1\r\n"

@@ -21,9 +21,9 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from services.contract.identity import unit_interval
 from tests.catalog.api_support import assert_error, table_counts
 from tests.fixtures.data import write_manifest, write_parquet_segment
+from windpipe.services.contract.identity import unit_interval
 
 N_BASE, N_MORE, N_CYCLES = 60, 80, 4
 
@@ -83,7 +83,7 @@ def _split(client: httpx.Client, version_id: str, body: dict[str, Any]) -> tuple
 
 
 def _counts(frame: pl.DataFrame, group_by: list[str]) -> dict[str, dict[str, int]]:
-    """Counts recomputed from the served index (not through ``catalog.splits``)."""
+    """Counts recomputed from the served index (not through ``windpipe.catalog.splits``)."""
     out = {}
     for name in ("train", "val"):
         part = frame.filter(pl.col("split") == name)

@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 from pydantic import SecretStr
 
-from services.settings import Settings
 from tests.catalog.api_support import assert_error, table_counts, write_small_dataset
 from tests.fixtures.data import write_manifest, write_parquet_segment
 from tests.fixtures.servers import run_catalog_server
+from windpipe.services.settings import Settings
 
 SPLIT = {"strategy": "sample", "fraction": 0.5, "seed": 2}
 

@@ -11,15 +11,15 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from catalog.splits import assign_splits, split_counts
-from services.contract.configs import ValidationConfig
-from services.synth import SynthResult
 from tests.catalog.api_support import (
     assert_error,
     get_all,
     table_counts,
     write_small_dataset,
 )
+from windpipe.catalog.splits import assign_splits, split_counts
+from windpipe.services.contract.configs import ValidationConfig
+from windpipe.services.synth import SynthResult
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import SecretStr
 
-from services.settings import Settings
 from tests.catalog.api_support import assert_error, table_counts, write_small_dataset
 from tests.fixtures.servers import run_catalog_server
+from windpipe.services.settings import Settings
 
 NUL, LONE = "\x00", "\ud800"
 ADMIN = {"authorization": "Bearer adm1n"}

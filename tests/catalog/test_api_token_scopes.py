@@ -13,10 +13,10 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from catalog.scopes import scope_within
-from services.settings import Settings
 from tests.catalog.api_support import assert_error, write_small_dataset
 from tests.fixtures.servers import run_catalog_server
+from windpipe.catalog.scopes import scope_within
+from windpipe.services.settings import Settings
 
 BOOT = "boot-secret-token"
 SPLIT = {"strategy": "sample", "fraction": 0.25, "seed": 1}

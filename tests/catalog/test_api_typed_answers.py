@@ -13,11 +13,11 @@ import httpx
 import pytest
 from sqlalchemy.orm import Session
 
-from catalog.models import PlanRow, SplitRow
-from services.contract.configs import PlanSpec, ValidationConfig
-from services.contract.reports import CacheCounters, PlanReportData, ScheduleBatch
-from services.database import create_engine
 from tests.catalog.api_support import write_small_dataset
+from windpipe.catalog.models import PlanRow, SplitRow
+from windpipe.services.contract.configs import PlanSpec, ValidationConfig
+from windpipe.services.contract.reports import CacheCounters, PlanReportData, ScheduleBatch
+from windpipe.services.database import create_engine
 
 PLAN = {
     "default_window": {"batch_size": 2, "seq_len": 8},

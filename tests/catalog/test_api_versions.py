@@ -12,14 +12,14 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from catalog import repository
-from catalog.index import build_index
-from catalog.manifest import load_manifest
-from catalog.registration import prepare_version
-from services.storage.store import Storage
-from services.synth import SynthResult
 from tests.catalog.api_support import assert_error, get_all, table_counts, write_small_dataset
 from tests.fixtures.data import write_manifest
+from windpipe.catalog import repository
+from windpipe.catalog.index import build_index
+from windpipe.catalog.manifest import load_manifest
+from windpipe.catalog.registration import prepare_version
+from windpipe.services.storage.store import Storage
+from windpipe.services.synth import SynthResult
 
 
 @pytest.fixture

@@ -8,13 +8,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from catalog import service
-from catalog.context import CatalogContext
-from catalog.models import Version
-from catalog.repository import Repository
-from migrations import upgrade_database
-from services.database import create_engine
 from tests.catalog.api_support import assert_error, table_counts, write_small_dataset
+from windpipe.catalog import service
+from windpipe.catalog.context import CatalogContext
+from windpipe.catalog.models import Version
+from windpipe.catalog.repository import Repository
+from windpipe.migrations import upgrade_database
+from windpipe.services.database import create_engine
 
 
 def test_failure_inside_the_transaction_stores_nothing(

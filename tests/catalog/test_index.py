@@ -9,14 +9,14 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from catalog.index import build_index, index_to_arrow_ipc
-from catalog.manifest import load_manifest, manifest_from_rows
-from catalog.registration import prepare_version
-from sdk import InvalidRequest, MlDatasetIndex
-from services.contract.errors import ErrorType
-from services.contract.identity import manifest_row_id
-from services.storage.store import Storage
 from tests.fixtures.data import write_parquet_segment
+from windpipe.catalog.index import build_index, index_to_arrow_ipc
+from windpipe.catalog.manifest import load_manifest, manifest_from_rows
+from windpipe.catalog.registration import prepare_version
+from windpipe.sdk import InvalidRequest, MlDatasetIndex
+from windpipe.services.contract.errors import ErrorType
+from windpipe.services.contract.identity import manifest_row_id
+from windpipe.services.storage.store import Storage
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""``catalog.jobs.Jobs`` on its own: a job's work waits for its row, a job that ends at
+"""``windpipe.catalog.jobs.Jobs`` on its own: a job's work waits for its row, a job that ends at
 once and one whose work raises are recorded and forgotten, a full pool refuses
 before anything is written, and the rows of jobs that ended are pruned after their
 retention, a bounded batch at a time."""
@@ -16,12 +16,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
-import catalog.jobs
-from catalog.jobs import PRUNE_BATCH, Jobs, request_key
-from catalog.models import RegistrationJob, utcnow
-from migrations import upgrade_engine
-from services.contract.errors import InvalidManifest, Unavailable, WindpipeError
-from services.database import create_engine
+import windpipe.catalog.jobs
+from windpipe.catalog.jobs import PRUNE_BATCH, Jobs, request_key
+from windpipe.catalog.models import RegistrationJob, utcnow
+from windpipe.migrations import upgrade_engine
+from windpipe.services.contract.errors import InvalidManifest, Unavailable, WindpipeError
+from windpipe.services.database import create_engine
 
 
 def _refuse(_fn: Callable[..., Any], *_args: Any) -> Future[Any]:
@@ -116,7 +116,7 @@ def test_the_same_request_while_its_job_runs_joins_it(jobs: Jobs) -> None:
 @pytest.fixture
 def no_timer(monkeypatch: pytest.MonkeyPatch) -> None:
     """No heartbeat (nor the prune it runs) while a test prunes by hand."""
-    monkeypatch.setattr(catalog.jobs, "HEARTBEAT_S", 3600.0)
+    monkeypatch.setattr(windpipe.catalog.jobs, "HEARTBEAT_S", 3600.0)
 
 
 def _old_rows(sessions: sessionmaker[Session], n: int, *, state: str, age_s: float) -> None:

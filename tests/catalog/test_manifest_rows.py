@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from catalog.manifest import _ROWS_PER_SLICE, _frame_of_rows
+from windpipe.catalog.manifest import _ROWS_PER_SLICE, _frame_of_rows
 
 N = 4 * _ROWS_PER_SLICE + 17
 

@@ -7,9 +7,9 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from catalog.models import Base
-from migrations import alembic_config, upgrade_database
-from services.database import create_engine
+from windpipe.catalog.models import Base
+from windpipe.migrations import alembic_config, upgrade_database
+from windpipe.services.database import create_engine
 
 
 def _diffs(url: str) -> list[object]:

@@ -1,4 +1,4 @@
-"""Registering a folder by a path pattern, no manifest file (catalog/pattern.py): the
+"""Registering a folder by a path pattern, no manifest file (windpipe/catalog/pattern.py): the
 pattern's rules, the manifest it builds, the precise refusals, and the same over a real
 catalog server on a local folder and on S3 (moto)."""
 
@@ -12,13 +12,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from catalog.pattern import PatternSource, manifest_from_pattern, parse_pattern
-from sdk import Catalog, InvalidManifest, InvalidRequest
-from services.contract.errors import WindpipeError
-from services.contract.limits import Limits
-from services.settings import Settings
-from services.storage.store import Storage
 from tests.fixtures.servers import run_catalog_server
+from windpipe.catalog.pattern import PatternSource, manifest_from_pattern, parse_pattern
+from windpipe.sdk import Catalog, InvalidManifest, InvalidRequest
+from windpipe.services.contract.errors import WindpipeError
+from windpipe.services.contract.limits import Limits
+from windpipe.services.settings import Settings
+from windpipe.services.storage.store import Storage
 
 PATTERN = "{cell_id}/{protocol}/cycle_{cidx}.parquet"
 

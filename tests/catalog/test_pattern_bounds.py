@@ -1,4 +1,4 @@
-"""A path pattern's matching is bounded (catalog/pattern_syntax.py): many fields against a
+"""A path pattern's matching is bounded (windpipe/catalog/pattern_syntax.py): many fields against a
 long name answer at once with the values a greedy backtracking regex gives, where such a
 regex tried every split of the name among the fields (a 10-field pattern and a 240-character
 name never finished); the fields, the pattern and each name matched have stated bounds,
@@ -15,8 +15,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from catalog.pattern import PatternSource, manifest_from_pattern
-from catalog.pattern_syntax import (
+from tests.fixtures.servers import run_catalog_server
+from windpipe.catalog.pattern import PatternSource, manifest_from_pattern
+from windpipe.catalog.pattern_syntax import (
     MAX_NAME_CHARS,
     MAX_PATTERN_CHARS,
     MAX_PATTERN_FIELDS,
@@ -24,11 +25,10 @@ from catalog.pattern_syntax import (
     match_path,
     parse_pattern,
 )
-from sdk import Catalog, InvalidManifest
-from services.contract.errors import WindpipeError
-from services.settings import Settings
-from services.storage.store import Storage
-from tests.fixtures.servers import run_catalog_server
+from windpipe.sdk import Catalog, InvalidManifest
+from windpipe.services.contract.errors import WindpipeError
+from windpipe.services.settings import Settings
+from windpipe.services.storage.store import Storage
 
 # ten fields in the last component, all separated by "_" but the last: every "_" of a
 # name is a place where a backtracking regex could split it

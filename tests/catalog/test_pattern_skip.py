@@ -1,5 +1,6 @@
-"""A registration by pattern that leaves files out: ``exclude`` globs (catalog/pattern.py,
-catalog/pattern_syntax.py) and ``on_bad_file="skip"`` (catalog/bad_files.py), over a real
+"""A registration by pattern that leaves files out: ``exclude`` globs (windpipe/catalog/pattern.py,
+windpipe/catalog/pattern_syntax.py) and ``on_bad_file="skip"`` (windpipe/catalog/bad_files.py),
+over a real
 catalog server on SQLite and PostgreSQL, with real parquet files: one truncated, one
 lacking a column its sibling part has. What is skipped is listed with its reason and
 nothing of it is stored; the same files kept give the same version however they were
@@ -17,14 +18,14 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from catalog.pattern import PatternSource, manifest_from_pattern
-from catalog.pattern_syntax import MAX_EXCLUDE_GLOBS, MAX_GLOB_CHARS, compile_excludes
-from catalog.profile import profile_version
-from catalog.registration import prepare_version
-from services.contract.errors import WindpipeError
-from services.settings import Settings
-from services.storage.store import Storage
 from tests.fixtures.servers import run_catalog_server
+from windpipe.catalog.pattern import PatternSource, manifest_from_pattern
+from windpipe.catalog.pattern_syntax import MAX_EXCLUDE_GLOBS, MAX_GLOB_CHARS, compile_excludes
+from windpipe.catalog.profile import profile_version
+from windpipe.catalog.registration import prepare_version
+from windpipe.services.contract.errors import WindpipeError
+from windpipe.services.settings import Settings
+from windpipe.services.storage.store import Storage
 
 PATTERN = "{cell_id}/{protocol}/cycle_{cidx}.parquet"
 PARTS = "{cell_id}/cycle_{cidx}_part{_part:int}.parquet"

@@ -1,6 +1,7 @@
 """A plan of a million windows is stored and served (both databases).
 
-The plan is stored as one compressed artifact (``services.planning.artifact``), not a row per
+The plan is stored as one compressed artifact (``windpipe.services.planning.artifact``), not a row
+per
 unit; ``bench/planning.py`` times it against the row-per-unit storage of before (a time
 is the benchmark's to measure, not this test's to assert).
 """

@@ -1,6 +1,6 @@
 """Registration profiles the values: null and non-finite counts per protocol and
 column, irregular sampling of ``time_s`` per segment, and says so in warnings that the
-SDK raises (``sdk.DataWarning``), never silently."""
+SDK raises (``windpipe.sdk.DataWarning``), never silently."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import sdk
-from catalog.profile import sampling_problem
-from services.contract.stats import GAP_FACTOR
-from services.settings import Settings
+import windpipe.sdk as sdk
 from tests.fixtures.data import write_manifest, write_parquet_segment, write_zarr_segment
 from tests.fixtures.servers import run_catalog_server
+from windpipe.catalog.profile import sampling_problem
+from windpipe.services.contract.stats import GAP_FACTOR
+from windpipe.services.settings import Settings
 
 
 def test_sampling_rules() -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-import sdk
-from catalog.protocol_warnings import protocol_warnings
-from services.contract.stats import DATA_WARNINGS
-from services.synth import SynthResult
+import windpipe.sdk as sdk
+from windpipe.catalog.protocol_warnings import protocol_warnings
+from windpipe.services.contract.stats import DATA_WARNINGS
+from windpipe.services.synth import SynthResult
 
 
 def _names(found: list[dict]) -> list[dict]:

@@ -11,14 +11,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from catalog.manifest import load_manifest, manifest_from_rows
-from catalog.registration import prepare_version
-from services.contract.errors import ErrorType, WindpipeError
-from services.contract.identity import manifest_row_id
-from services.storage.segments import read_chunk
-from services.storage.store import Storage
-from services.synth import write_synthetic_dataset
 from tests.fixtures.data import write_manifest, write_parquet_segment, write_zarr_segment
+from windpipe.catalog.manifest import load_manifest, manifest_from_rows
+from windpipe.catalog.registration import prepare_version
+from windpipe.services.contract.errors import ErrorType, WindpipeError
+from windpipe.services.contract.identity import manifest_row_id
+from windpipe.services.storage.segments import read_chunk
+from windpipe.services.storage.store import Storage
+from windpipe.services.synth import write_synthetic_dataset
 
 
 def _cols(n: int, offset: float = 0.0) -> dict[str, np.ndarray]:

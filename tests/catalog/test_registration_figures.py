@@ -14,21 +14,21 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from catalog import checks
-from catalog.canonical import identity_ids, row_json
-from catalog.described import Described
-from catalog.figures import count_group, sampling_problem, sampling_steps
-from catalog.manifest_paths import unique_paths
-from catalog.problems import ProblemLog
-from catalog.profile import profile_version
-from catalog.registration import prepare_version
-from services.contract.identity import canonical_json, manifest_row_id
-from services.contract.stats import TIME_COLUMN
-from services.storage.beneath import Beneath
-from services.storage.paths import PathEscapeError, normalized_path
-from services.storage.segments import ColumnInfo, SegmentInfo
-from services.storage.store import Storage
-from services.synth import write_synthetic_dataset
+from windpipe.catalog import checks
+from windpipe.catalog.canonical import identity_ids, row_json
+from windpipe.catalog.described import Described
+from windpipe.catalog.figures import count_group, sampling_problem, sampling_steps
+from windpipe.catalog.manifest_paths import unique_paths
+from windpipe.catalog.problems import ProblemLog
+from windpipe.catalog.profile import profile_version
+from windpipe.catalog.registration import prepare_version
+from windpipe.services.contract.identity import canonical_json, manifest_row_id
+from windpipe.services.contract.stats import TIME_COLUMN
+from windpipe.services.storage.beneath import Beneath
+from windpipe.services.storage.paths import PathEscapeError, normalized_path
+from windpipe.services.storage.segments import ColumnInfo, SegmentInfo
+from windpipe.services.storage.store import Storage
+from windpipe.services.synth import write_synthetic_dataset
 
 
 def _times(rng: np.random.Generator, n: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Registration writes its version's pack (services/storage/packs.py) and retiring the
+"""Registration writes its version's pack (windpipe/services/storage/packs.py) and retiring the
 version removes it; a Flight server that reads it streams the batches a server reading
 every file streams, byte for byte; a registration that fails leaves no pack; a segment
 changed since registration still fails its stream with ``segment_changed``. Real
@@ -14,7 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sdk import (
+from tests.fixtures.servers import embedded_services
+from tests.services.storage.test_packs import count_reads
+from windpipe.sdk import (
     Catalog,
     DatasetVersion,
     LoaderConfig,
@@ -22,9 +24,7 @@ from sdk import (
     ValidationConfig,
     WindowConfig,
 )
-from services.synth import write_synthetic_dataset
-from tests.fixtures.servers import embedded_services
-from tests.services.storage.test_packs import count_reads
+from windpipe.services.synth import write_synthetic_dataset
 
 CONFIG = LoaderConfig(
     split="train", strategy="shuffled", default_window=WindowConfig(batch_size=16, seq_len=8),

@@ -14,17 +14,17 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from catalog import checks
-from catalog.batched import batched_map
-from catalog.profile import profile_version
-from catalog.registration import PreparedVersion, prepare_version
-from services.contract.errors import ErrorType, WindpipeError
-from services.contract.identity import canonical_json
-from services.storage.formats import parquet as parquet_format
-from services.storage.formats import zarr as zarr_format
-from services.storage.segments import inspect_segment
-from services.storage.store import Storage
-from services.synth import write_synthetic_dataset
+from windpipe.catalog import checks
+from windpipe.catalog.batched import batched_map
+from windpipe.catalog.profile import profile_version
+from windpipe.catalog.registration import PreparedVersion, prepare_version
+from windpipe.services.contract.errors import ErrorType, WindpipeError
+from windpipe.services.contract.identity import canonical_json
+from windpipe.services.storage.formats import parquet as parquet_format
+from windpipe.services.storage.formats import zarr as zarr_format
+from windpipe.services.storage.segments import inspect_segment
+from windpipe.services.storage.store import Storage
+from windpipe.services.synth import write_synthetic_dataset
 
 # recorded, for this synthetic dataset, on the code before segments were read in batches
 _CONTENT_DIGEST = "33cacd0f0026125739e3de1ecb8034386ea89eb158c5cfe17aede8b6f0f085e7"

@@ -1,6 +1,7 @@
 """Registration from an object store: moto's S3 server behind the benchmark's
 latency proxy. Parquet segments are fetched ahead in one request each, many in flight
-(catalog/batched.py ``prefetched_map``, services/storage/held.py), checked and profiled
+(windpipe/catalog/batched.py ``prefetched_map``, windpipe/services/storage/held.py), checked and
+profiled
 from what was fetched: the same version, rows, schema and profile as a local root, one
 request a segment, and the round trips overlap."""
 
@@ -14,14 +15,14 @@ from typing import Any
 import polars as pl
 import pytest
 
-from catalog.batched import REMOTE_REQUESTS, prefetched_map
-from catalog.profile import profile_version
-from catalog.registration import PreparedVersion, prepare_version, version_digest
-from services.contract.errors import ErrorType, WindpipeError
-from services.contract.identity import canonical_json
-from services.storage.store import Storage, StorageOptions
-from services.synth import write_synthetic_dataset
 from tests.fixtures.proxy import CountingProxy
+from windpipe.catalog.batched import REMOTE_REQUESTS, prefetched_map
+from windpipe.catalog.profile import profile_version
+from windpipe.catalog.registration import PreparedVersion, prepare_version, version_digest
+from windpipe.services.contract.errors import ErrorType, WindpipeError
+from windpipe.services.contract.identity import canonical_json
+from windpipe.services.storage.store import Storage, StorageOptions
+from windpipe.services.synth import write_synthetic_dataset
 
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(120)]
 

@@ -14,10 +14,10 @@ import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
-from catalog.splits import cell_leakage
-from services.contract.leakage import LEAKAGE_EXAMPLES, SplitLeakage
-from services.database import create_engine
-from services.synth import SynthResult
+from windpipe.catalog.splits import cell_leakage
+from windpipe.services.contract.leakage import LEAKAGE_EXAMPLES, SplitLeakage
+from windpipe.services.database import create_engine
+from windpipe.services.synth import SynthResult
 
 CYCLES = {"strategy": "sample", "fraction": 0.3, "seed": 1}  # default group_by: one cycle
 CELLS = {**CYCLES, "group_by": ["set_id", "cell_id"]}

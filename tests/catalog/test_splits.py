@@ -11,10 +11,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from catalog.splits import assign_splits, selector_mask, split_counts
-from services.contract.configs import ValidationConfig
-from services.contract.errors import ErrorType, WindpipeError
-from services.contract.identity import unit_interval
+from windpipe.catalog.splits import assign_splits, selector_mask, split_counts
+from windpipe.services.contract.configs import ValidationConfig
+from windpipe.services.contract.errors import ErrorType, WindpipeError
+from windpipe.services.contract.identity import unit_interval
 
 
 def index(n_cells: int = 50, cycles: int = 4, protocols: tuple[str, ...] = ("cycling", "hppc"),
@@ -72,8 +72,8 @@ def test_same_result_in_another_process() -> None:
     here = assign_splits(frame, ValidationConfig.sample(0.5, seed=99))["split"].to_list()
     code = (
         "import json; from tests.catalog.test_splits import index; "
-        "from catalog.splits import assign_splits; "
-        "from services.contract.configs import ValidationConfig; "
+        "from windpipe.catalog.splits import assign_splits; "
+        "from windpipe.services.contract.configs import ValidationConfig; "
         "print(json.dumps(assign_splits(index(20), ValidationConfig.sample(0.5, seed=99))"
         "['split'].to_list()))"
     )
@@ -115,7 +115,7 @@ def test_selectors_on_integers_are_exact() -> None:
 
 
 def test_draw_is_below_one_for_the_largest_hash(monkeypatch: pytest.MonkeyPatch) -> None:
-    import services.contract.identity as identity  # noqa: PLC0415
+    import windpipe.services.contract.identity as identity  # noqa: PLC0415
 
     monkeypatch.setattr(identity, "hash64", lambda *_: 2**64 - 1)
     u = identity.unit_interval(1, ["x"])

@@ -1,4 +1,4 @@
-"""Finding the Flight servers (``services.discovery``) and the host id of a node, fast.
+"""Finding the Flight servers (``windpipe.services.discovery``) and the host id of a node, fast.
 
 The multi-node test (``test_multi_node.py``) exercises both end to end; these pin the
 pieces: the sources, the re-read interval, a failing source keeping its last list,
@@ -17,12 +17,12 @@ import pyarrow.flight as fl
 import pytest
 from pydantic import ValidationError
 
-from flight_server.runner import start_flight_server
-from sdk._exceptions import Unavailable
-from sdk._stream import FlightStream
-from services.discovery import DnsSource, FileSource, FlightDiscovery, parse_source
-from services.settings import Settings
 from tests.fixtures.servers import run_catalog_server
+from windpipe.flight_server.runner import start_flight_server
+from windpipe.sdk._exceptions import Unavailable
+from windpipe.sdk._stream import FlightStream
+from windpipe.services.discovery import DnsSource, FileSource, FlightDiscovery, parse_source
+from windpipe.services.settings import Settings
 
 
 def test_sources_parse_and_read(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """deploy/kubernetes/ checked offline: every manifest against the Kubernetes schemas
 (``kubernetes-validate``, a pinned version), the kustomization rendered when kubectl
 or kustomize is on PATH, and the manifests and docker-compose.yml kept in step with
-``services.settings``: every ``WINDPIPE_*`` name they set is a setting (or one of the
+``windpipe.services.settings``: every ``WINDPIPE_*`` name they set is a setting (or one of the
 SDK's client variables) and a networked deployment sets what it must."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from services.discovery import DnsSource, parse_source
-from services.settings import Settings, setting_infos
 from windpipe.cli import build_parser
+from windpipe.services.discovery import DnsSource, parse_source
+from windpipe.services.settings import Settings, setting_infos
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "kubernetes"
@@ -239,7 +239,7 @@ def _manifest_variables() -> set[str]:
 
 def test_every_variable_is_a_setting():
     variables = {info.variable for info in setting_infos()}
-    sdk = "".join(p.read_text() for p in (ROOT / "sdk").rglob("*.py"))
+    sdk = "".join(p.read_text() for p in (ROOT / "windpipe" / "sdk").rglob("*.py"))
     for name in CLIENT_VARIABLES:
         assert name in sdk, name  # still read by the SDK
     for source, names in (("deploy/kubernetes", _manifest_variables()),

@@ -44,12 +44,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from flight_server.locality import rendezvous
-from sdk import Batch, Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
-from services.settings import Settings
-from services.synth import write_synthetic_dataset
 from tests.fixtures.servers import free_port, run_catalog_server
 from windpipe._serving import serve_flight
+from windpipe.flight_server.locality import rendezvous
+from windpipe.sdk import Batch, Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
+from windpipe.services.settings import Settings
+from windpipe.services.synth import write_synthetic_dataset
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.s3]
 

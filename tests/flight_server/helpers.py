@@ -2,7 +2,8 @@
 
 Datasets are written as real parquet / zarr v3 segments; the reference values are
 read back straight from the files with pyarrow / zarr (never through
-``services.storage.segments``), and batches are computed by ``tests.reference.schedule_ref``.
+``windpipe.services.storage.segments``), and batches are computed by
+``tests.reference.schedule_ref``.
 """
 
 from __future__ import annotations
@@ -20,17 +21,6 @@ import pyarrow.parquet as pq
 import zarr
 from pydantic import SecretStr
 
-from flight_server.runner import RunningFlightServer, start_flight_server
-from services.contract.configs import LoaderConfig
-from services.contract.errors import NotFound
-from services.contract.identity import manifest_row_id
-from services.contract.wire import ACTION_CACHE_STATS, BatchMetadata, FlightCommand, batch_arrays
-from services.materialize.plan import PlanContext
-from services.planning.artifact import PieceLayout, PieceRecord, PlanArtifact, make_artifact
-from services.planning.streams import Streams
-from services.settings import Settings
-from services.storage.segments import inspect_segment
-from services.storage.store import Storage
 from tests.fixtures.data import write_parquet_segment, write_zarr_segment
 from tests.reference.schedule_ref import (
     ref_streams,
@@ -38,6 +28,27 @@ from tests.reference.schedule_ref import (
     reference_rank,
     reference_values,
 )
+from windpipe.flight_server.runner import RunningFlightServer, start_flight_server
+from windpipe.services.contract.configs import LoaderConfig
+from windpipe.services.contract.errors import NotFound
+from windpipe.services.contract.identity import manifest_row_id
+from windpipe.services.contract.wire import (
+    ACTION_CACHE_STATS,
+    BatchMetadata,
+    FlightCommand,
+    batch_arrays,
+)
+from windpipe.services.materialize.plan import PlanContext
+from windpipe.services.planning.artifact import (
+    PieceLayout,
+    PieceRecord,
+    PlanArtifact,
+    make_artifact,
+)
+from windpipe.services.planning.streams import Streams
+from windpipe.services.settings import Settings
+from windpipe.services.storage.segments import inspect_segment
+from windpipe.services.storage.store import Storage
 
 COLUMNS: dict[str, tuple[str, ...]] = {
     "cycling": ("current_a", "voltage_v", "temperature_c"),

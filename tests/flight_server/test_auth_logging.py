@@ -14,13 +14,6 @@ import pytest
 from pydantic import SecretStr
 from structlog.testing import capture_logs
 
-from flight_server.runner import RunningFlightServer, start_flight_server
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.contract.errors import ErrorType
-from services.contract.wire import ACTION_CACHE_STATS, ACTION_HEALTH, ACTION_WARM, FlightCommand
-from services.contract.wire import error_from_flight as wire_error
-from services.materialize.plan import PlanContext
-from services.settings import Settings
 from tests.flight_server.helpers import (
     COLUMNS,
     Dataset,
@@ -29,6 +22,18 @@ from tests.flight_server.helpers import (
     start_server,
     write_dataset,
 )
+from windpipe.flight_server.runner import RunningFlightServer, start_flight_server
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.contract.errors import ErrorType
+from windpipe.services.contract.wire import (
+    ACTION_CACHE_STATS,
+    ACTION_HEALTH,
+    ACTION_WARM,
+    FlightCommand,
+)
+from windpipe.services.contract.wire import error_from_flight as wire_error
+from windpipe.services.materialize.plan import PlanContext
+from windpipe.services.settings import Settings
 
 SPECS = [StreamSpec("cycling", f"c{c}", k, (64, 40)) for c in range(3) for k in range(2)]
 CONFIG = LoaderConfig(

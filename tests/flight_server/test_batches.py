@@ -9,8 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.contract.configs import LoaderConfig, ScalingSpec, WindowConfig
-from services.contract.wire import FlightCommand
 from tests.flight_server.helpers import (
     COLUMNS,
     Dataset,
@@ -21,6 +19,8 @@ from tests.flight_server.helpers import (
     start_server,
     write_dataset,
 )
+from windpipe.services.contract.configs import LoaderConfig, ScalingSpec, WindowConfig
+from windpipe.services.contract.wire import FlightCommand
 
 SPECS = [
     StreamSpec("cycling", "c1", 1, (37, 50)),
@@ -121,7 +121,7 @@ def test_parquet_and_zarr_give_identical_bytes(tmp_path: Path) -> None:
 def test_tiled_batches_take_the_contiguous_copy_and_match_the_reference(tmp_path: Path) -> None:
     """Lanes that are back-to-back windows of one chunk are copied in one slice per matrix;
     the result equals the reference and the general per-lane gather."""
-    from services.materialize.builder import BatchBuilder  # noqa: PLC0415
+    from windpipe.services.materialize.builder import BatchBuilder  # noqa: PLC0415
 
     ds = write_dataset(tmp_path, [StreamSpec("cycling", "c1", 1, (200,)),
                                   StreamSpec("cycling", "c2", 1, (90,))],

@@ -13,15 +13,15 @@ import numpy as np
 import pyarrow.flight as fl
 import pytest
 
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.contract.errors import ErrorType
-from services.contract.wire import FlightCommand, error_from_flight
-from services.settings import Settings
 from tests.fixtures.data import write_manifest, write_parquet_segment
 from tests.fixtures.servers import run_catalog_server
 from tests.flight_server.helpers import consume
 from tests.reference.schedule_ref import RefStream, reference_schedule, reference_values
 from windpipe._serving import serve_flight
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.contract.errors import ErrorType
+from windpipe.services.contract.wire import FlightCommand, error_from_flight
+from windpipe.services.settings import Settings
 
 ROWS, CHUNK = 32_768, 16_384  # one stream, two parquet row groups
 CONFIG = LoaderConfig(default_window=WindowConfig(batch_size=4, seq_len=16),

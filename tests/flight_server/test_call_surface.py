@@ -19,21 +19,21 @@ import pyarrow.flight as fl
 import pytest
 from pydantic import SecretStr
 
-from flight_server.plan_sources import RestPlanSource
-from flight_server.runner import RunningFlightServer, start_flight_server
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.contract.errors import ErrorType, WindpipeError
-from services.contract.reports import FlightHealth, FlightTierInfo
-from services.contract.wire import (
+from tests.fixtures.servers import run_catalog_server
+from tests.flight_server.helpers import COLUMNS, Dataset, StreamSpec, start_server, write_dataset
+from windpipe.flight_server.plan_sources import RestPlanSource
+from windpipe.flight_server.runner import RunningFlightServer, start_flight_server
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.contract.errors import ErrorType, WindpipeError
+from windpipe.services.contract.reports import FlightHealth, FlightTierInfo
+from windpipe.services.contract.wire import (
     ACTION_HEALTH,
     ACTION_TIER_INFO,
     ACTION_WARM,
     FlightCommand,
     error_from_flight,
 )
-from services.settings import Settings
-from tests.fixtures.servers import run_catalog_server
-from tests.flight_server.helpers import COLUMNS, Dataset, StreamSpec, start_server, write_dataset
+from windpipe.services.settings import Settings
 
 CONFIG = LoaderConfig(
     inputs={"cycling": COLUMNS["cycling"]}, targets={"cycling": ("voltage_v",)},

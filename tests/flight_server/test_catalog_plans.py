@@ -8,10 +8,6 @@ from typing import Any
 import httpx
 import pytest
 
-from services.contract.configs import LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
-from services.contract.wire import FlightCommand
-from services.database import create_engine
-from services.settings import Settings
 from tests.flight_server.helpers import (
     Dataset,
     assert_pass_equal,
@@ -20,6 +16,15 @@ from tests.flight_server.helpers import (
     read_back,
 )
 from windpipe._serving import serve_flight
+from windpipe.services.contract.configs import (
+    LoaderConfig,
+    ScalingSpec,
+    ValidationConfig,
+    WindowConfig,
+)
+from windpipe.services.contract.wire import FlightCommand
+from windpipe.services.database import create_engine
+from windpipe.services.settings import Settings
 
 CONFIG = LoaderConfig(
     split="train",

@@ -20,15 +20,15 @@ import pyarrow.flight as fl
 import pytest
 from pydantic import SecretStr
 
-from services.contract.auth import flight_headers
-from services.contract.errors import ErrorType, Transient, WindpipeError
-from services.contract.wire import ACTION_WARM, FlightCommand
-from services.contract.wire import error_from_flight as wire_error
-from services.settings import Settings
 from tests.catalog.api_support import INTERNALS, write_small_dataset
 from tests.fixtures.database import PG_ADMIN_URL
 from tests.fixtures.servers import run_catalog_server
 from windpipe._serving import serve_flight
+from windpipe.services.contract.auth import flight_headers
+from windpipe.services.contract.errors import ErrorType, Transient, WindpipeError
+from windpipe.services.contract.wire import ACTION_WARM, FlightCommand
+from windpipe.services.contract.wire import error_from_flight as wire_error
+from windpipe.services.settings import Settings
 
 BOOT = "outage-boot-token"
 PLAN = {"default_window": {"batch_size": 2, "seq_len": 8},

@@ -9,10 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.contract.configs import LoaderConfig, ScalingSpec
-from services.contract.stats import ColumnStats, SplitStatsData
-from services.contract.wire import FlightCommand
-from services.materialize.blocks import block_layouts
 from tests.flight_server.helpers import (
     Dataset,
     StreamSpec,
@@ -23,6 +19,10 @@ from tests.flight_server.helpers import (
     write_dataset,
 )
 from tests.flight_server.test_batches import CONFIGS, INPUTS, SPECS, TARGETS
+from windpipe.services.contract.configs import LoaderConfig, ScalingSpec
+from windpipe.services.contract.stats import ColumnStats, SplitStatsData
+from windpipe.services.contract.wire import FlightCommand
+from windpipe.services.materialize.blocks import block_layouts
 
 # one more cycling stream without a temperature sensor (a missing channel, SEMANTICS 5a)
 FITTED_SPECS = [*SPECS, StreamSpec("cycling", "c3", 1, (30, 12), lacks=("temperature_c",))]

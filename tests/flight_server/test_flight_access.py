@@ -18,21 +18,21 @@ import pyarrow.flight as fl
 import pytest
 from pydantic import SecretStr
 
-from flight_server.tickets import TicketPayload, sign_ticket
-from services.contract.auth import flight_headers
-from services.contract.errors import ErrorType, WindpipeError
-from services.contract.wire import (
+from tests.catalog.api_support import write_small_dataset
+from tests.fixtures.servers import run_catalog_server
+from windpipe._serving import serve_flight
+from windpipe.flight_server.tickets import TicketPayload, sign_ticket
+from windpipe.services.contract.auth import flight_headers
+from windpipe.services.contract.errors import ErrorType, WindpipeError
+from windpipe.services.contract.wire import (
     ACTION_CACHE_STATS,
     ACTION_HEALTH,
     ACTION_TIER_INFO,
     ACTION_WARM,
     FlightCommand,
 )
-from services.contract.wire import error_from_flight as wire_error
-from services.settings import Settings
-from tests.catalog.api_support import write_small_dataset
-from tests.fixtures.servers import run_catalog_server
-from windpipe._serving import serve_flight
+from windpipe.services.contract.wire import error_from_flight as wire_error
+from windpipe.services.settings import Settings
 
 BOOT = "flight-boot-token"
 SECRET = "flight-access-secret"

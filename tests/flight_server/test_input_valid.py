@@ -13,20 +13,6 @@ import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 
-from flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
-from services.contract.errors import InvalidRequest
-from services.contract.wire import (
-    ACTION_WARM,
-    INPUT_VALID_COLUMN,
-    FlightCommand,
-    batch_arrays,
-    batch_schema,
-)
-from services.materialize.blocks import block_layouts
-from services.materialize.builder import BatchBuilder
-from services.materialize.cache import ChunkCache
-from services.planning.ranks import rank_batches
-from services.storage.store import Storage
 from tests.flight_server.helpers import Dataset, consume, flight_actions, start_server
 from tests.services.materialize.test_input_valid import (
     SPECS,
@@ -34,6 +20,20 @@ from tests.services.materialize.test_input_valid import (
     reference_for,
     write_special_dataset,
 )
+from windpipe.flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
+from windpipe.services.contract.errors import InvalidRequest
+from windpipe.services.contract.wire import (
+    ACTION_WARM,
+    INPUT_VALID_COLUMN,
+    FlightCommand,
+    batch_arrays,
+    batch_schema,
+)
+from windpipe.services.materialize.blocks import block_layouts
+from windpipe.services.materialize.builder import BatchBuilder
+from windpipe.services.materialize.cache import ChunkCache
+from windpipe.services.planning.ranks import rank_batches
+from windpipe.services.storage.store import Storage
 
 NAMES = ("sequential", "shuffled", "stateful-all-shuffled", "chain", "aligned")
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flight_server.locality import batch_homes, endpoint_ranges, rendezvous
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.planning.ranks import rank_batches
 from tests.flight_server.helpers import COLUMNS, Dataset, StreamSpec, write_dataset
+from windpipe.flight_server.locality import batch_homes, endpoint_ranges, rendezvous
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.planning.ranks import rank_batches
 
 SPECS = [StreamSpec("cycling", f"c{c}", k, (60, 45)) for c in range(4) for k in range(2)]
 LOCATIONS = ("grpc://a:1", "grpc://b:2", "grpc://c:3")

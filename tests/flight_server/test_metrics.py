@@ -12,8 +12,6 @@ import pyarrow.flight as fl
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.contract.wire import FlightCommand
 from tests.flight_server.helpers import (
     COLUMNS,
     StreamSpec,
@@ -22,6 +20,8 @@ from tests.flight_server.helpers import (
     start_server,
     write_dataset,
 )
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.contract.wire import FlightCommand
 
 SPECS = [StreamSpec("cycling", f"c{c}", k, (60, 45)) for c in range(2) for k in range(2)]
 CONFIG = LoaderConfig(

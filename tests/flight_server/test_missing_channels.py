@@ -10,10 +10,6 @@ import numpy as np
 import pyarrow.flight as fl
 import pytest
 
-from services.contract.configs import LoaderConfig, ScalingSpec, WindowConfig
-from services.contract.wire import FlightCommand
-from services.materialize.builder import BatchBuilder
-from services.materialize.cache import ChunkCache
 from tests.flight_server.helpers import (
     Dataset,
     StreamSpec,
@@ -23,6 +19,10 @@ from tests.flight_server.helpers import (
     start_server,
     write_dataset,
 )
+from windpipe.services.contract.configs import LoaderConfig, ScalingSpec, WindowConfig
+from windpipe.services.contract.wire import FlightCommand
+from windpipe.services.materialize.builder import BatchBuilder
+from windpipe.services.materialize.cache import ChunkCache
 
 SPECS = [
     StreamSpec("cycling", "c1", 1, (37, 50)),

@@ -21,9 +21,6 @@ import pyarrow.parquet as pq
 import pytest
 import zarr
 
-from services.contract.configs import LoaderConfig, ScalingSpec, WindowConfig
-from services.contract.identity import rng_for
-from services.contract.wire import FlightCommand
 from tests.flight_server.helpers import (
     Dataset,
     Received,
@@ -36,6 +33,9 @@ from tests.flight_server.helpers import (
 )
 from tests.reference.aligned_ref import reference_aligned
 from tests.reference.schedule_ref import ref_streams
+from windpipe.services.contract.configs import LoaderConfig, ScalingSpec, WindowConfig
+from windpipe.services.contract.identity import rng_for
+from windpipe.services.contract.wire import FlightCommand
 
 # keys in this order: (c1, 1), (c1, 2), (c2, 1), (c2, 2), (c3, 1), (c4, 1), (c5, 1), (c6, 1),
 # (c7, 1)

@@ -20,10 +20,6 @@ import pyarrow.flight as fl
 import pyarrow.parquet as pq
 import pytest
 
-from flight_server.tickets import TicketPayload, sign_ticket
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.contract.errors import ErrorType, Transient
-from services.contract.wire import ACTION_HEALTH, FlightCommand, error_from_flight
 from tests.fixtures.memory import peak_rss_growth
 from tests.fixtures.servers import SilentEndpoint
 from tests.flight_server.helpers import (
@@ -37,6 +33,10 @@ from tests.flight_server.helpers import (
     start_server,
     write_dataset,
 )
+from windpipe.flight_server.tickets import TicketPayload, sign_ticket
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.contract.errors import ErrorType, Transient
+from windpipe.services.contract.wire import ACTION_HEALTH, FlightCommand, error_from_flight
 
 SPECS = [StreamSpec("cycling", f"c{c}", k, (64, 48)) for c in range(3) for k in range(2)]
 CONFIG = LoaderConfig(

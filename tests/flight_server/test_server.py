@@ -17,23 +17,6 @@ import pyarrow.flight as fl
 import pytest
 from pydantic import SecretStr
 
-from flight_server.config import FlightServerConfig
-from flight_server.tickets import TICKET_PREFIX, TicketPayload, sign_ticket, verify_ticket
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.contract.errors import ErrorType
-from services.contract.wire import (
-    ACTION_HEALTH,
-    ACTION_WARM,
-    ACTIONS,
-    META_PLAN_ID,
-    META_WIRE_VERSION,
-    BatchMetadata,
-    FlightCommand,
-    batch_schema,
-    error_from_flight,
-)
-from services.materialize.blocks import block_layouts
-from services.settings import Settings
 from tests.fixtures.servers import free_ports
 from tests.flight_server.helpers import (
     COLUMNS,
@@ -48,6 +31,23 @@ from tests.flight_server.helpers import (
     start_server,
     write_dataset,
 )
+from windpipe.flight_server.config import FlightServerConfig
+from windpipe.flight_server.tickets import TICKET_PREFIX, TicketPayload, sign_ticket, verify_ticket
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.contract.errors import ErrorType
+from windpipe.services.contract.wire import (
+    ACTION_HEALTH,
+    ACTION_WARM,
+    ACTIONS,
+    META_PLAN_ID,
+    META_WIRE_VERSION,
+    BatchMetadata,
+    FlightCommand,
+    batch_schema,
+    error_from_flight,
+)
+from windpipe.services.materialize.blocks import block_layouts
+from windpipe.services.settings import Settings
 
 SPECS = [
     StreamSpec("cycling", f"c{c}", k, (60, 45)) for c in range(3) for k in range(2)
@@ -305,7 +305,8 @@ def test_actions_health_stats_and_warm(dataset: Dataset, server: Any) -> None:
 
 
 def test_the_actions_are_the_wire_contracts(server: Any) -> None:
-    """``list_actions`` and the unknown-action error name ``services.contract.wire.ACTIONS``."""
+    """``list_actions`` and the unknown-action error name
+    ``windpipe.services.contract.wire.ACTIONS``."""
     client = fl.connect(server.location)
     try:
         assert tuple(a.type for a in client.list_actions()) == ACTIONS

@@ -25,11 +25,6 @@ import pyarrow.flight as fl
 import pytest
 from structlog.testing import capture_logs
 
-from flight_server.runner import RunningFlightServer
-from flight_server.stream_slots import StreamSlots, shutdown_peer
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.contract.errors import ErrorType, Transient, Unavailable
-from services.contract.wire import FlightCommand, error_from_flight
 from tests.flight_server.helpers import (
     COLUMNS,
     Dataset,
@@ -38,6 +33,11 @@ from tests.flight_server.helpers import (
     start_server,
     write_dataset,
 )
+from windpipe.flight_server.runner import RunningFlightServer
+from windpipe.flight_server.stream_slots import StreamSlots, shutdown_peer
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.contract.errors import ErrorType, Transient, Unavailable
+from windpipe.services.contract.wire import FlightCommand, error_from_flight
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="counts threads in /proc/self/task")

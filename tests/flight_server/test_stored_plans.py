@@ -20,15 +20,8 @@ import polars as pl
 import pytest
 import sqlalchemy as sa
 
-import catalog.plans
-import services.planning.streams
-from services.contract.configs import LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
-from services.contract.wire import FlightCommand
-from services.database import create_engine
-from services.planning.artifact import PlanArtifact
-from services.planning.strategies import STRATEGIES
-from services.settings import Settings
-from services.synth import SynthResult
+import windpipe.catalog.plans
+import windpipe.services.planning.streams
 from tests.flight_server.helpers import (
     Dataset,
     assert_pass_equal,
@@ -37,6 +30,18 @@ from tests.flight_server.helpers import (
     read_back,
 )
 from windpipe._serving import serve_flight
+from windpipe.services.contract.configs import (
+    LoaderConfig,
+    ScalingSpec,
+    ValidationConfig,
+    WindowConfig,
+)
+from windpipe.services.contract.wire import FlightCommand
+from windpipe.services.database import create_engine
+from windpipe.services.planning.artifact import PlanArtifact
+from windpipe.services.planning.strategies import STRATEGIES
+from windpipe.services.settings import Settings
+from windpipe.services.synth import SynthResult
 
 _IO = {"inputs": {"cycling": ("current_a", "voltage_v"), "hppc": ("voltage_v",)},
        "targets": {"cycling": ("voltage_v",), "hppc": ("voltage_v",)}}
@@ -91,10 +96,10 @@ def test_flight_streams_stored_plans_without_their_index(
             for table in ("split_assignments", "segments", "manifest_rows"):
                 conn.execute(sa.text(f"DELETE FROM {table}"))
         calls: Counter[str] = Counter()
-        monkeypatch.setattr(services.planning.streams, "build_streams", _counting(
-            calls, "build_streams", services.planning.streams.build_streams))
-        monkeypatch.setattr(catalog.plans, "build_streams", _counting(
-            calls, "build_streams", catalog.plans.build_streams))
+        monkeypatch.setattr(windpipe.services.planning.streams, "build_streams", _counting(
+            calls, "build_streams", windpipe.services.planning.streams.build_streams))
+        monkeypatch.setattr(windpipe.catalog.plans, "build_streams", _counting(
+            calls, "build_streams", windpipe.catalog.plans.build_streams))
         for name, strategy in list(STRATEGIES.items()):
             monkeypatch.setitem(STRATEGIES, name, dataclasses.replace(
                 strategy, schedule=_counting(calls, name, strategy.schedule)))

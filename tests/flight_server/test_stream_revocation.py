@@ -20,14 +20,14 @@ import pytest
 from pydantic import SecretStr
 from structlog.testing import capture_logs
 
-from flight_server.stream_checks import STREAM_AUTH_CHECK_S, StreamAuth
-from services.contract.auth import flight_headers
-from services.contract.errors import ErrorType, Unauthenticated, WindpipeError
-from services.contract.wire import FlightCommand, error_from_flight
-from services.settings import Settings
 from tests.catalog.api_support import write_small_dataset
 from tests.fixtures.servers import run_catalog_server
 from windpipe._serving import serve_flight
+from windpipe.flight_server.stream_checks import STREAM_AUTH_CHECK_S, StreamAuth
+from windpipe.services.contract.auth import flight_headers
+from windpipe.services.contract.errors import ErrorType, Unauthenticated, WindpipeError
+from windpipe.services.contract.wire import FlightCommand, error_from_flight
+from windpipe.services.settings import Settings
 
 BOOT = "revocation-boot-token"
 AUTH_CACHE_S = 1.0

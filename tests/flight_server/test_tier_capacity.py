@@ -11,10 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flight_server.runner import RunningFlightServer
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.contract.wire import FlightCommand
-from services.materialize.blocks import block_layouts
 from tests.flight_server.helpers import (
     COLUMNS,
     Dataset,
@@ -25,6 +21,10 @@ from tests.flight_server.helpers import (
     start_server,
     write_dataset,
 )
+from windpipe.flight_server.runner import RunningFlightServer
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.contract.wire import FlightCommand
+from windpipe.services.materialize.blocks import block_layouts
 
 CONFIG = LoaderConfig(inputs={"cycling": COLUMNS["cycling"]}, targets={"cycling": ("voltage_v",)},
                       default_window=WindowConfig(batch_size=4, seq_len=16), strategy="shuffled")

@@ -3,8 +3,10 @@
 From the contract text and the raw files only: the manifest is read with pyarrow, the
 segments with pyarrow / zarr, and every aligned batch's per-protocol ``inputs``,
 ``targets``, ``mask``, ``has_channel``, ``has_data`` and provenance is built with loops
-(sections 3, 5, 5a, 6, 8, 9). Nothing of ``services.planning``, ``services.materialize``
-or ``services.storage`` is used. Which key, stream and source row each lane reads comes from
+(sections 3, 5, 5a, 6, 8, 9). Nothing of ``windpipe.services.planning``,
+``windpipe.services.materialize``
+or ``windpipe.services.storage`` is used. Which key, stream and source row each lane reads comes
+from
 :func:`tests.reference.aligned_ref.reference_aligned` (itself a plain-loop reference of
 the schedule); only ``manifest_row_id`` and the key permutation (inside that module)
 are shared with the real code, because they are the definition.
@@ -29,10 +31,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zarr
 
-from services.contract.configs import LoaderConfig, ScalingSpec
-from services.contract.identity import manifest_row_id
 from tests.reference.aligned_ref import reference_aligned
 from tests.reference.schedule_ref import RefStream
+from windpipe.services.contract.configs import LoaderConfig, ScalingSpec
+from windpipe.services.contract.identity import manifest_row_id
 
 __all__ = [
     "RefAlignedBatch",

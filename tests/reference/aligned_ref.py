@@ -1,6 +1,7 @@
 """A plain-loop reference of SEMANTICS section 9 (aligned multi-protocol batches).
 
-Written from the section's text, never calling ``services.planning``; only the key permutation
+Written from the section's text, never calling ``windpipe.services.planning``; only the key
+permutation
 of ``shuffled`` is shared, because it *is* the definition:
 ``rng_for("aligned-keys", seed, epoch).permutation(n_keys)``.
 """
@@ -10,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from services.contract.configs import LoaderConfig
-from services.contract.identity import rng_for
 from tests.reference.schedule_ref import RefStream
+from windpipe.services.contract.configs import LoaderConfig
+from windpipe.services.contract.identity import rng_for
 
 __all__ = ["AlignedBatch", "reference_aligned", "reference_aligned_rank"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from services.contract.configs import LoaderConfig, ScalingSpec
+from windpipe.services.contract.configs import LoaderConfig, ScalingSpec
 
 __all__ = ["reference_input_valid", "scaled_input", "value_is_valid"]
 

@@ -13,7 +13,7 @@ draws are shared with the real code, because they *are* the definition:
 API:
 
 - :class:`RefStream` - a stream as plain values; :func:`ref_streams` converts a
-  ``services.planning.streams.Streams`` (reads its plain fields only).
+  ``windpipe.services.planning.streams.Streams`` (reads its plain fields only).
 - :func:`reference_schedule` - all batches of an epoch in global order.
 - :func:`reference_rank` - the batches of one rank's pass.
 - :func:`reference_values` - the ``inputs``/``targets``/``mask`` arrays of a batch
@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from services.contract.configs import LoaderConfig, ScalingSpec
-from services.contract.identity import hash64, rng_for
+from windpipe.services.contract.configs import LoaderConfig, ScalingSpec
+from windpipe.services.contract.identity import hash64, rng_for
 
 __all__ = [
     "RefBatch",
@@ -76,7 +76,7 @@ class RefBatch:
 
 
 def ref_streams(streams: Any) -> list[RefStream]:
-    """Plain streams from a ``services.planning.streams.Streams``."""
+    """Plain streams from a ``windpipe.services.planning.streams.Streams``."""
     return [
         RefStream(
             protocol=streams.protocols[int(streams.protocol[s])],
@@ -329,7 +329,8 @@ def reference_has_channel(
 def schedule_batches(
     schedule: Any, protocols: tuple[str, ...], batch_ids: Any = None
 ) -> list[RefBatch]:
-    """Convert batches of a ``services.planning.schedule.Schedule`` into :class:`RefBatch` values
+    """Convert batches of a ``windpipe.services.planning.schedule.Schedule`` into :class:`RefBatch`
+    values
     (a pure re-labelling, for comparison with :func:`reference_schedule`)."""
     ids = range(int(schedule.batch_unit.shape[0])) if batch_ids is None else batch_ids
     out = []

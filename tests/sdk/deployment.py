@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from flight_server.runner import RunningFlightServer
-from services.settings import Settings
 from tests.fixtures.servers import free_ports, run_catalog_server
 from windpipe._serving import serve_flight
+from windpipe.flight_server.runner import RunningFlightServer
+from windpipe.services.settings import Settings
 
 
 @dataclass

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sdk import WindpipeIterableDataset
-from sdk._state import ClientSettings, WorkerSource
 from tests.sdk.wire_toys import ToyFlightServer
+from windpipe.sdk import WindpipeIterableDataset
+from windpipe.sdk._state import ClientSettings, WorkerSource
 
 SPAWN: dict[str, Any] = {"batch_size": None, "num_workers": 2,
                          "multiprocessing_context": "spawn"}

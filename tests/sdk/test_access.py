@@ -1,4 +1,4 @@
-"""The SDK with stored tokens end to end: roles and scopes as ``sdk.Forbidden``, and a
+"""The SDK with stored tokens end to end: roles and scopes as ``windpipe.sdk.Forbidden``, and a
 scoped writer registering, planning and streaming its own dataset over Flight."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-import sdk
-from sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
 from tests.sdk.deployment import deployment
+from windpipe import sdk
+from windpipe.sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
 
 BOOT = "sdk-boot-token"
 CONFIG = LoaderConfig(

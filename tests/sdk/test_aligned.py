@@ -20,11 +20,7 @@ import pyarrow.flight as fl
 import pytest
 import torch
 
-import sdk
-from services.contract.configs import LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
-from services.planning.aligned import aligned_rank_batches, aligned_schedule
-from services.planning.streams import build_streams
-from services.synth import write_synthetic_dataset
+import windpipe.sdk as sdk
 from tests.reference.aligned_batches_ref import (
     RefAlignedBatch,
     RefSource,
@@ -34,6 +30,15 @@ from tests.reference.aligned_batches_ref import (
 )
 from tests.reference.aligned_ref import reference_aligned_rank
 from tests.sdk.deployment import deployment
+from windpipe.services.contract.configs import (
+    LoaderConfig,
+    ScalingSpec,
+    ValidationConfig,
+    WindowConfig,
+)
+from windpipe.services.planning.aligned import aligned_rank_batches, aligned_schedule
+from windpipe.services.planning.streams import build_streams
+from windpipe.services.synth import write_synthetic_dataset
 
 LACKING = "cell_002"  # the last of three cells has no temperature sensor
 SPLIT = ValidationConfig.sample(fraction=0.25, seed=1)
@@ -112,7 +117,7 @@ def _segments(state: Any) -> list[tuple[Any, ...]]:
 
 
 def assert_aligned_equal(got: Any, want: RefAlignedBatch, *, split: str = "train") -> None:
-    """One ``sdk.AlignedBatch`` equals its reference batch, protocol by protocol."""
+    """One ``windpipe.sdk.AlignedBatch`` equals its reference batch, protocol by protocol."""
     where = f"batch {want.batch_idx}"
     assert isinstance(got, sdk.AlignedBatch)
     assert got.protocols == want.protocols
@@ -198,7 +203,7 @@ def test_reference_schedule_matches_the_planning_core(dep: Any, name: str,
                                                       world_size: int) -> None:
     """The streams read from the files equal the planning core's streams of the catalog's
     split index, and the reference's keys, lanes, offsets and steps equal
-    ``services.planning.aligned`` (validates the reference, independent of the new API)."""
+    ``windpipe.services.planning.aligned`` (validates the reference, independent of the new API)."""
     config = CONFIGS[name]
     frame = dep.extra["frame"]
     segments = (frame.select("manifest_row_id", "segment_paths", "segment_rows")

@@ -1,4 +1,5 @@
-"""Batch rebuilt from a hand-built wire record batch (services/contract/wire.py), without copies."""
+"""Batch rebuilt from a hand-built wire record batch (windpipe/services/contract/wire.py),
+without copies."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import pyarrow as pa
 import pytest
 import torch
 
-from sdk import Batch, BatchSegmentRef, InvalidConfig, batch_from_arrow
-from sdk._batch import batch_from_arrays
-from services.contract.configs import DatasetProtocolId
-from services.contract.wire import BatchMetadata, batch_arrays
 from tests.sdk.wire_toys import make_record
+from windpipe.sdk import Batch, BatchSegmentRef, InvalidConfig, batch_from_arrow
+from windpipe.sdk._batch import batch_from_arrays
+from windpipe.services.contract.configs import DatasetProtocolId
+from windpipe.services.contract.wire import BatchMetadata, batch_arrays
 
 
 def _arrays(b=3, t=5, c_in=2, c_out=1, seed=0):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from sdk import Batch, BatchState
+from windpipe.sdk import Batch, BatchState
 
 
 def _no_state() -> BatchState:

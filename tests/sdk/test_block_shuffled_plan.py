@@ -16,13 +16,13 @@ import pytest
 import zarr
 
 import windpipe
-from sdk import InvalidConfig, LoaderConfig, ValidationConfig, WindowConfig
-from services.planning.artifact import PlanArtifact
-from services.planning.streams import Streams
-from services.synth import write_synthetic_dataset
 from tests.flight_server.helpers import Dataset, read_back
 from tests.reference.schedule_ref import ref_streams, reference_values
 from tests.services.planning.test_block_shuffled import ref_schedule
+from windpipe.sdk import InvalidConfig, LoaderConfig, ValidationConfig, WindowConfig
+from windpipe.services.planning.artifact import PlanArtifact
+from windpipe.services.planning.streams import Streams
+from windpipe.services.synth import write_synthetic_dataset
 
 ROW_GROUP = 48
 ROW_BYTES = 3 * 4  # two inputs and one target, float32

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sdk import Catalog, InvalidConfig, Unauthenticated
-from services.settings import Settings
 from tests.fixtures.servers import run_catalog_server
+from windpipe.sdk import Catalog, InvalidConfig, Unauthenticated
+from windpipe.services.settings import Settings
 
 TOKEN = "env-token-for-the-test"
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-import sdk
-from sdk._sources import BatchSource, FlightSource
-from sdk._state import ClientSettings, ClientState, WorkerSource
+import windpipe.sdk as sdk
+from windpipe.sdk._sources import BatchSource, FlightSource
+from windpipe.sdk._state import ClientSettings, ClientState, WorkerSource
 
 ROOT = Path(__file__).resolve().parents[2]
 DEAD = ClientSettings(url="http://127.0.0.1:9/", timeout=1.0, retries=0,
@@ -33,13 +33,15 @@ def _foreign_private_access(path: Path) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("module", ["sdk/_handles.py", "sdk/_plan.py", "sdk/_catalog.py"])
+@pytest.mark.parametrize("module", ["windpipe/sdk/_handles.py", "windpipe/sdk/_plan.py",
+                                    "windpipe/sdk/_catalog.py"])
 def test_no_private_member_of_another_object_is_touched(module: str) -> None:
     assert _foreign_private_access(ROOT / module) == []
 
 
 def test_the_handles_hold_the_client_state_not_the_catalog() -> None:
-    source = (ROOT / "sdk/_handles.py").read_text() + (ROOT / "sdk/_plan.py").read_text()
+    source = ((ROOT / "windpipe/sdk/_handles.py").read_text()
+              + (ROOT / "windpipe/sdk/_plan.py").read_text())
     assert "._catalog" not in source
     for handle in (sdk.DatasetVersion, sdk.Split, sdk.Plan):
         fields = handle.__dataclass_fields__

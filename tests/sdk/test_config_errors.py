@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import sdk
-from services.contract.errors import ErrorType
+import windpipe.sdk as sdk
+from windpipe.services.contract.errors import ErrorType
 
 
 def test_a_scaling_typo_is_invalid_config_with_a_suggestion():

@@ -10,8 +10,11 @@ import polars as pl
 import pytest
 import torch
 
-import sdk
-from sdk import (
+import windpipe.sdk as sdk
+from tests.fixtures.servers import free_ports
+from tests.sdk.deployment import deployment
+from windpipe._serving import serve_flight
+from windpipe.sdk import (
     Catalog,
     LoaderConfig,
     LoaderOptions,
@@ -19,11 +22,8 @@ from sdk import (
     ValidationConfig,
     WindowConfig,
 )
-from sdk._sources import FlightSource
-from services.contract.wire import FlightCommand
-from tests.fixtures.servers import free_ports
-from tests.sdk.deployment import deployment
-from windpipe._serving import serve_flight
+from windpipe.sdk._sources import FlightSource
+from windpipe.services.contract.wire import FlightCommand
 
 CONFIG = LoaderConfig(
     split="train", default_window=WindowConfig(batch_size=4, seq_len=32),
@@ -93,7 +93,7 @@ def test_the_whole_workflow_as_one_block_line_for_line(tmp_path: Path, synth_dat
     a user writes it in one block, line for line (only the URL and the root differ)."""
     root = synth_dataset.path.resolve().as_uri()
     with deployment(f"sqlite:///{tmp_path / 'c.db'}", tmp_path / "state") as dep:
-        from sdk import (  # noqa: PLC0415 - the block's own import line
+        from windpipe.sdk import (  # noqa: PLC0415 - the block's own import line
             Catalog,
             LoaderConfig,
             ScalingSpec,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import windpipe
-from sdk import InvalidConfig
 from windpipe._embedded import check_database_file
+from windpipe.sdk import InvalidConfig
 
 
 def test_a_symlinked_database_is_refused_and_its_target_left_alone(tmp_path: Path) -> None:

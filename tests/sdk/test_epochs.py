@@ -18,9 +18,9 @@ from typing import Any
 import pyarrow as pa
 import torch
 
-from sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
 from tests.flight_server.helpers import cache_stats
 from tests.sdk.deployment import deployment
+from windpipe.sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
 
 CONFIG = LoaderConfig(
     split="train", strategy="shuffled", default_window=WindowConfig(batch_size=4, seq_len=32),

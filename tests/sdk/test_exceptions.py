@@ -7,9 +7,9 @@ import pickle
 import pyarrow.flight as fl
 import pytest
 
-import sdk
-from sdk._exceptions import error_from_envelope, error_from_flight
-from services.contract.errors import (
+import windpipe.sdk as sdk
+from windpipe.sdk._exceptions import error_from_envelope, error_from_flight
+from windpipe.services.contract.errors import (
     ERROR_TABLE,
     ErrorType,
     WindpipeError,

@@ -18,7 +18,9 @@ import torch
 import zarr
 
 import windpipe
-from sdk import (
+from tests.reference.input_valid_ref import value_is_valid
+from tests.sdk.deployment import deployment
+from windpipe.sdk import (
     AlignedBatch,
     Batch,
     Catalog,
@@ -27,9 +29,7 @@ from sdk import (
     ValidationConfig,
     WindowConfig,
 )
-from services.synth import write_synthetic_dataset
-from tests.reference.input_valid_ref import value_is_valid
-from tests.sdk.deployment import deployment
+from windpipe.services.synth import write_synthetic_dataset
 
 INPUTS = ("current_a", "temperature_c")
 

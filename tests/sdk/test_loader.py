@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from sdk import Batch, DeviceLoader, InvalidConfig, batch_from_arrow, resolve_device
 from tests.sdk.wire_toys import toy_record
+from windpipe.sdk import Batch, DeviceLoader, InvalidConfig, batch_from_arrow, resolve_device
 
 
 def _batches(n: int) -> list[Batch]:

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 import torch
 
-from sdk import (
+from tests.flight_server.helpers import cache_stats, flight_actions
+from tests.sdk.deployment import deployment
+from windpipe.sdk import (
     Batch,
     Catalog,
     LoaderConfig,
@@ -23,9 +25,7 @@ from sdk import (
     ValidationConfig,
     WindowConfig,
 )
-from services.contract.wire import ACTION_HEALTH
-from tests.flight_server.helpers import cache_stats, flight_actions
-from tests.sdk.deployment import deployment
+from windpipe.services.contract.wire import ACTION_HEALTH
 
 _IO: dict[str, Any] = {
     "inputs": {"cycling": ("current_a", "voltage_v", "temperature_c"), "hppc": ("voltage_v",)},

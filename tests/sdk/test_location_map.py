@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-import sdk
-from sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
-from sdk._locations import LocationMap
-from services.settings import Settings
 from tests.fixtures.servers import free_ports, run_catalog_server
+from windpipe import sdk
 from windpipe._serving import serve_flight
+from windpipe.sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
+from windpipe.sdk._locations import LocationMap
+from windpipe.services.settings import Settings
 
 CONFIG = LoaderConfig(
     split="train", default_window=WindowConfig(batch_size=4, seq_len=32),

@@ -1,4 +1,4 @@
-"""Which line of a script runs outside ``if __name__ == "__main__":`` (sdk._spawn): what
+"""Which line of a script runs outside ``if __name__ == "__main__":`` (windpipe.sdk._spawn): what
 the DataLoader checks in the parent before ``spawn`` workers import the script again."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from sdk import InvalidConfig
-from sdk._spawn import check_main_guard, unguarded_main_line
+from windpipe.sdk import InvalidConfig
+from windpipe.sdk._spawn import check_main_guard, unguarded_main_line
 
 ROOT = Path(__file__).resolve().parents[2]
-ASK = "from sdk._spawn import unguarded_main_line\n"
+ASK = "from windpipe.sdk._spawn import unguarded_main_line\n"
 
 
 def _where(tmp_path: Path, body: str) -> str:
@@ -58,7 +58,8 @@ def test_fork_is_not_checked() -> None:
 
 def test_the_refusal_names_the_line(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
-    script.write_text("from sdk._spawn import check_main_guard\n\ncheck_main_guard('spawn')\n")
+    script.write_text("from windpipe.sdk._spawn import check_main_guard\n\n"
+                      "check_main_guard('spawn')\n")
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=60, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 1

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-from sdk import (
+from tests.sdk.deployment import deployment
+from windpipe.sdk import (
     Catalog,
     InvalidConfig,
     LoaderConfig,
@@ -20,9 +21,8 @@ from sdk import (
     ValidationConfig,
     WindowConfig,
 )
-from services.contract.identity import manifest_row_id
-from services.synth import write_synthetic_dataset
-from tests.sdk.deployment import deployment
+from windpipe.services.contract.identity import manifest_row_id
+from windpipe.services.synth import write_synthetic_dataset
 
 LACKING = "cell_002"  # the last of three cells has no temperature sensor
 CONFIG = LoaderConfig(

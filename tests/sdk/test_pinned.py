@@ -1,5 +1,5 @@
 """The GPU feed's one host copy, counted on the CPU: a same-host batch gathered straight into
-the memory a device loader gives (``sdk._pinned``), and moved as one window block.
+the memory a device loader gives (``windpipe.sdk._pinned``), and moved as one window block.
 
 CUDA is not needed to count copies: the memory is a plain uint8 tensor here (the loader's
 is page-locked), every torch operation is seen by a dispatch mode, and numpy's
@@ -18,9 +18,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from sdk import Batch, Catalog, LoaderConfig, ValidationConfig, WindowConfig
-from sdk._pinned import PinnedBatchMemory, batch_nbytes
 from tests.sdk.deployment import deployment
+from windpipe.sdk import Batch, Catalog, LoaderConfig, ValidationConfig, WindowConfig
+from windpipe.sdk._pinned import PinnedBatchMemory, batch_nbytes
 
 CONFIG = LoaderConfig(
     default_window=WindowConfig(batch_size=8, seq_len=96, drop_incomplete=True),

@@ -9,22 +9,22 @@ from pathlib import Path
 import pyarrow.flight as fl
 import pytest
 
-from sdk import Catalog, LoaderConfig, PlanReport, ValidationConfig, WindowConfig
-from services.contract.reports import (
+from tests.catalog.api_support import write_small_dataset
+from tests.sdk.deployment import deployment
+from windpipe.sdk import Catalog, LoaderConfig, PlanReport, ValidationConfig, WindowConfig
+from windpipe.services.contract.reports import (
     CacheCounters,
     FlightHealth,
     FlightTierInfo,
     PlanReportData,
     WarmProgress,
 )
-from services.contract.wire import (
+from windpipe.services.contract.wire import (
     ACTION_CACHE_STATS,
     ACTION_HEALTH,
     ACTION_TIER_INFO,
     ACTION_WARM,
 )
-from tests.catalog.api_support import write_small_dataset
-from tests.sdk.deployment import deployment
 
 CONFIG = LoaderConfig(
     default_window=WindowConfig(batch_size=2, seq_len=8),

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from sdk import Batch, Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
 from tests.sdk.deployment import deployment
+from windpipe.sdk import Batch, Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
 
 mpl = pytest.importorskip("matplotlib")
 mpl.use("Agg")
@@ -225,7 +225,7 @@ def test_split_plot_legend_colours_are_the_bars_colours(env: Any) -> None:
 def test_split_plot_of_thousands_of_groups_is_one_bounded_figure() -> None:
     import polars as pl  # noqa: PLC0415
 
-    from sdk._plots import plot_split  # noqa: PLC0415
+    from windpipe.sdk._plots import plot_split  # noqa: PLC0415
 
     n = 3000
     frame = pl.DataFrame({

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from sdk import _stream as sdk_stream
-from sdk._stream import FlightStream
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.contract.wire import FlightCommand
 from tests.fixtures.servers import free_port
 from tests.flight_server.helpers import COLUMNS, StreamSpec, start_server, write_dataset
+from windpipe.sdk import _stream as sdk_stream
+from windpipe.sdk._stream import FlightStream
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.contract.wire import FlightCommand
 
 READ_TIMEOUT_S = 2.0
 CONFIG = LoaderConfig(
@@ -35,9 +35,9 @@ SERVE = """
 import sys, time
 from pathlib import Path
 from pydantic import SecretStr
-from flight_server.runner import start_flight_server
-from services.planning.artifact import PlanArtifact
-from services.settings import Settings
+from windpipe.flight_server.runner import start_flight_server
+from windpipe.services.planning.artifact import PlanArtifact
+from windpipe.services.settings import Settings
 artifact = PlanArtifact.from_ipc(Path(sys.argv[1]).read_bytes())
 settings = Settings(flight_host="127.0.0.1", ticket_secret=SecretStr("test-secret"),
                     tier_bytes=0, log_level="ERROR")

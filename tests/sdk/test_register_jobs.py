@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from sdk import Catalog, InvalidManifest
-from sdk import _register as register_module
-from services.settings import Settings
 from tests.catalog.api_support import write_small_dataset
 from tests.fixtures.servers import run_catalog_server
+from windpipe.sdk import Catalog, InvalidManifest
+from windpipe.sdk import _register as register_module
+from windpipe.services.settings import Settings
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sdk import Catalog, DataWarning, InvalidManifest, InvalidRequest, RegistrationWarning
-from services.settings import Settings
 from tests.fixtures.servers import run_catalog_server
+from windpipe.sdk import Catalog, DataWarning, InvalidManifest, InvalidRequest, RegistrationWarning
+from windpipe.services.settings import Settings
 
 PATTERN = "{cell_id}/{protocol}/cycle_{cidx}.parquet"
 BAD = "c2/cycling/cycle_1.parquet"

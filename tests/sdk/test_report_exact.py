@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from sdk import AlignedBatch, Batch, Catalog, LoaderConfig, ValidationConfig, WindowConfig
-from services.synth import write_synthetic_dataset
 from tests.sdk.deployment import deployment
+from windpipe.sdk import AlignedBatch, Batch, Catalog, LoaderConfig, ValidationConfig, WindowConfig
+from windpipe.services.synth import write_synthetic_dataset
 
 _IO: dict[str, Any] = {
     "inputs": {"cycling": ("current_a", "voltage_v", "temperature_c"),

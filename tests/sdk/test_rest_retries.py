@@ -1,4 +1,4 @@
-"""The SDK's retry policy (``sdk._rest``): what is tried again, how often, and what is
+"""The SDK's retry policy (``windpipe.sdk._rest``): what is tried again, how often, and what is
 raised at the end. Answers come from httpx's transport seam, counted per attempt; the
 outage test against a real catalog is ``tests/catalog/test_api_outages.py``."""
 
@@ -9,8 +9,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from sdk._rest import RestClient
-from services.contract.errors import (
+from windpipe.sdk._rest import RestClient
+from windpipe.services.contract.errors import (
     ErrorType,
     InvalidRequest,
     ResourceExhausted,

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from flight_server.plan_sources import RestPlanSource
-from sdk import Catalog, Conflict, LoaderConfig, ValidationConfig, WindowConfig
-from services.contract.errors import ErrorType, WindpipeError, retired_error
 from tests.sdk.deployment import deployment
+from windpipe.flight_server.plan_sources import RestPlanSource
+from windpipe.sdk import Catalog, Conflict, LoaderConfig, ValidationConfig, WindowConfig
+from windpipe.services.contract.errors import ErrorType, WindpipeError, retired_error
 
 CONFIG = LoaderConfig(inputs={"cycling": ("current_a", "voltage_v")},
                       targets={"cycling": ("voltage_v",)},

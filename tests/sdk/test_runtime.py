@@ -11,13 +11,13 @@ import pyarrow.flight as fl
 import pytest
 import torch
 
-import sdk
-from sdk import Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
-from sdk._state import ClientSettings, ClientState
-from sdk._torch import dataloader_options
-from services.contract.wire import ACTION_HEALTH
+import windpipe.sdk as sdk
 from tests.flight_server.helpers import cache_stats
 from tests.sdk.deployment import deployment
+from windpipe.sdk import Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
+from windpipe.sdk._state import ClientSettings, ClientState
+from windpipe.sdk._torch import dataloader_options
+from windpipe.services.contract.wire import ACTION_HEALTH
 
 CONFIG = LoaderConfig(
     split="train", default_window=WindowConfig(batch_size=4, seq_len=32),

@@ -12,9 +12,9 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from sdk import Catalog, DatasetVersion, DataWarning, ValidationConfig
-from services.database import create_engine
-from services.synth import SynthResult
+from windpipe.sdk import Catalog, DatasetVersion, DataWarning, ValidationConfig
+from windpipe.services.database import create_engine
+from windpipe.services.synth import SynthResult
 
 CYCLES = ValidationConfig.sample(fraction=0.3, seed=1)  # default group_by: one cycle
 CELLS = ValidationConfig.sample(fraction=0.3, seed=1, group_by=("set_id", "cell_id"))

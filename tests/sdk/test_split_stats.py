@@ -17,11 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 import zarr
 
-import sdk
-from sdk import Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
-from services.contract.stats import HISTOGRAM_BINS
-from services.synth import write_synthetic_dataset
+import windpipe.sdk as sdk
 from tests.fixtures.servers import embedded_services
+from windpipe.sdk import Catalog, LoaderConfig, ScalingSpec, ValidationConfig, WindowConfig
+from windpipe.services.contract.stats import HISTOGRAM_BINS
+from windpipe.services.synth import write_synthetic_dataset
 
 Files = dict[str, dict[str, np.ndarray]]
 

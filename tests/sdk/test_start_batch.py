@@ -10,11 +10,11 @@ from typing import Any
 import pyarrow.flight as fl
 import pytest
 
-from sdk import Catalog, InvalidRequest, LoaderConfig, ValidationConfig, WindowConfig
-from services.contract.errors import ErrorType
-from services.contract.wire import FlightCommand, error_from_flight
 from tests.catalog.api_support import write_small_dataset
 from tests.sdk.deployment import deployment
+from windpipe.sdk import Catalog, InvalidRequest, LoaderConfig, ValidationConfig, WindowConfig
+from windpipe.services.contract.errors import ErrorType
+from windpipe.services.contract.wire import FlightCommand, error_from_flight
 
 _IO: dict[str, Any] = {"inputs": {"cycling": ("voltage_v", "current_a"), "hppc": ("voltage_v",)},
                        "targets": {"cycling": ("voltage_v",), "hppc": ("voltage_v",)}}

@@ -8,15 +8,15 @@ import threading
 import pyarrow.flight as fl
 import pytest
 
-from sdk import InternalError, InvalidTicket, NotFound, Unavailable, batch_from_arrow
-from sdk._aligned import group_parts
-from sdk._exceptions import error_from_flight
-from sdk._stream import FlightStream
-from services.contract.wire import AlignedPart, FlightCommand
-from services.settings import Settings
 from tests.fixtures.servers import free_port
 from tests.sdk.wire_toys import ToyFlightServer, toy_record
 from windpipe._serving import serve_flight
+from windpipe.sdk import InternalError, InvalidTicket, NotFound, Unavailable, batch_from_arrow
+from windpipe.sdk._aligned import group_parts
+from windpipe.sdk._exceptions import error_from_flight
+from windpipe.sdk._stream import FlightStream
+from windpipe.services.contract.wire import AlignedPart, FlightCommand
+from windpipe.services.settings import Settings
 
 
 @pytest.fixture

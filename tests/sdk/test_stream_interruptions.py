@@ -18,11 +18,11 @@ from collections.abc import Callable
 import pyarrow.flight as fl
 import pytest
 
-from flight_server.runner import RunningFlightServer
-from sdk._stream import FlightStream
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.contract.wire import FlightCommand
 from tests.flight_server.helpers import COLUMNS, Dataset, StreamSpec, start_server, write_dataset
+from windpipe.flight_server.runner import RunningFlightServer
+from windpipe.sdk._stream import FlightStream
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.contract.wire import FlightCommand
 
 MAX_FAILOVERS = 1  # failovers in a row the reader allows (once: in a whole pass)
 PAUSES = MAX_FAILOVERS + 2

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from torch.utils.data import DataLoader
 
-from sdk import InvalidConfig, WindpipeIterableDataset
-from sdk._state import ClientSettings, WorkerSource
 from tests.sdk.wire_toys import ToyFlightServer
+from windpipe.sdk import InvalidConfig, WindpipeIterableDataset
+from windpipe.sdk._state import ClientSettings, WorkerSource
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from torch.utils.data import DataLoader
 
-from sdk import InvalidConfig
-from sdk._torch import WindpipeDataLoader, check_spawn
 from tests.sdk.spawned import SPAWN, toy_dataset
 from tests.sdk.wire_toys import ToyFlightServer
+from windpipe.sdk import InvalidConfig
+from windpipe.sdk._torch import WindpipeDataLoader, check_spawn
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_spawn_refuses_a_transform_workers_cannot_import(monkeypatch):
 
 
 _TRAIN = """
-from sdk._torch import WindpipeDataLoader, WindpipeIterableDataset
+from windpipe.sdk._torch import WindpipeDataLoader, WindpipeIterableDataset
 
 def source(**kwargs):
     yield from ()

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import torch
 
-from sdk import (
+from tests.sdk.deployment import deployment
+from windpipe.sdk import (
     AlignedBatch,
     Batch,
     Catalog,
@@ -24,8 +25,7 @@ from sdk import (
     ValidationConfig,
     WindowConfig,
 )
-from sdk.losses import masked_mae, masked_mse
-from tests.sdk.deployment import deployment
+from windpipe.sdk.losses import masked_mae, masked_mse
 
 CONFIG = LoaderConfig(
     default_window=WindowConfig(batch_size=4, seq_len=64), strategy="shuffled",

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from services.settings import Settings
 from tests.fixtures.servers import free_port, run_catalog_server
+from windpipe.services.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,7 +29,7 @@ import sys
 sys.modules["torch"] = None  # as if torch were not installed
 
 from windpipe import Catalog, LoaderConfig, ValidationConfig, WindowConfig
-import sdk
+import windpipe.sdk as sdk
 
 url, root, dead_flight = sys.argv[1:4]
 cat = Catalog(url, flight_locations=[dead_flight])
@@ -83,7 +83,8 @@ def _run(code: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_importing_the_sdk_loads_no_torch() -> None:
-    result = _run("import sys, windpipe, sdk; from windpipe import Catalog, Batch, DeviceLoader; "
+    result = _run("import sys, windpipe, windpipe.sdk; "
+                  "from windpipe import Catalog, Batch, DeviceLoader; "
                   "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

@@ -1,4 +1,4 @@
-"""A DataLoader worker of an abandoned pass exits cleanly (sdk._worker_exit): the exit
+"""A DataLoader worker of an abandoned pass exits cleanly (windpipe.sdk._worker_exit): the exit
 hook gives its queue feeders a bounded time, so no worker dies of SIGABRT.
 
 A module of its own: its spawned workers make it one of the longest test modules.
@@ -12,9 +12,9 @@ import time
 import pytest
 from torch.utils.data import DataLoader
 
-from sdk import _worker_exit as worker_exit
 from tests.sdk.spawned import SPAWN, toy_dataset
 from tests.sdk.wire_toys import ToyFlightServer
+from windpipe.sdk import _worker_exit as worker_exit
 
 
 @pytest.fixture(scope="module")

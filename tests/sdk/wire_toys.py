@@ -1,4 +1,5 @@
-"""Hand-built wire record batches and a tiny Flight server speaking ``services/contract/wire.py``.
+"""Hand-built wire record batches and a tiny Flight server speaking
+``windpipe/services/contract/wire.py``.
 
 Used by the SDK unit tests until (and besides) the real Flight server: the toy
 server is a real ``pyarrow.flight`` server on port 0 that serves deterministic
@@ -18,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from services.contract.errors import InvalidTicket, NotFound
-from services.contract.wire import (
+from windpipe.services.contract.errors import InvalidTicket, NotFound
+from windpipe.services.contract.wire import (
     INPUT_PAD,
     WIRE_VERSION,
     AlignedPart,

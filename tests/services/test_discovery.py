@@ -1,4 +1,4 @@
-"""The lines of a discovery file (``services.discovery``): each checked on its own, a bad
+"""The lines of a discovery file (``windpipe.services.discovery``): each checked on its own, a bad
 one logged with its line number and reason and skipped, the others kept."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from services.discovery import (
+from windpipe.services.discovery import (
     FileSource,
     FlightDiscovery,
     RejectedLine,

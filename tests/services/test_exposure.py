@@ -14,16 +14,16 @@ import pytest
 from pydantic import SecretStr
 from structlog.testing import capture_logs
 
-from catalog.api.server import start_catalog_server
-from flight_server.access import RestAccess
-from flight_server.auth import CallAuth, caller
-from services.contract.errors import ErrorType
-from services.contract.principals import LOCAL, Principal, Role
-from services.contract.wire import error_from_flight
-from services.exposure import InsecureDeploymentError, check_exposure, is_local_peer
-from services.settings import Settings, is_loopback
 from tests.fixtures.servers import free_port, run_catalog_server
 from windpipe._serving import serve_flight
+from windpipe.catalog.api.server import start_catalog_server
+from windpipe.flight_server.access import RestAccess
+from windpipe.flight_server.auth import CallAuth, caller
+from windpipe.services.contract.errors import ErrorType
+from windpipe.services.contract.principals import LOCAL, Principal, Role
+from windpipe.services.contract.wire import error_from_flight
+from windpipe.services.exposure import InsecureDeploymentError, check_exposure, is_local_peer
+from windpipe.services.settings import Settings, is_loopback
 
 
 def test_loopback_hosts() -> None:
@@ -124,7 +124,7 @@ def test_local_is_never_granted_to_a_remote_caller(tmp_path: Path) -> None:
 
 
 class _Context:
-    """What ``flight_server.auth.caller`` reads of a pyarrow ``ServerCallContext``."""
+    """What ``windpipe.flight_server.auth.caller`` reads of a pyarrow ``ServerCallContext``."""
 
     def __init__(self, peer: str, call: CallAuth | None) -> None:
         self._peer, self._call = peer, call

@@ -12,9 +12,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from services.ingest import PATTERN, IngestError, detect_cycler, ingest_exports
 from tests.fixtures.cyclers import arbin_file, batterydata_file, biologic_mpr, maccor_file
 from windpipe.cli import main
+from windpipe.services.ingest import PATTERN, IngestError, detect_cycler, ingest_exports
 
 WRITERS = {
     "maccor": lambda d: maccor_file(d / "cellA.001"),

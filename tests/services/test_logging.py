@@ -1,5 +1,5 @@
 """One log format for windpipe's events, uvicorn's and alembic's lines; quiet below
-WARNING until configured (a notebook, the demo, the fixtures): services/logging.py.
+WARNING until configured (a notebook, the demo, the fixtures): windpipe/services/logging.py.
 
 Each case runs in a fresh interpreter: logging is process-wide state."""
 
@@ -19,7 +19,7 @@ LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z \[(\w+)\s*\] (.+?)\s*"
 
 EMIT = """
 import logging
-from services.logging import configure_logging, get_logger
+from windpipe.services.logging import configure_logging, get_logger
 {setup}
 get_logger("windpipe.flight").info("flight.warm", bytes=10)
 get_logger("windpipe.flight").warning("flight.slow", seconds=2.5)

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from services.memo import Memo, deep_nbytes
+from windpipe.services.memo import Memo, deep_nbytes
 
 
 def test_values_are_made_once_and_evicted_least_recent_first() -> None:

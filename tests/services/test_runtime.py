@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from services.runtime import ALLOCATOR_DEFAULTS, prefer_small_pages
+from windpipe.services.runtime import ALLOCATOR_DEFAULTS, prefer_small_pages
 
 _MIMALLOC = pa.default_memory_pool().backend_name == "mimalloc"
 
@@ -46,7 +46,8 @@ def _allow_thp(stderr: str) -> str:
     return lines[-1].split(":")[-1].strip()
 
 
-@pytest.mark.parametrize("package", ["services", "sdk", "catalog", "flight_server", "windpipe"])
+@pytest.mark.parametrize("package", ["windpipe.services", "windpipe.sdk", "windpipe.catalog",
+                                     "windpipe.flight_server", "windpipe"])
 def test_importing_a_package_leaves_the_environment_alone(package: str) -> None:
     code = f"""
         import os
@@ -86,7 +87,7 @@ def test_a_benchmark_script_turns_huge_pages_off_before_arrow_allocates() -> Non
 def test_after_warming_a_conversion_imports_nothing_more() -> None:
     code = """
         import sys
-        from services.runtime import warm_imports
+        from windpipe.services.runtime import warm_imports
         warm_imports()
         before = set(sys.modules)
         import numpy as np

@@ -1,4 +1,4 @@
-"""The settings are written once, in ``services/settings.py``: the README's table, the
+"""The settings are written once, in ``windpipe/services/settings.py``: the README's table, the
 settings the docs name and their defaults in docs/operations.md agree with the fields."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from services.settings import Settings, setting_infos, settings_table
+from windpipe.services.settings import Settings, setting_infos, settings_table
 
 ROOT = Path(__file__).resolve().parents[2]
 # variables the docs name that are not server settings, and who reads them
 OTHER_VARIABLES = {
-    "WINDPIPE_FLIGHT_LOCATION_MAP",  # the SDK (sdk/_locations.py)
-    "WINDPIPE_URL",  # the SDK's catalog when Catalog() names none (sdk/_state.py)
-    "WINDPIPE_TOKEN",  # the SDK's bearer token when Catalog() names none (sdk/_state.py)
+    "WINDPIPE_FLIGHT_LOCATION_MAP",  # the SDK (windpipe/sdk/_locations.py)
+    "WINDPIPE_URL",  # the SDK's catalog when Catalog() names none (windpipe/sdk/_state.py)
+    "WINDPIPE_TOKEN",  # the SDK's bearer token when Catalog() names none (windpipe/sdk/_state.py)
     "WINDPIPE_BENCH_PG_ADMIN_URL",  # the benchmarks (bench/)
 }
 _UNITS = {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10, "s": 1}

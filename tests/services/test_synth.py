@@ -11,9 +11,9 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from services.storage.segments import inspect_segment, read_rows
-from services.storage.store import Storage
-from services.synth import PROTOCOL_COLUMNS, write_synthetic_dataset
+from windpipe.services.storage.segments import inspect_segment, read_rows
+from windpipe.services.storage.store import Storage
+from windpipe.services.synth import PROTOCOL_COLUMNS, write_synthetic_dataset
 
 
 def _files(root: Path) -> dict[str, bytes]:

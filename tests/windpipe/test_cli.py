@@ -13,10 +13,10 @@ import httpx
 import pyarrow.flight as flight
 import sqlalchemy as sa
 
-from flight_server.runner import start_flight_server
-from services.contract.wire import ACTION_HEALTH
-from services.settings import Settings
 from windpipe.cli import _settings, build_parser
+from windpipe.flight_server.runner import start_flight_server
+from windpipe.services.contract.wire import ACTION_HEALTH
+from windpipe.services.settings import Settings
 
 WINDPIPE = [sys.executable, "-m", "windpipe.cli"]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from bench.report import write_plot_if_possible
-from services.settings import Settings, setting_infos
 from windpipe.cli import _settings, build_parser, main
+from windpipe.services.settings import Settings, setting_infos
 
 WINDPIPE = [sys.executable, "-m", "windpipe.cli"]
 

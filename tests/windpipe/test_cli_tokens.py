@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import sqlalchemy as sa
 
-from services.database import create_engine
-from services.settings import Settings
 from tests.fixtures.servers import run_catalog_server
+from windpipe.services.database import create_engine
+from windpipe.services.settings import Settings
 
 WINDPIPE = [sys.executable, "-m", "windpipe.cli"]
 

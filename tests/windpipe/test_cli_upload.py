@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from catalog.manifest import load_manifest
-from catalog.registration import prepare_version
-from services.storage.store import Storage
-from services.synth import write_synthetic_dataset
+from windpipe.catalog.manifest import load_manifest
+from windpipe.catalog.registration import prepare_version
 from windpipe.cli import main
+from windpipe.services.storage.store import Storage
+from windpipe.services.synth import write_synthetic_dataset
 
 
 def _files(root: Path) -> dict[str, bytes]:

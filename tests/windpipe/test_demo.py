@@ -38,7 +38,7 @@ def test_demo_runs_end_to_end_and_stops_its_servers(tmp_path: Path):
     assert 0 < with_hppc < lanes  # hppc runs on only some cycles: has_data is mixed
     assert "demo finished; servers stopped" in out
     # no server log line among the steps (nor below them): the demo's servers log
-    # nothing under WARNING (services/logging.py)
+    # nothing under WARNING (windpipe/services/logging.py)
     log_line = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d|\[(debug|info)\s*\]|^INFO[: ]", re.M)
     assert not log_line.search(out), out
     assert not log_line.search(proc.stderr), proc.stderr

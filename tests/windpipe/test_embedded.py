@@ -17,7 +17,9 @@ import torch
 
 import windpipe
 from bench.identity import _digest, shapes
-from sdk import (
+from tests.fixtures.servers import embedded_services
+from windpipe._embedded import embedded as embedded_function
+from windpipe.sdk import (
     Catalog,
     Conflict,
     InvalidConfig,
@@ -27,9 +29,7 @@ from sdk import (
     ValidationConfig,
     WindowConfig,
 )
-from services.synth import write_synthetic_dataset
-from tests.fixtures.servers import embedded_services
-from windpipe._embedded import embedded as embedded_function
+from windpipe.services.synth import write_synthetic_dataset
 
 ONE = {"inputs": {"cycling": ("current_a", "temperature_c")},
        "targets": {"cycling": ("voltage_v",)}}

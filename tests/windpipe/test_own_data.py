@@ -14,12 +14,12 @@ import polars as pl
 import psutil
 import pytest
 
-from sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
-from services.ingest import PATTERN
 from tests.fixtures.cyclers import biologic_mpr, maccor_file
 from tests.fixtures.servers import embedded_services
 from windpipe import embedded
 from windpipe.cli import main
+from windpipe.sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
+from windpipe.services.ingest import PATTERN
 
 torch = pytest.importorskip("torch")
 

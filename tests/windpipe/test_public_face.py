@@ -8,8 +8,8 @@ from importlib import metadata
 
 import pytest
 
-import sdk
 import windpipe
+import windpipe.sdk as sdk
 
 
 def test_the_public_face_is_the_sdks_names() -> None:

@@ -1,7 +1,7 @@
 """What the ``windpipe`` subcommands share: the server flags, ``Settings`` from them, and
 :class:`CliError`.
 
-The server flags come from the fields of :mod:`services.settings` that name one (help
+The server flags come from the fields of :mod:`windpipe.services.settings` that name one (help
 text and default included); argparse's default stays None so that a flag given overrides
 the ``WINDPIPE_*`` variable, which overrides the field's default.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from services.settings import SettingInfo, Settings, setting_infos
+from windpipe.services.settings import SettingInfo, Settings, setting_infos
 
 __all__ = ["BY_NAME", "SERVER_FLAGS", "CliError", "add_server_flags", "settings_from",
            "settings_problem"]

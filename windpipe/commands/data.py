@@ -9,20 +9,20 @@ from collections.abc import Collection, Iterator
 
 from pydantic import ValidationError
 
-from services.settings import Settings
 from windpipe.commands.common import CliError, settings_problem
+from windpipe.services.settings import Settings
 
 __all__ = ["CyclerChoices", "demo", "ingest", "synth", "upload"]
 
 
 class CyclerChoices(Collection[str]):
     """``--cycler``'s choices: ``auto`` and the names of the ingest readers
-    (:data:`services.ingest.readers.READERS`, the one list), read when argparse first
+    (:data:`windpipe.services.ingest.readers.READERS`, the one list), read when argparse first
     checks a value or writes the ingest help, so that building the parser imports no
     reader (polars: ``windpipe --help`` stays fast)."""
 
     def _names(self) -> tuple[str, ...]:
-        from services.ingest import READERS  # noqa: PLC0415
+        from windpipe.services.ingest import READERS  # noqa: PLC0415
 
         return ("auto", *READERS)
 
@@ -37,7 +37,7 @@ class CyclerChoices(Collection[str]):
 
 def synth(args: argparse.Namespace) -> int:
     """Write a synthetic battery dataset to ``args.directory``."""
-    from services.synth import write_synthetic_dataset  # noqa: PLC0415
+    from windpipe.services.synth import write_synthetic_dataset  # noqa: PLC0415
 
     result = write_synthetic_dataset(
         args.directory, cells=args.cells, cycles=args.cycles,
@@ -53,7 +53,7 @@ def synth(args: argparse.Namespace) -> int:
 
 def upload(args: argparse.Namespace) -> int:
     """Copy a local dataset folder into the object store, paths kept."""
-    from services.storage.store import Storage, StorageOptions  # noqa: PLC0415
+    from windpipe.services.storage.store import Storage, StorageOptions  # noqa: PLC0415
 
     source = args.directory.resolve()
     if not source.is_dir():
@@ -82,7 +82,7 @@ def upload(args: argparse.Namespace) -> int:
 
 def ingest(args: argparse.Namespace) -> int:
     """Turn cycler exports into segments and a manifest."""
-    from services.ingest import IngestError, ingest_exports  # noqa: PLC0415
+    from windpipe.services.ingest import IngestError, ingest_exports  # noqa: PLC0415
 
     try:
         result = ingest_exports(args.inputs, args.out, cycler=args.cycler, set_id=args.set_id,

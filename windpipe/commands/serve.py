@@ -10,9 +10,9 @@ import sys
 import threading
 from typing import Any
 
-from services.runtime import freeze_startup_heap
-from services.settings import Settings
 from windpipe.commands.common import CliError, settings_from
+from windpipe.services.runtime import freeze_startup_heap
+from windpipe.services.settings import Settings
 
 __all__ = ["migrate", "serve"]
 
@@ -44,7 +44,7 @@ def _wait_for_stop() -> None:
 
 def serve(args: argparse.Namespace) -> int:
     """Run the services ``args.service`` names until SIGTERM or SIGINT."""
-    from services.exposure import InsecureDeploymentError  # noqa: PLC0415
+    from windpipe.services.exposure import InsecureDeploymentError  # noqa: PLC0415
 
     try:
         return _serve_until_stopped(args)
@@ -54,7 +54,7 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def _serve_until_stopped(args: argparse.Namespace) -> int:
-    from services.logging import configure_logging  # noqa: PLC0415
+    from windpipe.services.logging import configure_logging  # noqa: PLC0415
 
     settings = settings_from(args)
     _check_roots(settings)
@@ -81,7 +81,7 @@ def _serve_until_stopped(args: argparse.Namespace) -> int:
             if flight.metrics is not None:
                 print(f"windpipe flight metrics at {flight.metrics.url}", flush=True)
         if args.service in ("all", "catalog"):
-            from catalog.api.server import start_catalog_server  # noqa: PLC0415
+            from windpipe.catalog.api.server import start_catalog_server  # noqa: PLC0415
 
             catalog = start_catalog_server(settings)
             running.append(catalog)
@@ -99,7 +99,7 @@ def _serve_until_stopped(args: argparse.Namespace) -> int:
 def _check_roots(settings: Settings) -> None:
     """Refuse an allowed root the servers could not use, in one line (a relative
     directory was already taken from the working directory by ``Settings``)."""
-    from services.storage.roots import AllowedRoots  # noqa: PLC0415
+    from windpipe.services.storage.roots import AllowedRoots  # noqa: PLC0415
 
     try:
         AllowedRoots.parse(settings.resolved_allowed_roots())
@@ -109,7 +109,7 @@ def _check_roots(settings: Settings) -> None:
 
 def migrate(args: argparse.Namespace) -> int:
     """Upgrade the catalog database to ``args.revision``."""
-    from migrations import upgrade_database  # noqa: PLC0415
+    from windpipe.migrations import upgrade_database  # noqa: PLC0415
 
     settings = settings_from(args)
     url = settings.resolved_database_url()

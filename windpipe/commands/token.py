@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from services.settings import Settings
 from windpipe.commands.common import CliError, settings_from
+from windpipe.services.settings import Settings
 
 __all__ = ["duration", "token"]
 
@@ -33,8 +33,8 @@ def _open_catalog_database(settings: Settings, *, create: bool) -> Any:
     directory) would else mint tokens into a new, empty catalog no server reads."""
     import sqlalchemy as sa  # noqa: PLC0415
 
-    from migrations import upgrade_engine  # noqa: PLC0415
-    from services.database import create_engine  # noqa: PLC0415
+    from windpipe.migrations import upgrade_engine  # noqa: PLC0415
+    from windpipe.services.database import create_engine  # noqa: PLC0415
 
     url = sa.engine.make_url(settings.resolved_database_url())
     sqlite = url.get_backend_name() == "sqlite"
@@ -61,9 +61,9 @@ def _open_catalog_database(settings: Settings, *, create: bool) -> Any:
 
 def token(args: argparse.Namespace) -> int:
     """Create, list or revoke API tokens (``args.token_command``)."""
-    from catalog import principals  # noqa: PLC0415
-    from catalog.context import CatalogContext  # noqa: PLC0415
-    from services.contract.errors import WindpipeError  # noqa: PLC0415
+    from windpipe.catalog import principals  # noqa: PLC0415
+    from windpipe.catalog.context import CatalogContext  # noqa: PLC0415
+    from windpipe.services.contract.errors import WindpipeError  # noqa: PLC0415
 
     settings = settings_from(args)
     engine = _open_catalog_database(settings, create=getattr(args, "create", False))

@@ -11,7 +11,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from services.contract.configs import (
+from windpipe.services.contract.configs import (
     DatasetProtocolId,
     LoaderConfig,
     LoaderOptions,
@@ -20,7 +20,7 @@ from services.contract.configs import (
     ValidationConfig,
     WindowConfig,
 )
-from services.contract.errors import WindpipeError
+from windpipe.services.contract.errors import WindpipeError
 
 
 def _loader(**kwargs):

@@ -9,9 +9,9 @@ import sys
 import pyarrow.flight as fl
 import pytest
 
-from services.contract import errors
-from services.contract.configs import WindowConfig
-from services.contract.errors import (
+from windpipe.services.contract import errors
+from windpipe.services.contract.configs import WindowConfig
+from windpipe.services.contract.errors import (
     ErrorType,
     InvalidConfig,
     NotFound,
@@ -22,7 +22,7 @@ from services.contract.errors import (
     error_class,
     error_from_envelope,
 )
-from services.contract.wire import error_from_flight, to_flight_error
+from windpipe.services.contract.wire import error_from_flight, to_flight_error
 
 
 def test_every_error_type_has_exactly_one_class_and_back():
@@ -65,9 +65,9 @@ def test_errors_pickle_as_their_class():
 def test_a_config_error_is_the_same_class_with_or_without_the_sdk_imported():
     code = (
         "import sys\n"
-        "from services.contract.configs import WindowConfig\n"
-        "from services.contract.errors import InvalidConfig\n"
-        "assert 'sdk' not in sys.modules\n"
+        "from windpipe.services.contract.configs import WindowConfig\n"
+        "from windpipe.services.contract.errors import InvalidConfig\n"
+        "assert 'windpipe.sdk' not in sys.modules\n"
         "try:\n"
         "    WindowConfig(batch_size=0, seq_len=8)\n"
         "except InvalidConfig as exc:\n"
@@ -75,8 +75,8 @@ def test_a_config_error_is_the_same_class_with_or_without_the_sdk_imported():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
-    assert out == ["services.contract.errors", "InvalidConfig"]
-    import sdk  # noqa: PLC0415 - after the fresh interpreter: the SDK names the same classes
+    assert out == ["windpipe.services.contract.errors", "InvalidConfig"]
+    import windpipe.sdk as sdk  # noqa: PLC0415 - after the fresh interpreter: the SDK names the same classes
 
     assert sdk.InvalidConfig is InvalidConfig
     assert sdk.WindpipeError is WindpipeError

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from catalog.service import content_id
-from services.contract.configs import PlanSpec, ScalingSpec, WindowConfig
-from services.contract.errors import WindpipeError
-from services.contract.stats import ColumnStats, SplitStatsData, pooled_stats
-from services.materialize.chunks import ChannelSpec
+from windpipe.catalog.service import content_id
+from windpipe.services.contract.configs import PlanSpec, ScalingSpec, WindowConfig
+from windpipe.services.contract.errors import WindpipeError
+from windpipe.services.contract.stats import ColumnStats, SplitStatsData, pooled_stats
+from windpipe.services.materialize.chunks import ChannelSpec
 
 
 def _entry(protocol: str, values: np.ndarray, column: str = "x") -> ColumnStats:

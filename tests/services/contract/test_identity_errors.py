@@ -8,14 +8,14 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from services.contract.errors import (
+from windpipe.services.contract.errors import (
     ERROR_TABLE,
     ErrorType,
     NotFound,
     error_from_envelope,
     retired_error,
 )
-from services.contract.identity import (
+from windpipe.services.contract.identity import (
     canonical_json,
     hash64,
     hash64_each,
@@ -26,7 +26,7 @@ from services.contract.identity import (
 
 def test_manifest_row_id_is_stable_across_processes_and_types():
     here = manifest_row_id("s1", "A", 3, "cycling")
-    code = ("from services.contract.identity import manifest_row_id as m; "
+    code = ("from windpipe.services.contract.identity import manifest_row_id as m; "
             "print(m('s1', 'A', 3, 'cycling'))")
     there = int(subprocess.check_output([sys.executable, "-c", code], text=True))
     assert here == there

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from services.contract.configs import LoaderConfig
-from services.contract.errors import InvalidConfig, WindpipeError
-from services.contract.options import (
+from windpipe.services.contract.configs import LoaderConfig
+from windpipe.services.contract.errors import InvalidConfig, WindpipeError
+from windpipe.services.contract.options import (
     DeviceOptions,
     LoaderOptions,
     OptionKeywords,
@@ -20,7 +20,7 @@ from services.contract.options import (
     WorkerOptions,
 )
 
-CONTRACT = Path(__file__).resolve().parents[3] / "services" / "contract"
+CONTRACT = Path(__file__).resolve().parents[3] / "windpipe" / "services" / "contract"
 PLAN = {"inputs": {"cycling": ("current_a",)}, "targets": {"cycling": ("voltage_v",)}}
 
 

@@ -1,4 +1,5 @@
-"""The wire models of ``services.contract.reports`` dump exactly the JSON they were read from."""
+"""The wire models of ``windpipe.services.contract.reports`` dump exactly the JSON they were
+read from."""
 
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from services.contract.reports import FlightHealth, FlightTierInfo, PlanReportData, WarmProgress
+from windpipe.services.contract.reports import (
+    FlightHealth,
+    FlightTierInfo,
+    PlanReportData,
+    WarmProgress,
+)
 
 _PROTOCOL = {"streams": 1, "rows": 40, "batch_size": 2, "seq_len": 8, "input_channels": 2,
              "target_channels": 1, "bytes_per_full_batch": 208, "batches": 3, "lanes": 5,

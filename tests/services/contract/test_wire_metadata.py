@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from services.contract.errors import ErrorType, WindpipeError
-from services.contract.wire import AlignedPart, BatchMetadata
+from windpipe.services.contract.errors import ErrorType, WindpipeError
+from windpipe.services.contract.wire import AlignedPart, BatchMetadata
 
 META = {"batch_idx": 3, "global_batch": 9, "split": "train", "seq_len": 8, "c_in": 2,
         "c_out": 1, "input_columns": ("a", "b"), "target_columns": ("c",)}

@@ -22,10 +22,10 @@ import pandas as pd
 import polars as pl
 import pytest
 
-from services.ingest import ingest_exports, read_cell
-from services.ingest.accounting import BACK_AT_STEP, BACK_IN_STEP, SAME_TIME, account
-from services.ingest.arbin import REPEATED
 from tests.fixtures.cyclers import REAL_FILES, real_file
+from windpipe.services.ingest import ingest_exports, read_cell
+from windpipe.services.ingest.accounting import BACK_AT_STEP, BACK_IN_STEP, SAME_TIME, account
+from windpipe.services.ingest.arbin import REPEATED
 
 NAME = "arbin_example.csv"
 KEPT = ["Test_Time", "Cycle_Index", "Step_Index", "Current", "Voltage", "Temperature"]
@@ -188,7 +188,7 @@ def test_ingest_json_says_what_became_of_every_row(tmp_path: Path, export: str) 
 
 
 def test_battdats_own_reader_would_keep_fewer_rows_on_whole_seconds(tmp_path: Path) -> None:
-    """Why windpipe reads Arbin files itself (services/ingest/arbin.py): battdat 0.4's
+    """Why windpipe reads Arbin files itself (windpipe/services/ingest/arbin.py): battdat 0.4's
     ``ArbinReader`` takes its time from ``DateTime`` and drops every row whose time
     (to 0.01 s), voltage and current an earlier row has."""
     arbin = pytest.importorskip("battdat.io.arbin")

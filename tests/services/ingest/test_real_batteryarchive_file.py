@@ -18,8 +18,8 @@ import pandas as pd
 import polars as pl
 import pytest
 
-from services.ingest import IngestError, detect_cycler, ingest_exports
 from tests.fixtures.cyclers import REAL_FILES, real_file
+from windpipe.services.ingest import IngestError, detect_cycler, ingest_exports
 
 NAME = "CALCE_CX2-33_prism_LCO_25C_0-100_0.5-0.5C_d_timeseries.csv"
 CELL = NAME.removesuffix("_timeseries.csv")

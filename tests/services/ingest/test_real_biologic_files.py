@@ -16,10 +16,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from services.ingest import ingest_exports
-from services.ingest.biologic import current_ma, technique_of
 from tests.fixtures.cyclers import REAL_FILES, real_file
 from windpipe.cli import main
+from windpipe.services.ingest import ingest_exports
+from windpipe.services.ingest.biologic import current_ma, technique_of
 
 BioLogic = pytest.importorskip("galvani.BioLogic")
 

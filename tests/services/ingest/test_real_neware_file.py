@@ -16,8 +16,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from services.ingest import IngestError, detect_cycler, ingest_exports
 from tests.fixtures.cyclers import REAL_FILES, real_file
+from windpipe.services.ingest import IngestError, detect_cycler, ingest_exports
 
 NewareNDA = pytest.importorskip("NewareNDA")
 

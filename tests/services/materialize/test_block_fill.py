@@ -9,16 +9,16 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from services.contract.configs import LoaderConfig, ScalingSpec, WindowConfig
-from services.contract.errors import SegmentChanged, SegmentError, WindpipeError
-from services.contract.wire import INPUT_PAD
-from services.materialize import block_fill
-from services.materialize.block_fill import fill_block
-from services.materialize.blocks import BlockLayout, block_layouts
-from services.materialize.plan import PlanContext
-from services.storage.store import Storage
 from tests.fixtures.data import write_parquet_segment
 from tests.flight_server.helpers import Dataset, StreamSpec, write_dataset
+from windpipe.services.contract.configs import LoaderConfig, ScalingSpec, WindowConfig
+from windpipe.services.contract.errors import SegmentChanged, SegmentError, WindpipeError
+from windpipe.services.contract.wire import INPUT_PAD
+from windpipe.services.materialize import block_fill
+from windpipe.services.materialize.block_fill import fill_block
+from windpipe.services.materialize.blocks import BlockLayout, block_layouts
+from windpipe.services.materialize.plan import PlanContext
+from windpipe.services.storage.store import Storage
 
 SPECS = [
     StreamSpec("cycling", "c1", 1, (37, 50, 3)),

@@ -8,15 +8,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.contract.wire import batch_schema
-from services.materialize.blocks import block_key, block_layouts
-from services.materialize.builder import BatchBuilder
-from services.materialize.cache import ChunkCache
-from services.materialize.tier import Tier
-from services.planning.ranks import rank_batches
-from services.storage.store import Storage
 from tests.flight_server.helpers import Dataset, write_dataset
 from tests.flight_server.test_batches import CONFIGS, SPECS, _config
+from windpipe.services.contract.wire import batch_schema
+from windpipe.services.materialize.blocks import block_key, block_layouts
+from windpipe.services.materialize.builder import BatchBuilder
+from windpipe.services.materialize.cache import ChunkCache
+from windpipe.services.materialize.tier import Tier
+from windpipe.services.planning.ranks import rank_batches
+from windpipe.services.storage.store import Storage
 
 
 @pytest.fixture(scope="module")

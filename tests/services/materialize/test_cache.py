@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from services.contract.errors import ErrorType, SegmentError, WindpipeError
-from services.materialize.cache import ChunkCache, ChunkRequest
+from windpipe.services.contract.errors import ErrorType, SegmentError, WindpipeError
+from windpipe.services.materialize.cache import ChunkCache, ChunkRequest
 
 
 class Loads:

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
-from services.contract.configs import LoaderConfig, ScalingSpec
-from services.materialize.chunks import ChannelSpec, lay_out, load_chunk
-from services.storage.segments import inspect_segment
-from services.storage.store import Storage
 from tests.fixtures.data import write_parquet_segment
+from windpipe.services.contract.configs import LoaderConfig, ScalingSpec
+from windpipe.services.materialize.chunks import ChannelSpec, lay_out, load_chunk
+from windpipe.services.storage.segments import inspect_segment
+from windpipe.services.storage.store import Storage
 
 ROWS = 32
 

@@ -13,23 +13,23 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from services.contract.configs import LoaderConfig, ScalingSpec, WindowConfig
-from services.contract.identity import manifest_row_id
-from services.contract.wire import INPUT_PAD, batch_schema
-from services.materialize.blocks import block_layouts
-from services.materialize.builder import BatchBuilder, BlockUse, BuiltBatch
-from services.materialize.cache import ChunkCache
-from services.materialize.plan import PlanContext
-from services.materialize.tier import Tier
-from services.planning.ranks import rank_batches
-from services.planning.streams import Streams
-from services.storage.segments import inspect_segment
-from services.storage.store import Storage
 from tests.fixtures.data import write_parquet_segment, write_zarr_segment
 from tests.flight_server.helpers import COLUMNS, Dataset, StreamSpec, read_back
 from tests.flight_server.test_batches import CONFIGS
 from tests.reference.input_valid_ref import reference_input_valid, scaled_input
 from tests.reference.schedule_ref import ref_streams, reference_rank, schedule_batches
+from windpipe.services.contract.configs import LoaderConfig, ScalingSpec, WindowConfig
+from windpipe.services.contract.identity import manifest_row_id
+from windpipe.services.contract.wire import INPUT_PAD, batch_schema
+from windpipe.services.materialize.blocks import block_layouts
+from windpipe.services.materialize.builder import BatchBuilder, BlockUse, BuiltBatch
+from windpipe.services.materialize.cache import ChunkCache
+from windpipe.services.materialize.plan import PlanContext
+from windpipe.services.materialize.tier import Tier
+from windpipe.services.planning.ranks import rank_batches
+from windpipe.services.planning.streams import Streams
+from windpipe.services.storage.segments import inspect_segment
+from windpipe.services.storage.store import Storage
 
 SPECS = [
     StreamSpec("cycling", "c1", 1, (37, 50)),

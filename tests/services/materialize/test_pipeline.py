@@ -8,15 +8,15 @@ from pathlib import Path
 
 import numpy as np
 
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.contract.wire import batch_schema
-from services.materialize.builder import BatchBuilder
-from services.materialize.cache import ChunkCache
-from services.materialize.pipeline import BatchPipeline
-from services.materialize.plan import PlanContext
-from services.planning.ranks import rank_batches
-from services.storage.store import Storage
 from tests.flight_server.helpers import StreamSpec, write_dataset
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.contract.wire import batch_schema
+from windpipe.services.materialize.builder import BatchBuilder
+from windpipe.services.materialize.cache import ChunkCache
+from windpipe.services.materialize.pipeline import BatchPipeline
+from windpipe.services.materialize.plan import PlanContext
+from windpipe.services.planning.ranks import rank_batches
+from windpipe.services.storage.store import Storage
 
 SHUFFLE_BLOCK = 24 << 10
 

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from services.materialize.plan_tables import _strings, take_strings
+from windpipe.services.materialize.plan_tables import _strings, take_strings
 
 
 @pytest.mark.parametrize("values", [

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.contract.errors import ErrorType, WindpipeError
-from services.contract.wire import batch_schema
-from services.materialize.blocks import block_key, block_layouts
-from services.materialize.builder import BadSegmentPolicy, BatchBuilder
-from services.materialize.cache import ChunkCache
-from services.materialize.read_paths import BLOCK_USES
-from services.planning.ranks import rank_batches
-from services.planning.schedule import Schedule
-from services.storage.store import Storage
 from tests.flight_server.helpers import COLUMNS, StreamSpec, write_dataset
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.contract.errors import ErrorType, WindpipeError
+from windpipe.services.contract.wire import batch_schema
+from windpipe.services.materialize.blocks import block_key, block_layouts
+from windpipe.services.materialize.builder import BadSegmentPolicy, BatchBuilder
+from windpipe.services.materialize.cache import ChunkCache
+from windpipe.services.materialize.read_paths import BLOCK_USES
+from windpipe.services.planning.ranks import rank_batches
+from windpipe.services.planning.schedule import Schedule
+from windpipe.services.storage.store import Storage
 
 SPECS = [StreamSpec("cycling", f"c{c}", k, (64, 48)) for c in range(3) for k in range(2)]
 CONFIG = LoaderConfig(

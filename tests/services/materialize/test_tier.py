@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.contract.errors import ErrorType, WindpipeError
-from services.materialize.tier import Tier, TierInfo
+from windpipe.services.contract.errors import ErrorType, WindpipeError
+from windpipe.services.materialize.tier import Tier, TierInfo
 
 KEY = "ab" * 16
 

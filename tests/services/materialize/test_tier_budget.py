@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from flight_server.config import FlightServerConfig
-from services.materialize import tier as tier_module
-from services.materialize.tier import (
+from windpipe.flight_server.config import FlightServerConfig
+from windpipe.services.materialize import tier as tier_module
+from windpipe.services.materialize.tier import (
     AUTO_TIER_CAP,
     AUTO_TIER_FLOOR,
     Tier,
@@ -18,7 +18,7 @@ from services.materialize.tier import (
     mapping_charge,
     tier_budget,
 )
-from services.settings import Settings
+from windpipe.services.settings import Settings
 
 
 def _free(free: int) -> object:

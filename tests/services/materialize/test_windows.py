@@ -1,4 +1,5 @@
-"""The window path (services/materialize/windows.py): full-window batches built with one copy
+"""The window path (windpipe/services/materialize/windows.py): full-window batches built with one
+copy
 are byte for byte the general builder's, and write no byte twice."""
 
 from __future__ import annotations
@@ -11,20 +12,20 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.contract.wire import batch_schema
-from services.materialize import windows as windows_module
-from services.materialize.blocks import block_layouts
-from services.materialize.builder import BLOCK_BATCHES, BatchBuilder, BuiltBatch
-from services.materialize.cache import ChunkCache
-from services.materialize.pipeline import BatchPipeline
-from services.materialize.plan import PlanContext
-from services.materialize.tier import Tier
-from services.materialize.windows import WindowPass
-from services.planning.ranks import rank_batches
-from services.storage.store import Storage
 from tests.flight_server.helpers import Dataset, StreamSpec, write_dataset
 from tests.flight_server.test_batches import CONFIGS, SPECS, _config
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.contract.wire import batch_schema
+from windpipe.services.materialize import windows as windows_module
+from windpipe.services.materialize.blocks import block_layouts
+from windpipe.services.materialize.builder import BLOCK_BATCHES, BatchBuilder, BuiltBatch
+from windpipe.services.materialize.cache import ChunkCache
+from windpipe.services.materialize.pipeline import BatchPipeline
+from windpipe.services.materialize.plan import PlanContext
+from windpipe.services.materialize.tier import Tier
+from windpipe.services.materialize.windows import WindowPass
+from windpipe.services.planning.ranks import rank_batches
+from windpipe.services.storage.store import Storage
 
 
 @pytest.fixture(scope="module")

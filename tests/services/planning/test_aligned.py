@@ -8,15 +8,20 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.contract.errors import WindpipeError
-from services.planning.aligned import aligned_rank_batches, aligned_schedule
-from services.planning.artifact import PieceLayout, PieceRecord, PlanArtifact, make_artifact
-from services.planning.ranks import rank_batches
-from services.planning.strategies import epoch_schedule
-from services.planning.streams import Streams
 from tests.reference.aligned_ref import AlignedBatch, reference_aligned_rank
 from tests.reference.schedule_ref import ref_streams
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.contract.errors import WindpipeError
+from windpipe.services.planning.aligned import aligned_rank_batches, aligned_schedule
+from windpipe.services.planning.artifact import (
+    PieceLayout,
+    PieceRecord,
+    PlanArtifact,
+    make_artifact,
+)
+from windpipe.services.planning.ranks import rank_batches
+from windpipe.services.planning.strategies import epoch_schedule
+from windpipe.services.planning.streams import Streams
 
 # (cell, cidx, protocol, rows): hppc and eis for only some cycles, one key with eis only,
 # one cycling stream too short for any window

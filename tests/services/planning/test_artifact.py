@@ -9,19 +9,19 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from services.contract.configs import LoaderConfig, PlanSpec, WindowConfig
-from services.contract.errors import ErrorType, WindpipeError
-from services.planning.artifact import (
+from windpipe.services.contract.configs import LoaderConfig, PlanSpec, WindowConfig
+from windpipe.services.contract.errors import ErrorType, WindpipeError
+from windpipe.services.planning.artifact import (
     META_PLAN,
     PieceLayout,
     PieceRecord,
     PlanArtifact,
     make_artifact,
 )
-from services.planning.report import plan_report
-from services.planning.schedule import SCHEDULE_ARRAYS, Schedule
-from services.planning.strategies import epoch_schedule
-from services.planning.streams import Streams
+from windpipe.services.planning.report import plan_report
+from windpipe.services.planning.schedule import SCHEDULE_ARRAYS, Schedule
+from windpipe.services.planning.strategies import epoch_schedule
+from windpipe.services.planning.streams import Streams
 
 _IO: dict[str, Any] = {"inputs": {"cycling": ("v", "i"), "hppc": ("v",)},
                        "targets": {"cycling": ("v",), "hppc": ("v",)}}

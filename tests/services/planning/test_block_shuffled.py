@@ -13,17 +13,22 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.contract.configs import LoaderConfig, PlanSpec, WindowConfig
-from services.contract.errors import ErrorType, WindpipeError
-from services.contract.identity import hash64, rng_for
-from services.planning.artifact import PieceLayout, PieceRecord, PlanArtifact, make_artifact
-from services.planning.ranks import rank_batches
-from services.planning.report import plan_report
-from services.planning.strategies import epoch_schedule
-from services.planning.streams import Streams
-from services.planning.working_set import ChunkTable, protocol_row_bytes
 from tests.reference.schedule_ref import RefBatch, schedule_batches
 from tests.services.planning.test_schedule import make_streams
+from windpipe.services.contract.configs import LoaderConfig, PlanSpec, WindowConfig
+from windpipe.services.contract.errors import ErrorType, WindpipeError
+from windpipe.services.contract.identity import hash64, rng_for
+from windpipe.services.planning.artifact import (
+    PieceLayout,
+    PieceRecord,
+    PlanArtifact,
+    make_artifact,
+)
+from windpipe.services.planning.ranks import rank_batches
+from windpipe.services.planning.report import plan_report
+from windpipe.services.planning.strategies import epoch_schedule
+from windpipe.services.planning.streams import Streams
+from windpipe.services.planning.working_set import ChunkTable, protocol_row_bytes
 
 PROTOCOLS = ("cycling", "eis", "hppc")
 ROW_BYTES = 8  # one input and one target column ("v"), float32 each

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.planning.ranks import (
+from windpipe.services.planning.ranks import (
     min_rank_batches,
     rank_batch_counts,
     rank_batches,
     trimmed_batches,
 )
-from services.planning.schedule import DropCounts, Schedule, empty_schedule
+from windpipe.services.planning.schedule import DropCounts, Schedule, empty_schedule
 
 
 def _schedule(unit_sizes: list[int]) -> Schedule:

@@ -6,16 +6,16 @@ import json
 
 import numpy as np
 
-from services.contract.configs import LoaderConfig, ScalingSpec, WindowConfig
-from services.planning.report import PADDING_WARNING_SHARE, plan_report
-from services.planning.strategies import epoch_schedule
-from services.planning.streams import Streams
 from tests.reference.schedule_ref import (
     RefBatch,
     RefStream,
     reference_schedule,
     reference_values,
 )
+from windpipe.services.contract.configs import LoaderConfig, ScalingSpec, WindowConfig
+from windpipe.services.planning.report import PADDING_WARNING_SHARE, plan_report
+from windpipe.services.planning.strategies import epoch_schedule
+from windpipe.services.planning.streams import Streams
 
 
 def streams_of(ns: list[int], protos: list[str]) -> Streams:

@@ -9,19 +9,19 @@ import numpy as np
 import polars as pl
 import pytest
 
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.contract.errors import WindpipeError
-from services.planning.ranks import rank_batch_counts, rank_batches, trimmed_batches
-from services.planning.rules import OrderRules, WindowTable
-from services.planning.strategies import epoch_schedule
-from services.planning.strategies.shuffled import epoch_phases
-from services.planning.streams import Streams, build_streams
 from tests.reference.schedule_ref import (
     ref_streams,
     reference_rank,
     reference_schedule,
     schedule_batches,
 )
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.contract.errors import WindpipeError
+from windpipe.services.planning.ranks import rank_batch_counts, rank_batches, trimmed_batches
+from windpipe.services.planning.rules import OrderRules, WindowTable
+from windpipe.services.planning.strategies import epoch_schedule
+from windpipe.services.planning.strategies.shuffled import epoch_phases
+from windpipe.services.planning.streams import Streams, build_streams
 
 B, T = 3, 4
 EDGE_NS = [0, 1, 2, T, B * T, B * T + 1, 5, 25, 40, 3]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.planning.segment_refs import lane_segment_refs
-from services.planning.strategies import epoch_schedule
-from services.planning.streams import Streams
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.planning.segment_refs import lane_segment_refs
+from windpipe.services.planning.strategies import epoch_schedule
+from windpipe.services.planning.streams import Streams
 
 
 def random_streams(rng: np.random.Generator, n_streams: int) -> Streams:

@@ -1,4 +1,5 @@
-"""The chunk bytes a batch pins (``services.planning.working_set``) against a plain loop over
+"""The chunk bytes a batch pins (``windpipe.services.planning.working_set``) against a plain loop
+over
 lanes, pieces and chunks, on every strategy, with uneven and empty chunks."""
 
 from __future__ import annotations
@@ -8,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.contract.configs import LoaderConfig, WindowConfig
-from services.planning.artifact import PieceLayout, PieceRecord
-from services.planning.strategies import epoch_schedule
-from services.planning.streams import Streams
-from services.planning.working_set import ChunkTable, batch_chunk_bytes, protocol_row_bytes
+from windpipe.services.contract.configs import LoaderConfig, WindowConfig
+from windpipe.services.planning.artifact import PieceLayout, PieceRecord
+from windpipe.services.planning.strategies import epoch_schedule
+from windpipe.services.planning.streams import Streams
+from windpipe.services.planning.working_set import ChunkTable, batch_chunk_bytes, protocol_row_bytes
 
 _IO: dict[str, Any] = {"inputs": {"cycling": ("v", "i"), "hppc": ("v",)},
                        "targets": {"cycling": ("v",), "hppc": ("v", "x")}}

@@ -1,5 +1,5 @@
 """Files of a local root read below directories opened once, never through a link
-(``services.storage.beneath``): what it reads is the file's bytes, size and token; a path
+(``windpipe.services.storage.beneath``): what it reads is the file's bytes, size and token; a path
 with a link in it is left undecided (the caller's checked path decides it)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from services.storage.beneath import Beneath
-from services.storage.store import Storage
+from windpipe.services.storage.beneath import Beneath
+from windpipe.services.storage.store import Storage
 
 
 @pytest.fixture

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from bench.latency_proxy import LatencyProxy
-from services.contract.wire import batch_schema
-from services.materialize.builder import BatchBuilder
-from services.materialize.cache import ChunkCache
-from services.planning.ranks import rank_batches
-from services.storage.readahead import ReadAhead
-from services.storage.store import Storage, StorageOptions
 from tests.flight_server.helpers import Dataset, write_dataset
 from tests.flight_server.test_batches import SPECS, _config
+from windpipe.services.contract.wire import batch_schema
+from windpipe.services.materialize.builder import BatchBuilder
+from windpipe.services.materialize.cache import ChunkCache
+from windpipe.services.planning.ranks import rank_batches
+from windpipe.services.storage.readahead import ReadAhead
+from windpipe.services.storage.store import Storage, StorageOptions
 
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(180)]
 

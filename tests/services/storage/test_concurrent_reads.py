@@ -1,4 +1,4 @@
-"""Concurrent, coalesced, bounded object-store reads (services/storage/concurrent.py,
+"""Concurrent, coalesced, bounded object-store reads (windpipe/services/storage/concurrent.py,
 coalesce.py, pacing.py, readahead.py) against moto's S3 server behind the benchmark's
 latency proxy (bench/latency_proxy.py): latency overlaps, ranges merge, the byte bound
 holds, failures are the typed storage errors, and nothing waits forever."""
@@ -16,13 +16,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from services.contract.errors import ErrorType, SegmentChanged, SegmentError, WindpipeError
-from services.storage.coalesce import Span, coalesce, split
-from services.storage.pacing import Pacing
-from services.storage.readahead import AheadRead, ReadAhead
-from services.storage.segments import inspect_segment, read_ahead, read_chunk
-from services.storage.store import Storage, StorageOptions
 from tests.fixtures.proxy import CountingProxy
+from windpipe.services.contract.errors import ErrorType, SegmentChanged, SegmentError, WindpipeError
+from windpipe.services.storage.coalesce import Span, coalesce, split
+from windpipe.services.storage.pacing import Pacing
+from windpipe.services.storage.readahead import AheadRead, ReadAhead
+from windpipe.services.storage.segments import inspect_segment, read_ahead, read_chunk
+from windpipe.services.storage.store import Storage, StorageOptions
 
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(120)]
 

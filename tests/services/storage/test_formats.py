@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.contract.errors import SegmentError
-from services.storage.formats import DEFAULT_FORMAT, FORMATS, format_named
-from services.storage.segments import (
+from tests.fixtures.data import write_parquet_segment, write_zarr_segment
+from windpipe.services.contract.errors import SegmentError
+from windpipe.services.storage.formats import DEFAULT_FORMAT, FORMATS, format_named
+from windpipe.services.storage.segments import (
     SegmentInfo,
     inspect_segment,
     read_chunk,
@@ -18,8 +19,7 @@ from services.storage.segments import (
     segment_format,
     verify_segment,
 )
-from services.storage.store import Storage
-from tests.fixtures.data import write_parquet_segment, write_zarr_segment
+from windpipe.services.storage.store import Storage
 
 
 def test_the_table_names_each_format_once() -> None:

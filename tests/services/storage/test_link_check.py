@@ -1,5 +1,5 @@
 """The link check of a local root remembers the directories it proved link-free
-(services.storage.local_io.LinkCheck): a path in one costs two system calls, and a link
+(windpipe.services.storage.local_io.LinkCheck): a path in one costs two system calls, and a link
 planted after the check is still refused, wherever it is planted."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from services.storage import local_io
-from services.storage.local_io import LinkCheck, has_link
-from services.storage.store import PathEscapeError, Storage
+from windpipe.services.storage import local_io
+from windpipe.services.storage.local_io import LinkCheck, has_link
+from windpipe.services.storage.store import PathEscapeError, Storage
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Packs (services/storage/packs.py): a block filled from a version's pack equals the rows
+"""Packs (windpipe/services/storage/packs.py): a block filled from a version's pack equals the rows
 read straight from the files; a segment changed since registration, a column the pack
 lacks, a pack that is missing or broken: the files are read, with their checks; a pack is
 renamed into place whole or not at all."""
@@ -14,18 +14,18 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from services.contract.errors import SegmentChanged
-from services.materialize import block_fill
-from services.materialize.blocks import block_layouts
-from services.materialize.plan import PlanContext
-from services.storage.formats.base import float64_columns
-from services.storage.formats.parquet import PARQUET
-from services.storage.packs import PackStore, PackWriter, VersionPack
-from services.storage.segments import SMALL_FILE_BYTES
-from services.storage.store import Storage
 from tests.fixtures.data import write_parquet_segment
 from tests.flight_server.helpers import Dataset, write_dataset
 from tests.services.materialize.test_block_fill import SPECS, _expected, _fill, _plan
+from windpipe.services.contract.errors import SegmentChanged
+from windpipe.services.materialize import block_fill
+from windpipe.services.materialize.blocks import block_layouts
+from windpipe.services.materialize.plan import PlanContext
+from windpipe.services.storage.formats.base import float64_columns
+from windpipe.services.storage.formats.parquet import PARQUET
+from windpipe.services.storage.packs import PackStore, PackWriter, VersionPack
+from windpipe.services.storage.segments import SMALL_FILE_BYTES
+from windpipe.services.storage.store import Storage
 
 VERSION = "v-" + "ab" * 16
 

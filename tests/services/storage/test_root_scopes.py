@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from services.contract.errors import ErrorType, WindpipeError
-from services.storage.roots import RootScopes
+from windpipe.services.contract.errors import ErrorType, WindpipeError
+from windpipe.services.storage.roots import RootScopes
 
 
 def test_a_root_in_or_around_a_bound_one_takes_only_its_names(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""The operator's allow-list of storage roots (``services.storage.roots``) and S3 credentials."""
+"""The operator's allow-list of storage roots (``windpipe.services.storage.roots``) and S3
+credentials."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from services.contract.errors import ErrorType, WindpipeError
-from services.storage.roots import AllowedRoots
-from services.storage.store import Storage, StorageOptions, open_root
+from windpipe.services.contract.errors import ErrorType, WindpipeError
+from windpipe.services.storage.roots import AllowedRoots
+from windpipe.services.storage.store import Storage, StorageOptions, open_root
 
 
 def test_local_and_s3_entries(tmp_path: Path) -> None:

@@ -15,17 +15,17 @@ import zarr
 import zarr.codecs
 import zarr.storage
 
-from services.contract.errors import ErrorType, SegmentChanged, SegmentError, WindpipeError
-from services.storage.segments import (
+from tests.fixtures.data import write_parquet_segment, write_zarr_segment
+from windpipe.services.contract.errors import ErrorType, SegmentChanged, SegmentError, WindpipeError
+from windpipe.services.storage.segments import (
     inspect_segment,
     read_chunk,
     read_chunks,
     read_rows,
     verify_segment,
 )
-from services.storage.store import Storage
-from services.storage.zarr_chunks import column_plan
-from tests.fixtures.data import write_parquet_segment, write_zarr_segment
+from windpipe.services.storage.store import Storage
+from windpipe.services.storage.zarr_chunks import column_plan
 
 N = 1000
 

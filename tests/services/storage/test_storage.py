@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 import zarr
 
-from services.storage.store import PathEscapeError, Storage
 from tests.fixtures.data import write_parquet_segment, write_zarr_segment
+from windpipe.services.storage.store import PathEscapeError, Storage
 
 
 @pytest.fixture

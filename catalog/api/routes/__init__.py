@@ -1,1 +1,0 @@
-"""One router per resource; routes only translate HTTP to ``catalog.service`` calls."""
