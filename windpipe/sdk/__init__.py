@@ -13,9 +13,9 @@ for batch in plan.loader(device="auto"):
 
 See ``docs/sdk.md``. Errors are the tree in ``windpipe.sdk._exceptions``.
 ``import windpipe.sdk`` needs no torch: registering, splitting, planning and reports work
-without it, and what needs it (batches, ``plan.loader``, ``WindpipeIterableDataset``) imports it on first use
-(``windpipe.sdk._torch_import``; without torch it raises a ``ModuleNotFoundError`` saying what to
-install).
+without it, and what needs it (batches, ``plan.loader``, ``WindpipeIterableDataset``)
+imports it on first use (``windpipe.sdk._torch_import``; without torch it raises a
+``ModuleNotFoundError`` saying what to install).
 """
 
 from typing import TYPE_CHECKING, Any
