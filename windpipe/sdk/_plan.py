@@ -20,6 +20,7 @@ from windpipe.sdk._html import html_table, human_count, text_table
 from windpipe.sdk._loader import DeviceLoader
 from windpipe.sdk._models import PlanReport
 from windpipe.sdk._plots import plot_plan
+from windpipe.sdk._tf import WindpipeTFDataset
 from windpipe.sdk._torch_import import require_torch, torch_support
 from windpipe.sdk._train_val import PassLengthMixin
 from windpipe.services.contract.configs import LoaderConfig
@@ -53,6 +54,7 @@ _SOURCE = tuple(SourceOptions.model_fields)
 _READS: dict[str, tuple[str, ...]] = {
     "plan.batches": _SOURCE,
     "plan.torch_dataset": _SOURCE,
+    "plan.tf_dataset": _SOURCE,
     "plan.loader": (*_SOURCE, *DeviceOptions.model_fields, "prefetch_factor", "num_workers"),
     "plan.dataloader": (*_SOURCE, "pin_memory", *WorkerOptions.model_fields),
 }
@@ -235,6 +237,22 @@ class Plan(PassLengthMixin, FromAnswer):
             length=self.pass_length,
         )
         return dataset
+
+    def tf_dataset(
+        self, epoch: int = 0, *, rank: int | None = None, world_size: int | None = None,
+        progress: bool | None = None, **options: Unpack[OptionKeywords],
+    ) -> WindpipeTFDataset:
+        """One rank's passes as a ``tf.data.Dataset`` (``.dataset()``), the batches of
+        :meth:`batches` as TensorFlow tensors (see ``windpipe.sdk._tf``; ``windpipe.tf``).
+
+        ``options``: ``transport``, ``data_access`` and ``input_valid``, as in
+        :meth:`batches`; the plan is warmed here. Needs TensorFlow, not torch.
+        """
+        source = self._options("plan.tf_dataset", options).source
+        return WindpipeTFDataset(
+            self._open(source, epoch=epoch, progress=progress), plan_id=self.id,
+            config=self.config, epoch=epoch, rank=rank, world_size=world_size,
+            input_valid=source.input_valid, length=self.pass_length)
 
     def dataloader(
         self, epoch: int = 0, *, rank: int | None = None, world_size: int | None = None,
