@@ -6,7 +6,8 @@ docker-compose uses); ``migrate`` upgrades a database; ``token create|list|revok
 manages API tokens in the catalog database; ``synth`` writes demo data; ``upload``
 copies a dataset folder into the object store; ``ingest`` turns
 cycler exports into segments and a manifest;
-``demo`` runs the whole path end to end; ``bench`` runs the benchmarks.
+``demo`` runs the whole path end to end; ``ui`` serves the catalog's web pages over an
+embedded catalog; ``bench`` runs the benchmarks.
 
 The CLI is the top layer (``docs/architecture.md``): it may import every package.
 This module builds the parser and dispatches; each command lives in
@@ -27,6 +28,7 @@ from windpipe.commands.common import CliError, add_server_flags, settings_from
 from windpipe.commands.data import CyclerChoices, demo, ingest, synth, upload
 from windpipe.commands.serve import migrate, serve
 from windpipe.commands.token import duration, token
+from windpipe.commands.ui import ui
 from windpipe.services.runtime import prefer_small_pages
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -122,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "skip it and ingest the rest, listing each skipped file and why "
                              "(default %(default)s)")
 
+    pages = sub.add_parser("ui", help="the catalog's read-only web pages over an embedded "
+                                      "catalog, on 127.0.0.1 (docs/ui.md)")
+    pages.add_argument("directory", type=Path, help="the catalog's data_dir (holding "
+                                                     "catalog.db)")
+    pages.add_argument("--port", type=int, default=8765,
+                       help="port on 127.0.0.1 (default %(default)s; 0: any free port)")
+
     demo = sub.add_parser("demo", help="synthesize, serve, register, split, plan and stream")
     demo.add_argument("--data-dir", type=Path, help="where to put state (default: a temp dir)")
     demo.add_argument("--rows-per-cycle", type=int, default=20000,
@@ -146,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return bench(given[1:])
     args = build_parser().parse_args(given)
     handlers = {"serve": serve, "migrate": migrate, "token": token, "synth": synth,
-                "upload": upload, "ingest": ingest, "demo": demo}
+                "upload": upload, "ingest": ingest, "demo": demo, "ui": ui}
     try:
         return handlers[args.command](args)
     except CliError as exc:

@@ -39,6 +39,7 @@ from windpipe.catalog.api.schemas import RegisterVersionIn
 from windpipe.catalog.api.storage_pool import StoragePool
 from windpipe.catalog.context import CatalogContext
 from windpipe.catalog.jobs import Jobs
+from windpipe.catalog.ui import mount_ui
 from windpipe.migrations import upgrade_engine
 from windpipe.services.contract.stats import StatsRequest
 from windpipe.services.database import create_engine
@@ -125,4 +126,5 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     for module in (health, datasets, jobs, versions, splits, plans, flight, access):
         app.include_router(module.v1, prefix="/v1", dependencies=secured)
     document_json_bodies(app, RegisterVersionIn, StatsRequest)  # read by their routes
+    mount_ui(app)  # the read-only pages under /ui (docs/ui.md)
     return app

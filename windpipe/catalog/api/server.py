@@ -21,6 +21,7 @@ from windpipe.services.database import create_engine
 from windpipe.services.exposure import check_exposure
 from windpipe.services.runtime import warm_imports
 from windpipe.services.settings import Settings
+from windpipe.services.storage.store import StorageOptions
 
 __all__ = ["CatalogServer", "start_catalog_server"]
 
@@ -92,15 +93,17 @@ def _tokens_in(settings: Settings) -> bool:
 
 
 def start_catalog_server(
-    settings: Settings, *, port: int | None = None, startup_timeout_s: float = 30.0
+    settings: Settings, *, port: int | None = None, startup_timeout_s: float = 30.0,
+    storage: StorageOptions | None = None,
 ) -> CatalogServer:
     """Start the catalog on ``settings.host`` and ``port`` (default ``settings.port``);
-    an exposed, unprotected catalog is refused (``windpipe.services.exposure``)."""
+    an exposed, unprotected catalog is refused (``windpipe.services.exposure``). ``storage``: as
+    for :func:`windpipe.catalog.api.app.create_app` (``windpipe ui`` reads any registered root)."""
     check_exposure(settings, service="catalog", host=settings.host,
                    tokens_configured=lambda: _tokens_in(settings), signs_tickets=False)
     warm_imports()
     config = uvicorn.Config(
-        create_app(settings), host=settings.host,
+        create_app(settings, storage=storage), host=settings.host,
         port=settings.port if port is None else port,
         log_level=settings.log_level.lower(), lifespan="on", access_log=False,
         log_config=None,  # uvicorn logs through services.logging's one format
