@@ -1,98 +1,209 @@
-"""A plan's batches as numpy arrays, without torch: what frameworks beside torch are fed.
+"""A plan's batches as numpy arrays: the framework-neutral form every non-torch feed reads.
 
-The torch path wraps a pass's records (a streamed Arrow record batch, or a batch built in
-this process) in :class:`~sdk.Batch` tensors (``windpipe.sdk._sources.to_batch``). This module
-reads the very same records into numpy views instead, so TensorFlow (``windpipe.sdk._tf``) gets
-the same values byte for byte, and a process that never installed torch can train:
+A :class:`~sdk._sources.BatchSource` yields records: a streamed Arrow record batch, or a
+batch built in this process (:class:`~services.materialize.builder.BuiltBatch`, the
+same-host path). :func:`array_batches` turns one rank's pass of them into
+:class:`ArrayBatch` es (an aligned plan's parts put together as :class:`AlignedArrays`),
+exactly as ``windpipe.sdk._sources.to_batch`` and ``windpipe.sdk._aligned.group_parts`` make torch
+batches, but with numpy only: nothing here imports torch, so a JAX (or any other) feed
+runs where torch is not installed.
 
-* a plain plan's batch is one :data:`ArrayBatch`: ``inputs`` float32 ``(B, T, C_in)``,
-  ``targets`` float32 ``(B, T, C_out)`` (the rows one ahead), ``mask`` bool ``(B, T)``,
-  ``target_valid`` bool ``(B, T)`` (the mask AND every target finite: the mask of a
-  loss), ``has_channel`` bool ``(B, C)``, ``batch_idx`` int64 (the rank-local index;
-  resume after it with ``batch_idx + 1``) and, when the pass was asked for it,
-  ``input_valid`` bool ``(B, T, C_in)``: ``Batch``'s fields of the same names;
-* an aligned plan's batch (SEMANTICS 9) has the same names, each a dict by protocol
-  (in the plan's protocol order), plus ``has_data`` bool ``(B,)`` per protocol:
-  ``AlignedBatch``'s dict views.
-
-The arrays are views of the record (no copy); treat them as read-only.
+No copy is made: the arrays are views on the record batch's buffers, or the arrays the
+builder made. A builder writes full-window batches into the :class:`BatchMemory` it is
+given; :class:`AlignedMemory` gives it mask and ``has_channel`` arrays whose data starts
+on a 64-byte boundary, which is what XLA needs to use host memory in place (a CPU
+``jax.Array`` over the numpy buffer, no copy; ``windpipe.sdk._jax``). XLA takes no strided views, so
+:meth:`ArrayBatch.dense` copies ``inputs`` and ``targets`` (views of one window block)
+once into aligned arrays of their own, and computes ``target_valid`` into another: on
+the host, in the feed's read-ahead thread, not as device calls compiled per shape (a
+shuffled plan's batches come in several shapes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from windpipe.sdk._batch_state import list_values
+from windpipe.sdk._batch_state import BatchState, batch_state, list_values
 from windpipe.sdk._exceptions import InternalError
 from windpipe.services.contract.wire import INPUT_VALID_COLUMN, BatchMetadata
 from windpipe.services.materialize.builder import BuiltBatch
 
-__all__ = ["ArrayBatch", "array_batch", "array_batches"]
+__all__ = ["ALIGNMENT", "AlignedArrays", "AlignedMemory", "ArrayBatch", "aligned_empty",
+           "array_batch", "array_batches", "batch_fields"]
 
-# one batch: field name -> array (a plain plan), or -> {protocol: array} (an aligned plan)
-ArrayBatch = dict[str, Any]
+ALIGNMENT = 64  # bytes: XLA's CPU client aliases host memory only from such an address
 
 
-def _values(column: pa.Array, shape: tuple[int, ...], dtype: type, what: str) -> np.ndarray:
+def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A new uninitialized array whose data starts on an :data:`ALIGNMENT` boundary."""
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    raw = np.empty(n + ALIGNMENT, dtype=np.uint8)
+    start = (-raw.ctypes.data) % ALIGNMENT
+    return raw[start:start + n].view(dt).reshape(shape)
+
+
+class AlignedMemory:
+    """A :class:`~services.materialize.batch_memory.BatchMemory` whose mask and
+    ``has_channel`` arrays are fresh and 64-byte aligned, so that a device runtime takes
+    them without a copy; each batch's own (no two batches share memory, docs/types.md).
+
+    The window block is gathered as the builder does by default (a fancy index: numpy's
+    memory, not aligned): ``inputs`` and ``targets`` are views of it, which
+    :meth:`ArrayBatch.dense` copies out anyway. (``np.take(..., out=)`` would write it
+    aligned, but it first copies its input whole when that is not contiguous, and a
+    block's window views overlap: gigabytes per batch.)"""
+
+    def gather(self, windows: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``windows[rows]``: one contiguous copy per window."""
+        out: np.ndarray = windows[rows]
+        return out
+
+    def empty(self, shape: tuple[int, ...], dtype: type[np.generic]) -> np.ndarray:
+        """A new aligned array of ``shape`` and ``dtype``."""
+        return aligned_empty(shape, dtype)
+
+
+@dataclass(eq=False, slots=True)
+class ArrayBatch:
+    """One batch as numpy arrays (the fields and shapes of :class:`~sdk.Batch`).
+
+    ``windows`` float32 ``(B, T + 1, C_in + C_out)`` is the window block ``inputs`` and
+    ``targets`` are views of (None when they arrived as two arrays); ``mask`` bool
+    ``(B, T)``; ``has_channel`` bool ``(B, C)`` over ``channels``; ``input_valid`` bool
+    ``(B, T, C_in)`` or None. ``state`` (provenance) is decoded when first read. The
+    arrays share memory with what they were read into: treat them as read-only.
+    """
+
+    inputs: np.ndarray
+    targets: np.ndarray
+    mask: np.ndarray
+    has_channel: np.ndarray
+    channels: tuple[str, ...]
+    batch_idx: int
+    windows: np.ndarray | None = None
+    input_valid: np.ndarray | None = None
+    _state_factory: Callable[[], BatchState] | None = field(default=None, repr=False)
+    _state: BatchState | None = field(default=None, repr=False)
+
+    @property
+    def state(self) -> BatchState:
+        """Provenance of the batch (host memory)."""
+        if self._state is None:
+            assert self._state_factory is not None
+            self._state = self._state_factory()
+            self._state_factory = None
+        return self._state
+
+    @property
+    def target_valid(self) -> np.ndarray:
+        """bool ``(B, T)``: the mask AND every target channel finite (a loss's mask)."""
+        return self.mask & np.isfinite(self.targets).all(axis=-1)
+
+    @property
+    def c_in(self) -> int:
+        """Input channels (``C_in``)."""
+        return int(self.inputs.shape[2])
+
+    def dense(self) -> dict[str, np.ndarray]:
+        """``inputs``, ``targets``, ``mask``, ``target_valid``, ``has_channel`` (and
+        ``input_valid`` when present) as C-contiguous arrays, what a runtime that takes no
+        strided views (XLA) is given: ``inputs`` and ``targets``, views of the window
+        block, copied once into new 64-byte-aligned arrays, ``target_valid`` computed
+        into one; the others as they are (no copy)."""
+        inputs, targets = _dense(self.inputs), _dense(self.targets)
+        valid = aligned_empty(self.mask.shape, np.bool_)
+        np.logical_and(self.mask, np.isfinite(targets).all(axis=-1), out=valid)
+        out = {"inputs": inputs, "targets": targets, "mask": self.mask,
+               "target_valid": valid, "has_channel": self.has_channel}
+        if self.input_valid is not None:
+            out["input_valid"] = self.input_valid
+        return out
+
+
+def _dense(array: np.ndarray) -> np.ndarray:
+    """``array`` when C-contiguous, else a copy of it in new aligned memory."""
+    if array.flags.c_contiguous:
+        return array
+    out = aligned_empty(array.shape, array.dtype)
+    np.copyto(out, array)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class AlignedArrays:
+    """An aligned plan's batch (SEMANTICS section 9) as numpy: one :class:`ArrayBatch` per
+    protocol, and ``has_data[p]`` bool ``(B,)``, False where a key has no window of ``p``."""
+
+    parts: dict[str, ArrayBatch]
+    has_data: dict[str, np.ndarray]
+    batch_idx: int
+
+
+def _values(column: pa.Array, shape: tuple[int, ...], what: str) -> np.ndarray:
     values = list_values(column)
-    expected = int(np.prod(shape))
+    expected = int(np.prod(shape, dtype=np.int64))
     if len(values) != expected:
         msg = f"{what}: the record batch holds {len(values)} values, its metadata says {shape}"
         raise ValueError(msg)
     if expected == 0:
-        return np.empty(shape, dtype=dtype)
-    array: np.ndarray = values.to_numpy(zero_copy_only=True)
-    return array.view(dtype).reshape(shape)
+        return np.empty(shape, dtype=np.uint8 if pa.types.is_uint8(values.type) else
+                        np.float32)
+    return values.to_numpy(zero_copy_only=True).reshape(shape)
 
 
-def _windows(windows: np.ndarray, c_in: int) -> tuple[np.ndarray, np.ndarray]:
-    """``inputs`` and ``targets``, the views of a window block (docs/types.md)."""
-    return windows[:, :-1, :c_in], windows[:, 1:, c_in:]
+def _from_arrow(batch: pa.RecordBatch, meta: BatchMetadata) -> ArrayBatch:
+    lanes, t, c_in = batch.num_rows, meta.seq_len, meta.c_in
+    windows = None
+    if batch.schema.names[0] == "windows":  # wire v2: inputs and targets views of one body
+        windows = _values(batch.column(0), (lanes, t + 1, c_in + meta.c_out), "windows")
+        inputs, targets = windows[:, :-1, :c_in], windows[:, 1:, c_in:]
+    else:
+        inputs = _values(batch.column("inputs"), (lanes, t, c_in), "inputs")
+        targets = _values(batch.column("targets"), (lanes, t, meta.c_out), "targets")
+    valid = None
+    if INPUT_VALID_COLUMN in batch.schema.names:
+        valid = _values(batch.column(INPUT_VALID_COLUMN), (lanes, t, c_in),
+                        INPUT_VALID_COLUMN).view(np.bool_)
+    return ArrayBatch(
+        inputs=inputs, targets=targets,
+        mask=_values(batch.column("mask"), (lanes, t), "mask").view(np.bool_),
+        has_channel=_values(batch.column("has_channel"), (lanes, len(meta.channels)),
+                            "has_channel").view(np.bool_),
+        channels=meta.channels, batch_idx=meta.batch_idx, windows=windows, input_valid=valid,
+        _state_factory=functools.partial(batch_state, batch, meta),
+    )
+
+
+def _state_of(provenance: Callable[[], pa.RecordBatch], meta: BatchMetadata) -> BatchState:
+    return batch_state(provenance(), meta)
 
 
 def array_batch(record: pa.RecordBatch | BuiltBatch, meta: BatchMetadata) -> ArrayBatch:
-    """One record of a pass (a streamed record batch or a batch built in this process) as
-    an :data:`ArrayBatch`: the values :func:`windpipe.sdk._sources.to_batch` wraps as tensors."""
-    t, c_in = meta.seq_len, meta.c_in
-    if isinstance(record, BuiltBatch):
-        inputs, targets = _windows(record.windows, c_in)
-        mask = record.mask.view(np.bool_)
-        has = record.has_channel.view(np.bool_)
-        valid = None if record.input_valid is None else record.input_valid.view(np.bool_)
-    else:
-        lanes = record.num_rows
-        if record.schema.names[0] == "windows":  # wire v2: one block, inputs/targets views
-            block = _values(record.column(0), (lanes, t + 1, c_in + meta.c_out), np.float32,
-                            "windows")
-            inputs, targets = _windows(block, c_in)
-        else:
-            inputs = _values(record.column("inputs"), (lanes, t, c_in), np.float32, "inputs")
-            targets = _values(record.column("targets"), (lanes, t, meta.c_out), np.float32,
-                              "targets")
-        mask = _values(record.column("mask"), (lanes, t), np.bool_, "mask")
-        has = _values(record.column("has_channel"), (lanes, len(meta.channels)), np.bool_,
-                      "has_channel")
-        valid = None
-        if INPUT_VALID_COLUMN in record.schema.names:
-            valid = _values(record.column(INPUT_VALID_COLUMN), (lanes, t, c_in), np.bool_,
-                            INPUT_VALID_COLUMN)
-    out: ArrayBatch = {
-        "inputs": inputs, "targets": targets, "mask": mask,
-        "target_valid": mask & np.isfinite(targets).all(axis=-1), "has_channel": has,
-        "batch_idx": np.int64(meta.batch_idx),
-    }
-    if valid is not None:
-        out["input_valid"] = valid
-    return out
+    """A streamed record batch, or a batch built in this process, as an :class:`ArrayBatch`
+    (the same values, byte for byte, as ``windpipe.sdk._sources.to_batch`` gives as tensors)."""
+    if not isinstance(record, BuiltBatch):
+        return _from_arrow(record, meta)
+    windows, c_in = record.windows, meta.c_in
+    return ArrayBatch(
+        inputs=windows[:, :-1, :c_in], targets=windows[:, 1:, c_in:],
+        mask=record.mask.view(np.bool_), has_channel=record.has_channel.view(np.bool_),
+        channels=meta.channels, batch_idx=meta.batch_idx, windows=windows,
+        input_valid=None if record.input_valid is None else record.input_valid.view(np.bool_),
+        _state_factory=functools.partial(_state_of, record.provenance, meta),
+    )
 
 
-def array_batches(records: Iterable[tuple[Any, BatchMetadata]]) -> Iterator[ArrayBatch]:
-    """A pass's records as :data:`ArrayBatch` es, an aligned batch's parts put together
-    (as :func:`windpipe.sdk._aligned.group_parts` does for torch)."""
+def array_batches(records: Iterable[tuple[Any, BatchMetadata]],
+                  ) -> Iterator[ArrayBatch | AlignedArrays]:
+    """A pass's records as batches: each an :class:`ArrayBatch`, except that the parts of an
+    aligned batch (``meta.aligned``) come out together as one :class:`AlignedArrays`."""
     parts: dict[str, ArrayBatch] = {}
     has: dict[str, np.ndarray] = {}
     for record, meta in records:
@@ -107,13 +218,34 @@ def array_batches(records: Iterable[tuple[Any, BatchMetadata]]) -> Iterator[Arra
         parts[aligned.protocol] = array_batch(record, meta)
         has[aligned.protocol] = np.asarray(aligned.has_data, dtype=np.bool_)
         if len(parts) == aligned.parts:
-            names = [k for k in next(iter(parts.values())) if k != "batch_idx"]
-            out: ArrayBatch = {name: {p: part[name] for p, part in parts.items()}
-                               for name in names}
-            out["has_data"] = has
-            out["batch_idx"] = np.int64(meta.batch_idx)
-            yield out
+            yield AlignedArrays(parts=parts, has_data=has, batch_idx=meta.batch_idx)
             parts, has = {}, {}
     if parts:
         msg = f"the stream ended inside an aligned batch ({len(parts)} part(s) received)"
         raise InternalError(msg)
+
+
+def _fields(batch: ArrayBatch) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "inputs": batch.inputs, "targets": batch.targets, "mask": batch.mask,
+        "target_valid": batch.target_valid, "has_channel": batch.has_channel,
+    }
+    if batch.input_valid is not None:
+        out["input_valid"] = batch.input_valid
+    return out
+
+
+def batch_fields(batch: ArrayBatch | AlignedArrays) -> dict[str, Any]:
+    """A batch as one dict of its ``Batch`` fields (a ``tf.data`` element): ``inputs``,
+    ``targets``, ``mask``, ``target_valid``, ``has_channel`` (``input_valid`` when
+    asked for) and ``batch_idx`` int64; an aligned batch's fields each a dict by protocol
+    (the plan's protocol order), plus ``has_data`` by protocol."""
+    if isinstance(batch, ArrayBatch):
+        return {**_fields(batch), "batch_idx": np.int64(batch.batch_idx)}
+    parts = {p: _fields(part) for p, part in batch.parts.items()}
+    names = next(iter(parts.values())).keys()
+    out: dict[str, Any] = {name: {p: part[name] for p, part in parts.items()}
+                           for name in names}
+    out["has_data"] = batch.has_data
+    out["batch_idx"] = np.int64(batch.batch_idx)
+    return out

@@ -40,7 +40,7 @@ from collections.abc import Iterator, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from windpipe.sdk._arrays import ArrayBatch, array_batches
+from windpipe.sdk._arrays import array_batches, batch_fields
 from windpipe.sdk._exceptions import InvalidConfig
 from windpipe.services.contract.configs import PlanSpec
 from windpipe.services.contract.errors import WindpipeError
@@ -250,12 +250,12 @@ class WindpipeTFDataset:
         self._cursor = batch
         self._tracked = True
 
-    def batches(self) -> Iterator[ArrayBatch]:
-        """The next pass as numpy :data:`~sdk._arrays.ArrayBatch` es, from the resume
+    def batches(self) -> Iterator[dict[str, Any]]:
+        """The next pass as dicts of numpy arrays (``sdk._arrays.batch_fields``), from the resume
         point on: what the ``tf.data.Dataset`` is made of (it needs no TensorFlow)."""
         return self._batches(None)
 
-    def _batches(self, expected: int | None) -> Iterator[ArrayBatch]:
+    def _batches(self, expected: int | None) -> Iterator[dict[str, Any]]:
         rank, world = self._rank_world()
         epoch, start = self.epoch, self._start
         self._cursor = start
@@ -272,7 +272,7 @@ class WindpipeTFDataset:
             records = self._source.records(epoch=epoch, rank=rank, world_size=world,
                                            start_batch=start)
             try:
-                yield from array_batches(records)
+                yield from map(batch_fields, array_batches(records))
             finally:
                 close = getattr(records, "close", None)
                 if close is not None:

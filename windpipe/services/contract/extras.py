@@ -11,7 +11,7 @@ __all__ = ["install_hint"]
 
 
 def install_hint(extra: str) -> str:
-    """The commands that install the optional extra ``extra`` (``torch``, ``plot``,
+    """The commands that install the optional extra ``extra`` (``torch``, ``jax``, ``plot``,
     ``ingest``, ``server``): from a checkout, and once published."""
     return (f"pip install -e '.[{extra}]' in a checkout of the windpipe repository "
             f"(pip install 'windpipe[{extra}]' once it is published)")

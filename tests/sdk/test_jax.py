@@ -1,0 +1,288 @@
+"""JAX batches (``windpipe.jax``) against a real deployment: a catalog and a Flight server
+sharing a host tier, over real files. Every batch equals, byte for byte, the numpy pass it
+is made from and the torch batch of the same plan, rank and resume point, over both
+transports and every plan shape (sequential, shuffled, block-shuffled, stateful,
+aligned); plain plans also equal the plain-loop reference read straight from the files.
+On the CPU the arrays are the numpy buffers themselves where the loader says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+
+import windpipe.jax as wj
+from tests.flight_server.helpers import Dataset, read_back
+from tests.reference.schedule_ref import ref_streams, reference_rank, reference_values
+from tests.sdk.deployment import deployment
+from windpipe.sdk import (
+    Catalog,
+    InvalidConfig,
+    LoaderConfig,
+    ScalingSpec,
+    ValidationConfig,
+    WindowConfig,
+)
+from windpipe.sdk._arrays import ALIGNMENT, AlignedArrays, ArrayBatch
+from windpipe.sdk._jax import (
+    JAX_HINT,
+    JaxAlignedBatch,
+    JaxBatch,
+    JaxMissing,
+    place_array,
+    require_jax,
+)
+from windpipe.services.planning.artifact import PlanArtifact
+
+ROOT = Path(__file__).resolve().parents[2]
+_IO: dict[str, Any] = {
+    "inputs": {"cycling": ("current_a", "voltage_v", "temperature_c"), "hppc": ("voltage_v",)},
+    "targets": {"cycling": ("voltage_v",), "hppc": ("voltage_v",)},
+    "scaling": (ScalingSpec(column="current_a", input_min=-5.0, input_max=5.0, clip=True),
+                ScalingSpec(column="voltage_v", input_min=2.5, input_max=4.3)),
+}
+PLANS: dict[str, LoaderConfig] = {
+    "sequential": LoaderConfig(default_window=WindowConfig(batch_size=4, seq_len=32), **_IO),
+    "shuffled": LoaderConfig(default_window=WindowConfig(batch_size=4, seq_len=20),
+                             strategy="shuffled", seed=7, **_IO),
+    "block_shuffled": LoaderConfig(default_window=WindowConfig(batch_size=4, seq_len=24),
+                                   strategy="block_shuffled", shuffle_block_bytes=1 << 20,
+                                   seed=11, **_IO),
+    "stateful": LoaderConfig(default_window=WindowConfig(batch_size=3, seq_len=24),
+                             stateful_n_windows=2, **_IO),
+    "aligned": LoaderConfig(
+        align_by="alignment_key", default_window=WindowConfig(batch_size=2, seq_len=16),
+        inputs={"cycling": ("current_a", "voltage_v"), "hppc": ("current_a",)},
+        targets={"cycling": ("voltage_v",), "hppc": ("voltage_v",)}, scaling=_IO["scaling"]),
+    "sharded": LoaderConfig(default_window=WindowConfig(batch_size=4, seq_len=16),
+                            strategy="shuffled", seed=3, drop_incomplete_batches=True, **_IO),
+}
+PASSES = ((0, 0, 1, 0), (1, 1, 2, 0), (1, 0, 2, 2))  # epoch, rank, world size, start batch
+
+
+@pytest.fixture(scope="module")
+def dep(tmp_path_factory: pytest.TempPathFactory, synth_dataset: Any) -> Any:
+    tmp = tmp_path_factory.mktemp("sdk-jax")
+    with deployment(f"sqlite:///{tmp / 'catalog.db'}", tmp / "state",
+                    tier_bytes=256 << 20) as d:
+        cat = Catalog(d.url)
+        ver = cat.register("synth", root=synth_dataset.path.resolve().as_uri(),
+                           manifest="manifest.parquet")
+        split = ver.split(ValidationConfig.sample(fraction=0.3, seed=1))
+        d.extra.update(cat=cat, root=synth_dataset.path,
+                       plans={name: split.plan(cfg) for name, cfg in PLANS.items()})
+        yield d
+        cat.close()
+
+
+def _np(array: Any) -> np.ndarray:
+    return np.asarray(array)
+
+
+def _same(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.dtype == want.dtype
+    assert got.shape == want.shape
+    assert got.tobytes() == want.tobytes()
+
+
+def _assert_plain(got: JaxBatch, host: ArrayBatch, torch_batch: Any) -> None:
+    """One JAX batch equals its numpy batch and the torch batch, field by field."""
+    assert got.batch_idx == host.batch_idx == torch_batch.batch_idx
+    fields = {"inputs": torch_batch.inputs, "targets": torch_batch.targets,
+              "mask": torch_batch.mask, "has_channel": torch_batch.has_channel,
+              "target_valid": torch_batch.target_valid}
+    for name, tensor in fields.items():
+        _same(_np(getattr(got, name)), tensor.numpy())
+        _same(np.ascontiguousarray(getattr(host, name)), tensor.numpy())
+    assert got.channels == host.channels == torch_batch.channels
+    assert got.state == host.state == torch_batch.state
+
+
+def _assert_same(got: Any, host: Any, torch_batch: Any) -> None:
+    if isinstance(got, JaxAlignedBatch):
+        assert isinstance(host, AlignedArrays)
+        assert got.protocols == tuple(host.parts) == torch_batch.protocols
+        for p in got.protocols:
+            _same(_np(got.has_data[p]), torch_batch.has_data[p].numpy())
+            _assert_plain(got[p], host.parts[p], torch_batch[p])
+        return
+    assert isinstance(got, JaxBatch)
+    assert isinstance(host, ArrayBatch)
+    _assert_plain(got, host, torch_batch)
+
+
+@pytest.mark.parametrize("transport", ["local", "flight"])
+@pytest.mark.parametrize("name", [n for n in PLANS if n != "sharded"])
+def test_jax_batches_equal_the_numpy_and_torch_ones(dep: Any, name: str,
+                                                    transport: str) -> None:
+    plan = dep.extra["plans"][name]
+    compared = 0
+    for epoch, rank, world, start in PASSES:
+        loader = wj.loader(plan, epoch, rank=rank, world_size=world, transport=transport)
+        loader.load_state({"plan_id": plan.id, "epoch": epoch, "batch": start})
+        assert len(loader) == plan.pass_length(epoch, rank=rank, world_size=world,
+                                               start_batch=start)
+        hosts = list(loader.host_batches())
+        loader.load_state({"plan_id": plan.id, "epoch": epoch, "batch": start})
+        got = list(loader)
+        want = list(plan.batches(epoch, rank, world, start, transport=transport))
+        assert len(got) == len(hosts) == len(want) > 0, (name, epoch, rank, world, start)
+        for g, h, w in zip(got, hosts, want, strict=True):
+            _assert_same(g, h, w)
+        assert loader.state() == {"plan_id": plan.id, "epoch": epoch,
+                                  "batch": got[-1].batch_idx + 1}
+        compared += len(got)
+    assert compared > 0
+
+
+@pytest.mark.parametrize("name", ["sequential", "shuffled", "stateful"])
+def test_jax_batches_equal_the_reference_from_the_files(dep: Any, name: str) -> None:
+    plan = dep.extra["plans"][name]
+    streams = PlanArtifact.from_ipc(plan._state.artifact_bytes(plan.id)).streams
+    values = read_back(Dataset(root=dep.extra["root"], streams=streams, segments={}))
+    refs = ref_streams(streams)
+    for epoch, rank, world in ((0, 0, 1), (1, 1, 2)):
+        want = reference_rank(refs, PLANS[name], epoch, rank=rank, world_size=world)
+        got = list(wj.loader(plan, epoch, rank=rank, world_size=world))
+        assert len(got) == len(want) > 0
+        for batch, ref in zip(got, want, strict=True):
+            inputs, targets, mask = reference_values(ref, refs, values, PLANS[name])
+            np.testing.assert_array_equal(_np(batch.mask), mask)
+            np.testing.assert_allclose(_np(batch.inputs), inputs, rtol=2e-6, atol=1e-6)
+            np.testing.assert_allclose(_np(batch.targets), targets, rtol=2e-6, atol=1e-6)
+            assert list(batch.state.window_offsets) == [lane[1] for lane in ref.lanes]
+
+
+def _pointer(array: np.ndarray) -> int:
+    return int(array.__array_interface__["data"][0])
+
+
+@pytest.mark.parametrize("transport", ["local", "flight"])
+def test_on_the_cpu_an_aligned_array_is_the_numpy_buffer(dep: Any, transport: str) -> None:
+    """A CPU jax.Array is the numpy memory itself when it starts on a 64-byte boundary:
+    always ``inputs``, ``targets`` and ``target_valid`` (the loader makes them so), and
+    the same-host path's mask and ``has_channel`` (built into aligned memory). A streamed
+    batch's mask sits in gRPC's buffer, unaligned: XLA copies it, once."""
+    cpu = jax.devices("cpu")[0]
+    plan = dep.extra["plans"]["shuffled"]
+    shared: dict[str, int] = {}
+    batches = 0
+    for host in wj.loader(plan, transport=transport).host_batches():
+        assert isinstance(host, ArrayBatch)
+        batches += 1
+        for name, array in host.dense().items():
+            placed = place_array(array, cpu)
+            aligned = _pointer(array) % ALIGNMENT == 0
+            assert (placed.unsafe_buffer_pointer() == _pointer(array)) == aligned, name
+            shared[name] = shared.get(name, 0) + aligned
+            _same(_np(placed), array)
+    assert batches > 0
+    for name in ("inputs", "targets", "target_valid"):
+        assert shared[name] == batches, name
+    if transport == "local":
+        assert shared["mask"] > batches // 2  # full windows, built aligned
+    unaligned = np.arange(1, 66, dtype=np.float32)[1:]  # 4 bytes past an aligned start
+    copy = place_array(unaligned, cpu)
+    assert copy.unsafe_buffer_pointer() != _pointer(unaligned)
+    _same(_np(copy), unaligned)
+    read_only = np.frombuffer(bytes(range(64)), dtype=np.uint8)  # DLPack refuses it
+    _same(_np(place_array(read_only, cpu)), read_only)
+
+
+def test_resume_is_the_uninterrupted_tail_and_shares_the_torch_state(dep: Any) -> None:
+    plan = dep.extra["plans"]["stateful"]
+    full = [b.batch_idx for b in wj.loader(plan, 1)]
+    first = wj.loader(plan, 1)
+    seen = []
+    for batch in first:
+        seen.append(batch.batch_idx)
+        if len(seen) == 3:
+            break
+    state = first.state()
+    assert state == {"plan_id": plan.id, "epoch": 1, "batch": 3}
+    again = wj.loader(plan)
+    again.load_state(state)
+    assert again.epoch == 1
+    assert len(again) == len(full) - 3
+    assert seen + [b.batch_idx for b in again] == full
+    assert [b.batch_idx for b in again] == full  # the next pass starts the epoch over
+    # the torch dataset's state resumes a JAX loader, and the other way around
+    dataset = plan.torch_dataset(1)
+    dataset.load_state_dict(state)
+    assert [b.batch_idx for b in dataset] == full[3:]
+    with pytest.raises(InvalidConfig, match="belongs to plan"):
+        again.load_state({**state, "plan_id": "p-other"})
+
+
+def test_ranks_come_from_jax_unless_given(dep: Any) -> None:
+    plan = dep.extra["plans"]["sequential"]
+    loader = wj.loader(plan)
+    assert (loader.rank, loader.world_size) == (jax.process_index(), jax.process_count())
+    with pytest.raises(InvalidConfig, match="rank 2"):
+        list(wj.loader(plan, rank=2, world_size=2))
+    with pytest.raises(InvalidConfig, match="does not use the option"):
+        wj.loader(plan, num_workers=2)
+    with pytest.raises(InvalidConfig, match="not both"):
+        wj.loader(plan, device=jax.devices()[0],
+                  sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]))
+
+
+_SHARDED = """
+import json, sys
+import jax, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+import windpipe.jax as wj
+from windpipe.sdk import Catalog
+assert len(jax.devices()) == 4, jax.devices()
+mesh = Mesh(np.array(jax.devices()), ("data",))
+cat = Catalog(sys.argv[1])
+plan = cat.plan(sys.argv[2])
+out = []
+for batch in wj.loader(plan, 1, sharding=NamedSharding(mesh, PartitionSpec("data"))):
+    arrays = batch.arrays()
+    shards = {k: sorted(s.device.id for s in a.addressable_shards) for k, a in arrays.items()}
+    assert all(v == [0, 1, 2, 3] for v in shards.values()), shards
+    assert all(a.addressable_shards[0].data.shape[0] == 1 for a in arrays.values())
+    out.append({k: np.asarray(a).tobytes().hex() for k, a in arrays.items()})
+cat.close()
+print(json.dumps(out))
+"""
+
+
+def test_a_sharding_spreads_each_batch_over_the_devices(dep: Any) -> None:
+    """Four CPU devices (a fresh process: XLA reads the device count at start-up)."""
+    plan = dep.extra["plans"]["sharded"]
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+           "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", _SHARDED, dep.url, plan.id], cwd=ROOT,
+                          env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    want = list(plan.batches(1))
+    assert len(got) == len(want) > 0
+    for g, w in zip(got, want, strict=True):
+        for name in ("inputs", "targets", "mask", "target_valid", "has_channel"):
+            assert bytes.fromhex(g[name]) == getattr(w, name).numpy().tobytes(), name
+
+
+def test_without_jax_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "jax", None)
+    with pytest.raises(JaxMissing, match=r"pip install -e '\.\[jax\]'") as err:
+        require_jax()
+    assert JAX_HINT in str(err.value)
+
+
+def test_importing_windpipe_jax_imports_neither_torch_nor_jax() -> None:
+    code = ("import sys, windpipe.jax; "
+            "assert 'torch' not in sys.modules and 'jax' not in sys.modules, "
+            "sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'jax'))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stderr
