@@ -40,6 +40,7 @@ def record(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # its fixture runs every contender: minutes on a loaded machine
 def test_record_structure_and_numbers(record: dict[str, Any]) -> None:
     assert set(record) >= {"contenders", "concurrency", "local_concurrency", "planning",
                            "machine", "date", "rows", "batch", "ratios"}

@@ -51,7 +51,8 @@ from windpipe.sdk import Batch, Catalog, LoaderConfig, ScalingSpec, ValidationCo
 from windpipe.services.settings import Settings
 from windpipe.services.synth import write_synthetic_dataset
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.s3]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.s3,
+              pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_HOSTS = ("127.0.0.11", "127.0.0.12", "127.0.0.13", "127.0.0.14")  # .14: added mid-epoch
@@ -64,7 +65,7 @@ HOLD_AT = 4  # batches of epoch 1 after which the ranks wait for the test's "go"
 KILL_AFTER = HOLD_AT + 2  # batches of epoch 1 the ranks have consumed before the kill
 KILL_BY = 6  # ... and at most this many batches before the end of the pass
 DISCOVERY_S = 0.2
-RANK_TIMEOUT_S = 75.0
+RANK_TIMEOUT_S = 200.0  # a liveness bound, not a speed one: four torch processes on a loaded box
 PAUSE_S = 0.05  # each rank's pause after a batch of epoch 1
 CONFIG = LoaderConfig(
     split="train", default_window=WindowConfig(batch_size=4, seq_len=32),
