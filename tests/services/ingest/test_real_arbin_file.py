@@ -90,7 +90,8 @@ def _ingest(path: Path, out: Path) -> tuple[pl.DataFrame, pl.DataFrame, dict[str
 
 
 def test_the_sample_file_is_battery_data_toolkits(tmp_path: Path) -> None:
-    ours = sorted(p.name for p in REAL_FILES.iterdir() if "arbin" in p.name
+    ours = sorted(p.name for p in REAL_FILES.iterdir()
+                  if ("arbin" in p.name and not p.name.endswith(".res.xz"))  # navani's
                   or "battery-data-toolkit" in p.name)
     assert ours == ["LICENSE-battery-data-toolkit", f"{NAME}.xz"]
     assert "Apache License" in (REAL_FILES / "LICENSE-battery-data-toolkit").read_text()

@@ -37,14 +37,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from windpipe.services.ingest.base import IngestError, Measurement, failed
 from windpipe.services.ingest.checks import LAYOUTS, check_csv, import_reader
+from windpipe.services.ingest.continued import FilePart, read_in_turn
 
-__all__ = ["REPEATED", "read_arbin"]
+__all__ = ["REPEATED", "arbin_frame", "read_arbin", "without_repeats"]
 
 REPEATED = "repeats the previous row (time, cycle, step, current, voltage, temperature)"
 """The reason a row of an Arbin file is dropped (``ingest.json``, ``rows``)."""
@@ -65,16 +67,10 @@ def _repeats(frame: pl.DataFrame) -> np.ndarray:
     return same
 
 
-def _read_file(path: Path, first_cycle: int) -> pl.DataFrame:
-    """One file's rows as time-series columns, its cycles counted from ``first_cycle``."""
-    pd = import_reader("pandas")
-    layout = LAYOUTS["arbin"]
-    try:
-        header = pd.read_csv(path, nrows=0).columns
-        use = [c for c in (*layout.columns, *layout.optional) if c in header]
-        raw = pd.read_csv(path, usecols=use)
-    except Exception as exc:  # check_csv read it a moment ago: a file changed under us
-        raise failed(path, "pandas", exc) from exc
+def arbin_frame(path: Path, raw: Any, first_cycle: int) -> pl.DataFrame:
+    """The rows of ``raw`` (pandas, Arbin's column names: a CSV export's or a ``.res``
+    file's ``Channel_Normal_Table``) as time-series columns, its cycles counted from
+    ``first_cycle``."""
     if raw.empty:
         raise IngestError(path, "holds no data rows")
     cycle = raw["Cycle_Index"].to_numpy(dtype=np.int64)
@@ -86,21 +82,29 @@ def _read_file(path: Path, first_cycle: int) -> pl.DataFrame:
     return pl.DataFrame(cols)
 
 
+def without_repeats(rows: int, frame: pl.DataFrame) -> FilePart:
+    """One file's ``rows`` with the rows of ``frame`` that repeat the previous one left
+    out and counted (:data:`REPEATED`)."""
+    repeats = _repeats(frame)
+    return FilePart(rows, frame.filter(pl.Series(~repeats)), {REPEATED: int(repeats.sum())})
+
+
+def _read_file(path: Path, first_cycle: int) -> FilePart:
+    """One CSV file's rows as time-series columns, its cycles counted from ``first_cycle``."""
+    rows = check_csv(path, LAYOUTS["arbin"])
+    pd = import_reader("pandas")
+    layout = LAYOUTS["arbin"]
+    try:
+        header = pd.read_csv(path, nrows=0).columns
+        use = [c for c in (*layout.columns, *layout.optional) if c in header]
+        raw = pd.read_csv(path, usecols=use)
+    except Exception as exc:  # check_csv read it a moment ago: a file changed under us
+        raise failed(path, "pandas", exc) from exc
+    return without_repeats(rows, arbin_frame(path, raw, first_cycle))
+
+
 def read_arbin(files: Sequence[Path]) -> list[Measurement]:
     """The time series of one test's Arbin CSV ``files`` (in order), every row of them
     either in the frame or counted in :attr:`Measurement.dropped` (see the module's
     docstring)."""
-    frames: list[pl.DataFrame] = []
-    rows = repeated = 0
-    next_cycle = 0
-    for path in files:
-        rows += check_csv(path, LAYOUTS["arbin"])
-        frame = _read_file(path, next_cycle)
-        next_cycle = int(frame.get_column("cycle").max()) + 1  # type: ignore[arg-type]
-        repeats = _repeats(frame)
-        repeated += int(repeats.sum())
-        frames.append(frame.filter(pl.Series(~repeats)))
-    frame = pl.concat(frames, how="diagonal_relaxed")
-    dropped = {REPEATED: repeated} if repeated else {}
-    return [Measurement(None, frame, tuple(p.name for p in files), file_rows=rows,
-                        dropped=dropped)]
+    return read_in_turn(files, _read_file)

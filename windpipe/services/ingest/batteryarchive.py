@@ -34,6 +34,7 @@ import polars as pl
 
 from windpipe.services.ingest.base import IngestError, Measurement, failed
 from windpipe.services.ingest.checks import CsvLayout, check_csv, import_reader
+from windpipe.services.ingest.continued import FilePart, read_in_turn
 
 __all__ = ["LAYOUT", "read_batteryarchive"]
 
@@ -46,7 +47,8 @@ _COLUMNS = {"Test_Time (s)": "test_time_s", "Current (A)": "current_a",
             "Voltage (V)": "voltage_v", "Cell_Temperature (C)": "temperature_c"}
 
 
-def _read_file(path: Path, first_cycle: int) -> pl.DataFrame:
+def _read_file(path: Path, first_cycle: int) -> FilePart:
+    rows = check_csv(path, LAYOUT)
     pd = import_reader("pandas")
     try:
         header = pd.read_csv(path, nrows=0).columns
@@ -61,19 +63,10 @@ def _read_file(path: Path, first_cycle: int) -> pl.DataFrame:
     for source, name in _COLUMNS.items():
         if source in raw.columns and raw[source].notna().any():
             cols[name] = raw[source].to_numpy(dtype=np.float64)
-    return pl.DataFrame(cols).with_columns(pl.exclude("cycle").fill_nan(None))
+    return FilePart(rows, pl.DataFrame(cols).with_columns(pl.exclude("cycle").fill_nan(None)))
 
 
 def read_batteryarchive(files: Sequence[Path]) -> list[Measurement]:
     """The time series of one cell's BatteryArchive ``*_timeseries.csv`` ``files`` (in
     order), every row of them in the frame (see the module's docstring)."""
-    frames: list[pl.DataFrame] = []
-    rows = 0
-    next_cycle = 0
-    for path in files:
-        rows += check_csv(path, LAYOUT)
-        frame = _read_file(path, next_cycle)
-        next_cycle = int(frame.get_column("cycle").max()) + 1  # type: ignore[arg-type]
-        frames.append(frame)
-    frame = pl.concat(frames, how="diagonal_relaxed")
-    return [Measurement(None, frame, tuple(p.name for p in files), file_rows=rows)]
+    return read_in_turn(files, _read_file)

@@ -1,13 +1,16 @@
-"""Neware ``.ndax`` files (BTS 8 and later), read by NewareNDA (``NewareNDA.read``).
+"""Neware ``.ndax`` files (BTS 8 and later) and the older ``.nda`` files (BTS 7), read
+by NewareNDA (``NewareNDA.read``).
 
-NewareNDA tells the format by the suffix, exactly ``.ndax`` (lower case).
+NewareNDA tells the format by the suffix, exactly ``.ndax`` or ``.nda`` (lower case).
 
-NewareNDA unpacks the file (a zip archive of ``.ndc`` record files) and hands back one
-row per record, as BTSDA shows them: ``Index`` (the record number), ``Cycle``,
-``Step_Index`` (the program's step), ``Step`` (counted up at every change of step),
-``Status`` (``CC_Chg``, ``CCCV_DChg``, ``Rest``, ...), ``Time``, ``Voltage``,
-``Current(mA)``, capacities, energies, ``Timestamp`` and, where the cell had auxiliary
-channels, ``T<n>`` (temperature, degC) per channel. This module maps them:
+NewareNDA unpacks an ``.ndax`` file (a zip archive of ``.ndc`` record files), or walks
+an ``.nda`` file's fixed-size records (versions 29 and 130; another version it refuses;
+a record whose ``Index`` repeats an earlier one it drops), and hands back one row per
+record, as BTSDA shows them: ``Index`` (the record number), ``Cycle``, ``Step_Index``
+(the program's step), ``Step`` (counted up at every change of step), ``Status``
+(``CC_Chg``, ``CCCV_DChg``, ``Rest``, ...), ``Time``, ``Voltage``, ``Current(mA)``,
+capacities, energies, ``Timestamp`` and, where the cell had auxiliary channels, ``T<n>``
+(temperature, degC) per channel. This module maps them:
 
 - **cycle**: the cycle the instrument recorded (``software_cycle_number=False``; NewareNDA
   counts it from 1, windpipe from 0). The library's default regenerates the count from
@@ -15,18 +18,20 @@ channels, ``T<n>`` (temperature, degC) per channel. This module maps them:
 - **current**: ``Current(mA)`` / 1000. Neware records it signed, negative while
   discharging (NewareNDA passes the sign on: ``CC_DChg`` rows are negative), which is
   windpipe's convention: positive on charge.
-- **time**: Neware's ``Time`` is the time since the *step* began, in ms. The test's
-  time is the step's time plus the time of every earlier step up to its last record
-  (Neware writes a record at each step's end, and the next step's first record at the
-  same instant). NewareNDA hands ``Time`` over as float32, which holds the ms exactly
-  in a step's first 8,192 s (2.3 h); it is rounded back to the ms. Later in a step the
-  time has float32's 7 significant digits (within 5 ms a day into a step): the
-  library's limit, which windpipe cannot undo.
+- **time**: Neware's ``Time`` is the time since the *step* began, in ms (an ``.nda``
+  file of version 130 records µs; windpipe keeps the ms: float32, below, no longer holds
+  every µs past 8 s into a step). The test's time is the step's time plus the time of
+  every earlier step up to its last record (Neware writes a record at each step's end,
+  and the next step's first record at the same instant). NewareNDA hands ``Time`` over
+  as float32, which holds the ms exactly in a step's first 8,192 s (2.3 h); it is
+  rounded back to the ms. Later in a step the time has float32's 7 significant digits
+  (within 5 ms a day into a step): the library's limit, which windpipe cannot undo.
 - **temperature**: the auxiliary channel with the lowest number (``T1`` usually), where
   the file has one; **step**: ``Step``.
 
-Every row NewareNDA returns is kept. A file that is no ``.ndax`` archive, or one
-NewareNDA cannot decode, is an :class:`~services.ingest.base.IngestError` naming it.
+Every row NewareNDA returns is kept. A file that is no ``.ndax`` archive or ``.nda``
+file, or one NewareNDA cannot decode, is an :class:`~services.ingest.base.IngestError`
+naming it.
 """
 
 from __future__ import annotations
@@ -89,7 +94,7 @@ def _frame(path: Path, raw: Any) -> pl.DataFrame:
 
 
 def read_neware(files: Sequence[Path]) -> list[Measurement]:
-    """The time series of Neware ``.ndax`` files, one measurement per file (see the
+    """The time series of Neware ``.ndax`` and ``.nda`` files, one measurement per file (see the
     module's docstring for the columns)."""
     module = import_reader("NewareNDA")
     out: list[Measurement] = []

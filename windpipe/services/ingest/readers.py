@@ -3,6 +3,9 @@
 - ``arbin``: Arbin CSV (``Data_Point, Test_Time, ..., Cycle_Index, Current, Voltage,
   ...``), pandas in battery-data-toolkit's column mapping (:mod:`windpipe.services.ingest.arbin`:
   battdat's ``ArbinReader`` rounds the time to whole seconds and drops rows).
+- ``arbin_res``: Arbin ``.res`` (MITS Pro's Access database), galvani's ``res2sqlite``
+  through mdbtools' ``mdb-export`` (:mod:`windpipe.services.ingest.arbin_res`: its
+  ``Channel_Normal_Table`` in the Arbin CSV reader's mapping).
 - ``maccor``: MACCOR ASCII (``name.001``, ``name.002``, ...: one test),
   battery-data-toolkit; the rows its ``drop_cycles`` leaves out (a time to 0.01 s,
   voltage and current that an earlier row of the file has) are counted.
@@ -11,8 +14,9 @@
 - ``biologic``: BioLogic EC-Lab ``.mpr`` (GCPL and the like, OCV; PEIS/GEIS spectra),
   galvani (:mod:`windpipe.services.ingest.biologic`: where the current comes from when a file
   has no ``I/mA`` column).
-- ``neware``: Neware ``.ndax``, NewareNDA (:mod:`windpipe.services.ingest.neware`: the test's
-  time from Neware's step time, the recorded cycle, the sign as recorded).
+- ``neware``: Neware ``.ndax`` and the older ``.nda``, NewareNDA
+  (:mod:`windpipe.services.ingest.neware`: the test's time from Neware's step time, the
+  recorded cycle, the sign as recorded).
 - ``batteryarchive``: batteryarchive.org ``<cell>_timeseries.csv``, pandas in
   battery-data-toolkit's column mapping (:mod:`windpipe.services.ingest.batteryarchive`:
   battery-data-toolkit 0.4 only writes BatteryArchive's tables).
@@ -36,6 +40,7 @@ from typing import Any
 import polars as pl
 
 from windpipe.services.ingest.arbin import read_arbin
+from windpipe.services.ingest.arbin_res import read_arbin_res
 from windpipe.services.ingest.base import IngestError, Measurement, failed, quiet
 from windpipe.services.ingest.batteryarchive import read_batteryarchive
 from windpipe.services.ingest.biologic import read_biologic, technique_of
@@ -59,8 +64,10 @@ def detect_cycler(path: Path) -> str | None:
     name = path.name
     if name.lower().endswith(".mpr"):
         return "biologic"
-    if name.endswith(".ndax"):  # NewareNDA knows the format by this suffix only
+    if name.endswith((".ndax", ".nda")):  # NewareNDA knows the formats by these suffixes only
         return "neware"
+    if name.lower().endswith(".res"):
+        return "arbin_res"
     if _MACCOR.match(name):
         return "maccor"
     if not name.lower().endswith(".csv"):
@@ -186,6 +193,9 @@ class Reader:
 READERS: dict[str, Reader] = {
     "arbin": Reader("pandas (read_csv, in battery-data-toolkit's ArbinReader column mapping; "
                     "time from Test_Time), Arbin CSV", read_arbin),
+    "arbin_res": Reader("galvani (galvani.res2sqlite, mdbtools' mdb-export; "
+                        "Channel_Normal_Table in the Arbin CSV mapping), Arbin .res",
+                        read_arbin_res),
     "maccor": Reader("battery-data-toolkit (battdat.io.maccor.MACCORReader), MACCOR ASCII "
                      ".NNN", lambda files: _read_battdat("maccor", files)),
     "batterydata": Reader("battery-data-toolkit (battdat.io.batterydata.BDReader), "
@@ -193,7 +203,8 @@ READERS: dict[str, Reader] = {
                           lambda files: _read_battdat("batterydata", files)),
     "biologic": Reader("galvani (galvani.BioLogic.MPRfile), BioLogic EC-Lab .mpr",
                        read_biologic, per_file=True, sequence=_technique_number),
-    "neware": Reader("NewareNDA (NewareNDA.read), Neware .ndax", read_neware, per_file=True),
+    "neware": Reader("NewareNDA (NewareNDA.read), Neware .ndax and .nda",
+                     read_neware, per_file=True),
     "batteryarchive": Reader("pandas (read_csv, in battery-data-toolkit's BatteryArchive "
                              "column mapping), BatteryArchive <cell>_timeseries.csv",
                              read_batteryarchive),
