@@ -7,6 +7,10 @@ the tier) and over Flight:
 
 * ``numpy``: the numpy pass ``windpipe.jax`` reads (``windpipe.sdk._arrays``: the batches built
   into 64-byte-aligned memory), each batch's ``target_valid`` computed;
+* ``numpy-dense`` (context, not a target): the same numpy pass, each batch made
+  C-contiguous as XLA needs it (``ArrayBatch.dense()``: ``inputs`` / ``targets`` copied
+  out of the window block, ``target_valid`` computed), the host work a JAX batch pays
+  before placement;
 * ``jax``: ``windpipe.jax.loader(plan)`` (``windpipe.sdk._jax.JaxLoader``) on the CPU device: the
   same batches as ``jax.Array`` s (``inputs`` / ``targets`` copied out of the window
   block and ``target_valid`` computed on the host, the arrays then the numpy memory
@@ -46,7 +50,8 @@ from windpipe.services.synth import write_synthetic_dataset
 __all__ = ["CONTENDERS", "main"]
 
 # (reader, transport)
-CONTENDERS = (("numpy", "local"), ("jax", "local"), ("torch", "local"),
+CONTENDERS = (("numpy", "local"), ("numpy-dense", "local"), ("jax", "local"),
+              ("torch", "local"),
               ("numpy", "flight"), ("jax", "flight"))
 
 
@@ -72,6 +77,17 @@ def _numpy(plan: Any, epoch: int, transport: str) -> Iterator[tuple[int, int]]:
         yield batch.mask.size, int(batch.target_valid.sum())
 
 
+def _numpy_dense(plan: Any, epoch: int, transport: str) -> Iterator[tuple[int, int]]:
+    from windpipe.sdk._arrays import AlignedMemory, ArrayBatch, array_batches  # noqa: PLC0415
+
+    source = plan._source(epoch=epoch, progress=False, transport=transport)
+    for batch in array_batches(source.records(epoch=epoch, rank=0, world_size=1,
+                                              start_batch=0, memory=AlignedMemory())):
+        assert isinstance(batch, ArrayBatch)
+        arrays = batch.dense()
+        yield arrays["mask"].size, int(arrays["target_valid"].sum())
+
+
 def _jax(plan: Any, epoch: int, transport: str) -> Iterator[tuple[int, int]]:
     import jax  # noqa: PLC0415
 
@@ -90,7 +106,8 @@ def _torch(plan: Any, epoch: int, transport: str) -> Iterator[tuple[int, int]]:
 
 def _run(name: str, transport: str, url: str, plan_id: str, epochs: int, out: Any) -> None:
     warnings.simplefilter("ignore")
-    passes = {"numpy": _numpy, "jax": _jax, "torch": _torch}[name]
+    passes = {"numpy": _numpy, "numpy-dense": _numpy_dense, "jax": _jax,
+              "torch": _torch}[name]
     t0 = time.perf_counter()
     with Catalog(url) as cat:
         plan = cat.plan(plan_id)
@@ -127,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    names = [f"{n} {t}" for n, t in CONTENDERS]
+    parser.add_argument("--only", nargs="+", choices=names, default=names,
+                        help="these contenders only ('numpy local', the baseline, always runs)")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     with tempfile.TemporaryDirectory(prefix="jax-bench-") as tmp, ExitStack() as stack:
@@ -148,7 +168,10 @@ def main(argv: list[str] | None = None) -> int:
             plan.transport("local")  # warms the tier once, untimed
         ctx = mp.get_context("spawn")
         results = []
+        chosen = {"numpy local", *args.only}
         for name, transport in CONTENDERS:
+            if f"{name} {transport}" not in chosen:
+                continue
             out = ctx.Queue()
             proc = ctx.Process(target=_run, args=(name, transport, catalog.url, plan.id,
                                                   args.epochs, out))

@@ -7,9 +7,11 @@
 
 :func:`loader` is :class:`JaxLoader` (``windpipe.sdk._jax``): ranks from
 ``jax.process_index()`` / ``jax.process_count()`` unless given, ``sharding=`` to place
-each batch across devices, a bounded read-ahead, and ``state()`` / ``load_state()`` to
-resume mid-epoch (the torch dataset's state format). Needs ``windpipe[jax]``; importing
-this module imports neither jax (until a loader is made) nor torch.
+each batch across devices, a bounded read-ahead thread on accelerators (on the CPU
+with ``prefetch`` >= 1; else each batch is made when asked for), and ``state()`` /
+``load_state()`` to resume mid-epoch (the torch dataset's state format). Needs
+``windpipe[jax]``; importing this module imports neither jax (until a loader is made)
+nor torch.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +31,9 @@ from windpipe.sdk import (
     ValidationConfig,
     WindowConfig,
 )
-from windpipe.sdk._arrays import ALIGNMENT, AlignedArrays, ArrayBatch
-from windpipe.sdk._jax import (
-    JAX_HINT,
-    JaxAlignedBatch,
-    JaxBatch,
-    JaxMissing,
-    place_array,
-    require_jax,
-)
+from windpipe.sdk._arrays import ALIGNMENT, AlignedArrays, ArrayBatch, aligned_empty
+from windpipe.sdk._jax import JAX_HINT, JaxAlignedBatch, JaxBatch, JaxMissing, require_jax
+from windpipe.sdk._jax_batch import _direct_put, place_array
 from windpipe.services.planning.artifact import PlanArtifact
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,6 +191,57 @@ def test_on_the_cpu_an_aligned_array_is_the_numpy_buffer(dep: Any, transport: st
     _same(_np(place_array(read_only, cpu)), read_only)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.bool_, np.uint8])
+def test_the_direct_placement_is_what_device_put_gives(dtype: Any) -> None:
+    """The loader's placement skips ``jax.device_put``'s Python, not its semantics: the
+    same values, device, sharding and commitment, and on the CPU the same memory
+    (the numpy buffer itself when aligned, a copy when not or when read-only)."""
+    cpu = jax.devices("cpu")[0]
+    direct = _direct_put(cpu)
+    assert direct is not None  # this jax has the runtime call: the fast path is tested
+    base = aligned_empty((256,), np.uint8)
+    base[...] = np.arange(256, dtype=np.uint8) % 7
+    cases = {"aligned": base[:128].view(dtype).reshape(4, -1),
+             "unaligned": base[4:132].view(dtype).reshape(4, -1),
+             "read-only": np.frombuffer(base.tobytes(), dtype=dtype)}
+    for what, array in cases.items():
+        got, want = direct(array), jax.device_put(array, cpu)
+        _same(_np(got), _np(want))
+        assert got.sharding == want.sharding == jax.sharding.SingleDeviceSharding(cpu)
+        assert got.committed
+        assert want.committed
+        aliased = got.unsafe_buffer_pointer() == _pointer(array)
+        assert aliased == (want.unsafe_buffer_pointer() == _pointer(array)), what
+        if what == "aligned":
+            assert aliased
+        if what == "unaligned":
+            assert not aliased
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3, 4, 5, 9])
+def test_dense_copies_equal_the_window_views(channels: int) -> None:
+    """``dense()`` copies a few channels one at a time and more in one call: both give
+    the views' bytes, in aligned memory, and the same ``target_valid`` as the property."""
+    rng = np.random.default_rng(channels)
+    windows = rng.standard_normal((5, 13, channels + 2)).astype(np.float32)
+    windows[1, 4, -1] = np.nan
+    mask = np.ones((5, 12), dtype=np.bool_)
+    mask[0, 7:] = False
+    batch = ArrayBatch(inputs=windows[:, :-1, :channels], targets=windows[:, 1:, channels:],
+                       mask=mask, has_channel=np.ones((5, channels + 2), dtype=np.bool_),
+                       channels=tuple(f"c{i}" for i in range(channels + 2)), batch_idx=0,
+                       windows=windows)
+    dense = batch.dense()
+    for name in ("inputs", "targets"):
+        assert dense[name].flags.c_contiguous
+        assert _pointer(dense[name]) % ALIGNMENT == 0
+        _same(dense[name], np.ascontiguousarray(getattr(batch, name)))
+    _same(dense["target_valid"], batch.target_valid)
+    assert not dense["target_valid"][1, 3]
+    assert not dense["target_valid"][0, 7]
+    assert dense["target_valid"].sum() == 5 * 12 - 5 - 1
+
+
 def test_resume_is_the_uninterrupted_tail_and_shares_the_torch_state(dep: Any) -> None:
     plan = dep.extra["plans"]["stateful"]
     full = [b.batch_idx for b in wj.loader(plan, 1)]
@@ -219,6 +265,38 @@ def test_resume_is_the_uninterrupted_tail_and_shares_the_torch_state(dep: Any) -
     assert [b.batch_idx for b in dataset] == full[3:]
     with pytest.raises(InvalidConfig, match="belongs to plan"):
         again.load_state({**state, "plan_id": "p-other"})
+
+
+def _readers() -> int:
+    return sum(t.name == "windpipe-jax-loader" for t in threading.enumerate())
+
+
+def test_on_the_cpu_batches_are_made_inline_unless_prefetch_asks(dep: Any) -> None:
+    """On the CPU the default is no read-ahead thread; ``prefetch=2`` starts one, and both
+    give the same batches and the same resume cursor."""
+    plan = dep.extra["plans"]["shuffled"]
+    before = _readers()
+    inline = wj.loader(plan, 1)
+    assert inline.prefetch == 0
+    batches = iter(inline)
+    got = [next(batches)]
+    assert _readers() == before
+    got += list(batches)
+    ahead = wj.loader(plan, 1, prefetch=2)
+    batches = iter(ahead)
+    want = [next(batches)]
+    assert _readers() == before + 1
+    want += list(batches)
+    assert len(got) == len(want) > 1
+    for g, w in zip(got, want, strict=True):
+        assert isinstance(g, JaxBatch)
+        assert isinstance(w, JaxBatch)
+        assert g.batch_idx == w.batch_idx
+        for name, array in g.arrays().items():
+            _same(_np(array), _np(w.arrays()[name]))
+    assert inline.state() == ahead.state()
+    with pytest.raises(InvalidConfig, match="prefetch"):
+        wj.loader(plan, prefetch=-1)
 
 
 def test_ranks_come_from_jax_unless_given(dep: Any) -> None:
