@@ -9,21 +9,18 @@ and the summary say."""
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import warnings
 from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
-import polars as pl
 import pytest
 
-from tests.fixtures.cyclers import REAL_FILES, real_file
-from windpipe.services.ingest import ingest_exports, read_cell
+from tests.fixtures.cyclers import REAL_FILES, ingested, real_file
+from windpipe.services.ingest import read_cell
 from windpipe.services.ingest.accounting import BACK_AT_STEP, BACK_IN_STEP, SAME_TIME, account
 from windpipe.services.ingest.arbin import REPEATED
 
@@ -79,16 +76,6 @@ def _time_steps(kept: pd.DataFrame) -> dict[str, int]:
     return {kind: n for kind, n in found.items() if n}
 
 
-def _ingest(path: Path, out: Path) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
-    """``ingest_exports`` of one file: its manifest, its segments in manifest order (as
-    one frame) and ``ingest.json``."""
-    result = ingest_exports([path], out)
-    manifest = pl.read_parquet(result.manifest_path)
-    segments = pl.concat([pl.read_parquet(result.path / p)
-                          for p in manifest.get_column("segment_path")])
-    return manifest, segments, json.loads((result.path / "ingest.json").read_text())
-
-
 def test_the_sample_file_is_battery_data_toolkits(tmp_path: Path) -> None:
     ours = sorted(p.name for p in REAL_FILES.iterdir()
                   if ("arbin" in p.name and not p.name.endswith(".res.xz"))  # navani's
@@ -111,7 +98,7 @@ def test_every_row_is_written_with_its_test_time_to_a_tenth_of_a_millisecond(
         tmp_path: Path) -> None:
     path = _published(tmp_path / "src")
     df = pd.read_csv(path)
-    manifest, seg, info = _ingest(path, tmp_path / "out")
+    manifest, seg, info = ingested([path], tmp_path / "out")
     assert not _repeats(df).any()  # no row repeats the previous one whole: all are kept
     assert _time_steps(df) == {}  # and Test_Time always advances within a cycle
     cycles = sorted(df["Cycle_Index"].unique())
@@ -149,7 +136,7 @@ def test_an_export_in_ms_with_rows_out_of_order_is_written_as_the_file_has_it(
     assert df.loc[repeats, "Data_Point"].tolist() == [1_117]
     assert steps == {SAME_TIME: steps[SAME_TIME], BACK_IN_STEP: 2, BACK_AT_STEP: 1}
     assert steps[SAME_TIME] > 100
-    manifest, seg, _ = _ingest(path, tmp_path / "out")
+    manifest, seg, _ = ingested([path], tmp_path / "out")
     assert seg.height == len(df) - 1 == int(manifest.get_column("row_count").sum())
     first = kept.groupby("Cycle_Index")["Test_Time"].transform("first")
     np.testing.assert_allclose(seg.get_column("time_s").to_numpy(), kept["Test_Time"] - first,
@@ -181,7 +168,7 @@ def test_ingest_json_says_what_became_of_every_row(tmp_path: Path, export: str) 
     df = pd.read_csv(path)
     repeats = _repeats(df)
     n = int(repeats.sum())
-    _, seg, info = _ingest(path, tmp_path / "out")
+    _, seg, info = ingested([path], tmp_path / "out")
     assert seg.height + n == len(df)
     assert info["rows"] == {path.name: {"read": len(df), "written": seg.height,
                                         "dropped": {REPEATED: n} if n else {},
@@ -216,5 +203,5 @@ def test_battdats_own_reader_would_keep_fewer_rows_on_whole_seconds(tmp_path: Pa
     gone = int(rounded.duplicated(subset=["test_time", "voltage", "current"]).sum())
     assert gone == 514
     assert len(df) - len(drop_cycles(on_test_time)) == gone
-    manifest, _, _ = _ingest(path, tmp_path / "out")
+    manifest, _, _ = ingested([path], tmp_path / "out")
     assert int(manifest.get_column("row_count").sum()) == len(df)

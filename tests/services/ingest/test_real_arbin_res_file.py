@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import json
 import re
 import shutil
 import sqlite3
@@ -21,7 +20,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tests.fixtures.cyclers import REAL_FILES, real_file
+from tests.fixtures.cyclers import REAL_FILES, ingested, real_file
 from windpipe.services.ingest import IngestError, MissingToolError, detect_cycler, ingest_exports
 
 res2sqlite = pytest.importorskip("galvani.res2sqlite")
@@ -41,15 +40,6 @@ def _galvani(path: Path) -> Any:
         return pd.read_sql_query("SELECT * FROM Channel_Normal_Table ORDER BY Data_Point", db)
     finally:
         db.close()
-
-
-def _ingest(paths: list[Path], out: Path, **options: Any) -> tuple[pl.DataFrame, pl.DataFrame,
-                                                                   dict[str, Any]]:
-    result = ingest_exports(paths, out, **options)
-    manifest = pl.read_parquet(result.manifest_path)
-    segments = pl.concat([pl.read_parquet(result.path / p)
-                          for p in manifest.get_column("segment_path")])
-    return manifest, segments, json.loads((result.path / "ingest.json").read_text())
 
 
 def test_the_sample_file_is_navanis(tmp_path: Path) -> None:
@@ -72,7 +62,7 @@ def test_every_row_is_written_as_galvani_reads_it(tmp_path: Path) -> None:
     assert n == 2_150
     assert df["Data_Point"].tolist() == list(range(1, n + 1))
     assert set(df["Test_ID"]) == {1}
-    manifest, seg, info = _ingest([path], tmp_path / "out")
+    manifest, seg, info = ingested([path], tmp_path / "out")
     cycles = sorted(df["Cycle_Index"].unique())
     assert cycles == [1, 2, 3, 4, 5]
     assert manifest.select("cell_id", "cidx", "row_count", "cycler").rows() == [
@@ -95,7 +85,7 @@ def test_every_row_is_written_as_galvani_reads_it(tmp_path: Path) -> None:
 def test_the_current_is_positive_on_charge(tmp_path: Path) -> None:
     path = real_file(NAME, tmp_path / "src")
     df = _galvani(path)
-    _, seg, _ = _ingest([path], tmp_path / "out")
+    _, seg, _ = ingested([path], tmp_path / "out")
     current = seg.get_column("current_a").to_numpy()
     volts = seg.get_column("voltage_v").to_numpy()
     step = df["Step_Index"].to_numpy()
@@ -113,7 +103,7 @@ def test_a_cells_files_continue_each_others_cycles(tmp_path: Path) -> None:
     first = real_file(NAME, src, as_name="cellA_part1.res")
     second = real_file(NAME, src, as_name="cellA_part2.res")
     n = len(_galvani(first))
-    manifest, seg, info = _ingest([first, second], tmp_path / "out",
+    manifest, seg, info = ingested([first, second], tmp_path / "out",
                                   cell_pattern=r"^(?P<cell>[^_]+)_")
     assert manifest.get_column("cidx").to_list() == list(range(10))
     assert set(manifest.get_column("cell_id")) == {"cellA"}

@@ -8,29 +8,19 @@ skipped."""
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import polars as pl
 import pytest
 
-from tests.fixtures.cyclers import REAL_FILES, real_file
+from tests.fixtures.cyclers import REAL_FILES, ingested, real_file
 from windpipe.services.ingest import IngestError, detect_cycler, ingest_exports
 
 NAME = "CALCE_CX2-33_prism_LCO_25C_0-100_0.5-0.5C_d_timeseries.csv"
 CELL = NAME.removesuffix("_timeseries.csv")
-
-
-def _ingest(path: Path, out: Path) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
-    result = ingest_exports([path], out)
-    manifest = pl.read_parquet(result.manifest_path)
-    segments = pl.concat([pl.read_parquet(result.path / p)
-                          for p in manifest.get_column("segment_path")])
-    return manifest, segments, json.loads((result.path / "ingest.json").read_text())
 
 
 def test_the_sample_file_is_battery_data_toolkits(tmp_path: Path) -> None:
@@ -58,7 +48,7 @@ def test_every_row_is_written_as_the_file_has_it(tmp_path: Path) -> None:
     path = real_file(NAME, tmp_path / "src")
     assert detect_cycler(path) == "batteryarchive"
     df = pd.read_csv(path)
-    manifest, seg, info = _ingest(path, tmp_path / "out")
+    manifest, seg, info = ingested([path], tmp_path / "out")
     assert manifest.select("cell_id", "cidx", "row_count", "cycler").rows() == [
         (CELL, 0, len(df), "batteryarchive")]
     assert df["Cycle_Index"].unique().tolist() == [1.0]  # BatteryArchive counts from 1

@@ -7,7 +7,6 @@ cut-short file refused by name or skipped."""
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tests.fixtures.cyclers import REAL_FILES, real_file
+from tests.fixtures.cyclers import REAL_FILES, ingested, real_file
 from windpipe.services.ingest import IngestError, detect_cycler, ingest_exports
 
 NewareNDA = pytest.importorskip("NewareNDA")
@@ -27,14 +26,6 @@ NAME = "test.ndax"
 def _neware(path: Path) -> Any:
     """The file as NewareNDA reads it, the cycle as the instrument recorded it."""
     return NewareNDA.read(str(path), software_cycle_number=False, log_level="WARNING")
-
-
-def _ingest(path: Path, out: Path) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
-    result = ingest_exports([path], out)
-    manifest = pl.read_parquet(result.manifest_path)
-    segments = pl.concat([pl.read_parquet(result.path / p)
-                          for p in manifest.get_column("segment_path")])
-    return manifest, segments, json.loads((result.path / "ingest.json").read_text())
 
 
 def test_the_sample_file_is_navanis(tmp_path: Path) -> None:
@@ -53,7 +44,7 @@ def test_every_record_is_written_as_newarenda_reads_it(tmp_path: Path) -> None:
     df = _neware(path)
     n = len(df)
     assert df["Index"].tolist() == list(range(1, n + 1))  # the file's records, in order
-    manifest, seg, info = _ingest(path, tmp_path / "out")
+    manifest, seg, info = ingested([path], tmp_path / "out")
     cycles = sorted(df["Cycle"].unique())
     assert manifest.select("cidx", "row_count", "cycler").rows() == [
         (int(c) - 1, int((df["Cycle"] == c).sum()), "neware") for c in cycles]
@@ -70,7 +61,7 @@ def test_every_record_is_written_as_newarenda_reads_it(tmp_path: Path) -> None:
 def test_the_current_is_positive_on_charge(tmp_path: Path) -> None:
     path = real_file(NAME, tmp_path / "src")
     df = _neware(path)
-    _, seg, _ = _ingest(path, tmp_path / "out")
+    _, seg, _ = ingested([path], tmp_path / "out")
     current = seg.get_column("current_a").to_numpy()
     status = df["Status"].astype(str)
     charging = status.str.endswith("_Chg").to_numpy()
@@ -88,7 +79,7 @@ def test_the_current_is_positive_on_charge(tmp_path: Path) -> None:
 def test_the_time_runs_on_across_steps_to_the_ms(tmp_path: Path) -> None:
     path = real_file(NAME, tmp_path / "src")
     df = _neware(path)
-    _, seg, info = _ingest(path, tmp_path / "out")
+    _, seg, info = ingested([path], tmp_path / "out")
     time = seg.get_column("time_s").to_numpy()
     step_time = df["Time"].to_numpy(dtype=np.float64)
     steps = df["Step"].to_numpy()

@@ -7,7 +7,6 @@ the file's own timestamps), and a file NewareNDA cannot read refused by name."""
 from __future__ import annotations
 
 import hashlib
-import json
 import lzma
 import re
 from pathlib import Path
@@ -17,7 +16,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tests.fixtures.cyclers import REAL_FILES, real_file
+from tests.fixtures.cyclers import REAL_FILES, ingested, real_file
 from windpipe.services.ingest import IngestError, detect_cycler, ingest_exports
 from windpipe.services.ingest.accounting import SAME_TIME
 
@@ -29,14 +28,6 @@ NAME = "test.nda"
 def _neware(path: Path) -> Any:
     """The file as NewareNDA reads it, the cycle as the instrument recorded it."""
     return NewareNDA.read(str(path), software_cycle_number=False, log_level="WARNING")
-
-
-def _ingest(path: Path, out: Path) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
-    result = ingest_exports([path], out)
-    manifest = pl.read_parquet(result.manifest_path)
-    segments = pl.concat([pl.read_parquet(result.path / p)
-                          for p in manifest.get_column("segment_path")])
-    return manifest, segments, json.loads((result.path / "ingest.json").read_text())
 
 
 def test_the_sample_file_is_navanis(tmp_path: Path) -> None:
@@ -58,7 +49,7 @@ def test_every_record_is_written_as_newarenda_reads_it(tmp_path: Path) -> None:
     n = len(df)
     assert n == 439
     assert df["Index"].tolist() == list(range(1, n + 1))  # the file's records, in order
-    manifest, seg, info = _ingest(path, tmp_path / "out")
+    manifest, seg, info = ingested([path], tmp_path / "out")
     assert manifest.select("cell_id", "cidx", "row_count", "cycler").rows() == [
         ("test", 0, n, "neware")]  # the one cycle the instrument recorded (Cycle 1)
     rows = info["rows"][NAME]
@@ -75,7 +66,7 @@ def test_every_record_is_written_as_newarenda_reads_it(tmp_path: Path) -> None:
 def test_the_current_is_positive_on_charge(tmp_path: Path) -> None:
     path = real_file(NAME, tmp_path / "src")
     df = _neware(path)
-    _, seg, _ = _ingest(path, tmp_path / "out")
+    _, seg, _ = ingested([path], tmp_path / "out")
     current = seg.get_column("current_a").to_numpy()
     status = df["Status"].astype(str).to_numpy()
     assert sorted(set(status)) == ["CC_Chg", "CC_DChg", "Rest"]
@@ -90,7 +81,7 @@ def test_the_current_is_positive_on_charge(tmp_path: Path) -> None:
 def test_the_time_runs_on_across_steps_to_the_ms(tmp_path: Path) -> None:
     path = real_file(NAME, tmp_path / "src")
     df = _neware(path)
-    _, seg, info = _ingest(path, tmp_path / "out")
+    _, seg, info = ingested([path], tmp_path / "out")
     time = seg.get_column("time_s").to_numpy()
     step_time = df["Time"].to_numpy(dtype=np.float64)
     steps = df["Step"].to_numpy()
