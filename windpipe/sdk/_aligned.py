@@ -19,11 +19,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from windpipe.sdk._batch import Batch, BatchState
-from windpipe.sdk._exceptions import InternalError, InvalidConfig
+from windpipe.sdk._exceptions import InvalidConfig
 from windpipe.sdk._html import html_table, human_bytes
+from windpipe.sdk._parts import grouped_parts
 from windpipe.sdk._torch_import import PIN_MEMORY_NEEDS_CUDA, torch
 from windpipe.sdk.losses import AlignedLosses
 from windpipe.services.contract.wire import BatchMetadata
@@ -180,22 +179,6 @@ def group_parts(records: Iterable[tuple[Any, BatchMetadata]],
                 to_batch: Callable[[Any, BatchMetadata], Batch]) -> Iterator[Batch | AlignedBatch]:
     """The pass's batches: each record as a :class:`~sdk.Batch`, except that the parts of
     an aligned batch (``meta.aligned``) come out as one :class:`AlignedBatch`."""
-    parts: dict[str, Batch] = {}
-    has: dict[str, torch.Tensor] = {}
-    for record, meta in records:
-        aligned = meta.aligned
-        if aligned is None:
-            yield to_batch(record, meta)
-            continue
-        if aligned.part != len(parts):
-            msg = (f"batch {meta.batch_idx}: aligned part {aligned.part} arrived after "
-                   f"{len(parts)} part(s)")
-            raise InternalError(msg)
-        parts[aligned.protocol] = to_batch(record, meta)
-        has[aligned.protocol] = torch.from_numpy(np.asarray(aligned.has_data, dtype=np.bool_))
-        if len(parts) == aligned.parts:
-            yield AlignedBatch(parts=parts, has_data=has, batch_idx=meta.batch_idx)
-            parts, has = {}, {}
-    if parts:
-        msg = f"the stream ended inside an aligned batch ({len(parts)} part(s) received)"
-        raise InternalError(msg)
+    return grouped_parts(
+        records, part=to_batch, has_data=torch.from_numpy,
+        whole=lambda parts, has, idx: AlignedBatch(parts=parts, has_data=has, batch_idx=idx))

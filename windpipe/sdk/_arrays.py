@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from windpipe.sdk._batch_state import BatchState, batch_state, list_values
-from windpipe.sdk._exceptions import InternalError
+from windpipe.sdk._parts import grouped_parts
 from windpipe.services.contract.wire import INPUT_VALID_COLUMN, BatchMetadata
 from windpipe.services.materialize.builder import BuiltBatch
 
@@ -226,25 +226,9 @@ def array_batches(records: Iterable[tuple[Any, BatchMetadata]],
                   ) -> Iterator[ArrayBatch | AlignedArrays]:
     """A pass's records as batches: each an :class:`ArrayBatch`, except that the parts of an
     aligned batch (``meta.aligned``) come out together as one :class:`AlignedArrays`."""
-    parts: dict[str, ArrayBatch] = {}
-    has: dict[str, np.ndarray] = {}
-    for record, meta in records:
-        aligned = meta.aligned
-        if aligned is None:
-            yield array_batch(record, meta)
-            continue
-        if aligned.part != len(parts):
-            msg = (f"batch {meta.batch_idx}: aligned part {aligned.part} arrived after "
-                   f"{len(parts)} part(s)")
-            raise InternalError(msg)
-        parts[aligned.protocol] = array_batch(record, meta)
-        has[aligned.protocol] = np.asarray(aligned.has_data, dtype=np.bool_)
-        if len(parts) == aligned.parts:
-            yield AlignedArrays(parts=parts, has_data=has, batch_idx=meta.batch_idx)
-            parts, has = {}, {}
-    if parts:
-        msg = f"the stream ended inside an aligned batch ({len(parts)} part(s) received)"
-        raise InternalError(msg)
+    return grouped_parts(
+        records, part=array_batch, has_data=lambda has: has,
+        whole=lambda parts, has, idx: AlignedArrays(parts=parts, has_data=has, batch_idx=idx))
 
 
 def _fields(batch: ArrayBatch) -> dict[str, Any]:
