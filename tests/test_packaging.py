@@ -9,18 +9,16 @@ environment leaks in.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.fixtures.packaging import install_tree
 from tests.fixtures.servers import free_ports
 
-ROOT = Path(__file__).resolve().parents[1]
 SPECIFIED = {"windpipe"}
 
 pytestmark = pytest.mark.slow
@@ -29,23 +27,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def server_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv holding ``pip install '<tree>[server]'`` and nothing else of ours."""
-    base = tmp_path_factory.mktemp("packaging")
-    tree = base / "tree"
-    tracked = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-        capture_output=True, check=True).stdout.decode().split("\0")
-    for rel in filter(None, tracked):
-        if (ROOT / rel).is_file():
-            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / rel, tree / rel)
-    venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
-    uv = Path(sys.executable).parent / "uv"  # .ci/run installs it: seconds instead of a minute
-    install = ([str(uv), "pip", "install", "-q", "--python", python] if uv.exists()
-               else [python, "-m", "pip", "install", "-q"])
-    subprocess.run([*install, f"{tree}[server]"], check=True, timeout=900)
-    return venv
+    return install_tree(tmp_path_factory.mktemp("packaging"), "server")
 
 
 def _top_level_packages(venv: Path) -> set[str]:

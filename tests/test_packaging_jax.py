@@ -4,14 +4,12 @@ extras, and no torch, streams a plan's batches through ``windpipe.jax``."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.fixtures.packaging import install_tree
 
 pytestmark = pytest.mark.slow
 
@@ -46,21 +44,7 @@ print("batches", len(got))
 
 
 def test_windpipe_jax_streams_a_plan_where_torch_is_not_installed(tmp_path: Path) -> None:
-    tree = tmp_path / "tree"
-    tracked = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-        capture_output=True, check=True).stdout.decode().split("\0")
-    for rel in filter(None, tracked):
-        if (ROOT / rel).is_file():
-            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / rel, tree / rel)
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
-    uv = Path(sys.executable).parent / "uv"  # .ci/run installs it: seconds instead of a minute
-    install = ([str(uv), "pip", "install", "-q", "--python", python] if uv.exists()
-               else [python, "-m", "pip", "install", "-q"])
-    subprocess.run([*install, f"{tree}[server,jax]"], check=True, timeout=900)
+    python = str(install_tree(tmp_path, "server,jax") / "bin" / "python")
     work = tmp_path / "work"
     work.mkdir()
     done = subprocess.run([python, "-c", _SCRIPT, str(work)], cwd=work, capture_output=True,
