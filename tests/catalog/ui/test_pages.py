@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+import polars as pl
 import pytest
 from playwright.sync_api import Browser, sync_playwright
 
@@ -27,6 +28,8 @@ from tests.catalog.ui.ui_support import (
     ADMIN,
     CHROMIUM,
     CHROMIUM_ARGS,
+    RUNNING_JOB,
+    STALE_JOB,
     XSS_DESCRIPTION,
     XSS_NAME,
     Site,
@@ -35,6 +38,7 @@ from tests.catalog.ui.ui_support import (
 )
 from windpipe.catalog.ui.access import TOKEN_COOKIE
 from windpipe.catalog.ui.downsample import DEFAULT_MAX_POINTS
+from windpipe.sdk import Catalog
 
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(),
@@ -130,32 +134,70 @@ def test_datasets_dataset_and_version_pages(site: Site, admin: Watched, tmp_path
     assert page.locator(".pager a[rel=prev]").count() == 1
 
 
-def test_split_page_counts_are_the_apis(site: Site, admin: Watched, tmp_path: Path):
-    with site.api() as api:
-        split = api.get(f"/v1/splits/{site.split_id}").json()
-        train_stats = api.get(f"/v1/splits/{site.split_id}/stats",
-                              params={"side": "train"}).json()
+def test_split_page_counts_plot_histograms_and_scalings(site: Site, admin: Watched,
+                                                        tmp_path: Path):
+    catalog = Catalog(site.url, token=ADMIN)
+    try:
+        split = catalog.split(site.split_id)
+        frame = split.index().frame
+        train_stats = split.stats(side="train")
+    finally:
+        catalog.close()
     page = admin.open(f"{site.url}/ui/splits/{site.split_id}")
+    groups = frame.group_by([*split.config.group_by, "split"]).len()
     for side in ("train", "val"):
-        row = page.locator(f"#counts tr[data-side={side}]")
-        assert int(row.locator(".groups").inner_text()) == split["counts"][side]["groups"]
-        assert int(row.locator(".manifest-rows").inner_text()) == \
-            split["counts"][side]["manifest_rows"]
-        assert int(row.locator(".rows").inner_text()) == split["counts"][side]["rows"]
+        want = split.counts[side]
+        for table in ("#counts", "#split-totals"):  # the stored counts, and the plot's own
+            row = page.locator(f"{table} tr[data-side={side}]")
+            assert int(row.locator(".groups").inner_text()) == want["groups"], table
+            assert int(row.locator(".manifest-rows").inner_text()) == want["manifest_rows"]
+            assert int(row.locator(".rows").inner_text()) == want["rows"], table
+        assert want["groups"] == groups.filter(pl.col("split") == side).height
+    plot = page.locator("#split-plot")
+    assert int(plot.get_attribute("data-groups") or -1) == groups.height
+    assert plot.locator(".bar.side-train").count() >= 1
+    assert plot.locator(".bar.side-val").count() >= 1
+
     stats_rows = page.locator("table.stats[data-side=train] tbody tr")
-    assert stats_rows.count() == len(train_stats["stats"])
+    assert stats_rows.count() == len(train_stats.stats)
+    for entry in train_stats.stats:
+        if entry.histogram is None:
+            continue
+        cell = page.locator(f"table.stats[data-side=train] tr[data-column={entry.column}]"
+                            f"[data-protocol={entry.protocol}] svg.histogram")
+        assert int(cell.get_attribute("data-bins") or -1) == len(entry.histogram.counts)
+        d = cell.locator("path.bars").get_attribute("d") or ""
+        assert d.count("M") == sum(1 for c in entry.histogram.counts if c > 0)
+    assert page.locator("table.stats[data-side=val] svg.histogram").count() >= 1
+
+    scaling = page.locator("#scalings tr[data-column=voltage_v]")
+    assert scaling.count() == 1
+    fitted = train_stats.column_stats("voltage_v", "cycling")
+    assert f"mean {fitted.mean:.4g}" in scaling.inner_text()
     assert page.locator("#plans a.plan").all_inner_texts() == [site.plan_id]
     _shot(admin, tmp_path, "split")
 
 
-def test_plan_page_report_and_preview(site: Site, admin: Watched, tmp_path: Path):
+def test_plan_page_report_plot_and_preview(site: Site, admin: Watched, tmp_path: Path):
+    catalog = Catalog(site.url, token=ADMIN)
+    try:
+        report = catalog.plan(site.plan_id).report()
+    finally:
+        catalog.close()
     with site.api() as api:
-        report = api.get(f"/v1/plans/{site.plan_id}/report").json()
         first = api.get(f"/v1/plans/{site.plan_id}/schedule", params={"page_size": 8}).json()
     page = admin.open(f"{site.url}/ui/plans/{site.plan_id}")
-    assert int(page.locator("#batches").get_attribute("data-batches") or -1) == report["batches"]
-    assert page.locator("#strategy").inner_text().startswith(report["strategy"])
-    assert page.locator("section.batch").count() == min(8, report["batches"])
+    assert int(page.locator("#batches").get_attribute("data-batches") or -1) == report.batches
+    assert page.locator("#strategy").inner_text().startswith(report.strategy)
+    assert page.locator("#working-set").inner_text().split(" (")[0].endswith("B")
+    assert page.locator("#shuffle-quality").count() == 1
+    bars = page.locator("#protocol-bars rect.protocol-bar")
+    assert sum(int(bars.nth(i).get_attribute("data-batches") or 0)
+               for i in range(bars.count())) == report.batches
+    plot = page.locator("#plan-plot")
+    assert int(plot.get_attribute("data-windows") or -1) == report.lanes - report.padding_lanes
+    assert plot.locator("path.windows").count() >= 1
+    assert page.locator("section.batch").count() == min(8, report.batches)
     lanes = page.locator("section.batch").first.locator("table.lanes tbody tr")
     assert lanes.count() == len(first["items"][0]["lanes"])
     provenance = page.locator("a.provenance").first
@@ -209,14 +251,50 @@ def test_segment_page_plot_is_bounded_and_overlays_windows(site: Site, admin: Wa
     _shot(admin, tmp_path, "segment-missing-channel")
 
 
-def test_servers_page_lists_the_live_and_the_dead(site: Site, admin: Watched, tmp_path: Path):
+def test_servers_page_shows_the_live_server_and_the_dead(site: Site, admin: Watched,
+                                                         tmp_path: Path):
+    with site.api() as api:
+        stats = api.get("/v1/flight/stats").json()["servers"]
+    counters = next(s["stats"] for s in stats if s["location"] == site.flight_location)
     page = admin.open(f"{site.url}/ui/servers")
     live = page.locator(f"tr.server[data-location='{site.flight_location}']")
     dead = page.locator(f"tr.server[data-location='{site.dead_location}']")
-    assert "answering" in live.inner_text()
+    assert live.get_attribute("data-health") == "ok"
+    assert live.locator("td.health").inner_text().startswith("ok")
     assert "configured" in live.inner_text()
-    assert "unavailable" in dead.inner_text()
+    cache = live.locator("td.cache")
+    assert int(cache.get_attribute("data-budget") or -1) == counters["budget_bytes"]
+    assert int(cache.get_attribute("data-hits") or -1) >= counters["hits"]
+    assert int(live.locator("td.streams").get_attribute("data-active") or -1) >= 0
+    assert live.locator("td.tier").inner_text() != "-"  # the tier's budget, or "off"
+    assert dead.get_attribute("data-health") == "unreachable"
+    assert "unavailable" in dead.locator("td.error").inner_text()
     _shot(admin, tmp_path, "servers")
+    page = admin.open(f"{site.url}/ui/servers")  # a second look has a rate
+    assert "/s read" in live.locator("td.throughput").inner_text()
+
+
+def test_registration_jobs_show_live_progress(site: Site, admin: Watched, tmp_path: Path):
+    # the page reloads itself every 2 s while a job runs: read it once, at once
+    page = admin.open(f"{site.url}/ui/versions/{site.other_version_id}")
+    html = page.content()
+    _shot(admin, tmp_path, "version-running-job")
+    assert re.search(r'<meta http-equiv="refresh" content="2"', html)
+    running = re.search(r'<tr class="job job-running" data-state="running" data-done="3" '
+                        r'data-total="10">(.*?)</tr>', html, re.S)
+    assert running is not None
+    assert RUNNING_JOB in running.group(1)
+    assert '<progress max="10" value="3">' in running.group(1)
+    assert 'data-state="interrupted"' not in html  # a stale job of this dataset ...
+    page = admin.open(f"{site.url}/ui/datasets/other")
+    html = page.content()
+    stale = re.search(r'<tr class="job job-interrupted"[^>]*>(.*?)</tr>', html, re.S)
+    assert stale is not None  # ... reads as interrupted, as GET /v1/jobs/{id} reads it
+    assert STALE_JOB in stale.group(1)
+    assert "<progress" not in stale.group(1)
+    # a page without a running job does not reload
+    page = admin.open(f"{site.url}/ui/versions/{site.version_id}")
+    assert page.locator("meta[http-equiv=refresh]").count() == 0
 
 
 def test_markup_in_names_stays_text(site: Site, admin: Watched, tmp_path: Path):
@@ -235,6 +313,12 @@ def test_markup_in_names_stays_text(site: Site, admin: Watched, tmp_path: Path):
     page = admin.open(f"{site.url}/ui/datasets/lab")
     assert page.locator("td.description").first.inner_text() == XSS_DESCRIPTION
     assert page.locator("img").count() == 0
+    for path in (f"/ui/splits/{site.xss_split_id}", f"/ui/plans/{site.xss_plan_id}"):
+        page = admin.open(f"{site.url}{path}")  # the cell's name in the plots, as text
+        assert "<b>cell</b>" in (page.locator("svg.plot").first.text_content() or ""), path
+        assert page.locator("b").count() == 0, path
+        assert page.locator("script").count() == 0, path
+    _shot(admin, tmp_path, "markup-plan")
     page = admin.open(f"{site.url}/ui?q={quote('<img src=x onerror=alert(3)>')}")
     assert page.locator("q.query").inner_text() == "<img src=x onerror=alert(3)>"
     assert page.locator("img").count() == 0
@@ -253,12 +337,20 @@ def test_a_scoped_token_sees_only_its_datasets(site: Site, browser: Browser, tmp
         for path in ("/ui/datasets/other", f"/ui/versions/{site.other_version_id}",
                      f"/ui/splits/{site.other_split_id}", f"/ui/plans/{site.other_plan_id}",
                      f"/ui/versions/{site.version_id}/segments/0/0?plan={site.other_plan_id}",
-                     f"/ui/datasets/{quote(XSS_NAME, safe='')}"):
+                     f"/ui/datasets/{quote(XSS_NAME, safe='')}",
+                     f"/ui/versions/{site.xss_version_id}", f"/ui/splits/{site.xss_split_id}",
+                     f"/ui/plans/{site.xss_plan_id}"):
             page = watched.open(f"{site.url}{path}", status=404)
             assert page.locator("h1.error-title").inner_text().startswith("404"), path
             assert "does not exist" in page.locator("p.error-message").inner_text(), path
         page = watched.open(f"{site.url}/ui/versions/{site.version_id}")
         assert page.locator("#plans a.plan").all_inner_texts() == [site.plan_id]
+        page = watched.open(f"{site.url}/ui/splits/{site.split_id}")  # its own: shown
+        assert page.locator("#scalings a").all_inner_texts() == [site.plan_id]
+        page = watched.open(f"{site.url}/ui/servers")  # no dataset on it: every reader's
+        assert page.locator("tr.server").count() == 2
+        page = watched.open(f"{site.url}/ui/datasets/lab")  # no job of another dataset
+        assert RUNNING_JOB not in page.content()
         _shot(watched, tmp_path, "scoped")
     finally:
         watched.close()

@@ -7,7 +7,10 @@ cell without ``temperature_c``, a description that is markup), a second dataset
 (``other``, for scope checks) and a dataset named ``<script>alert(1)</script>`` (the
 REST API refuses such a name; the service layer under it does not, so it is written
 there, as an older client or a direct database write could have), a split of ``lab``,
-its stored statistics and a plan.
+its stored statistics and a plan that scales ``voltage_v`` with a scaling fitted on the
+train side's statistics; a split and a plan of the markup-named dataset; and two
+registration jobs of ``other`` written into the jobs table as a catalog writes them
+(one running with a fresh heartbeat, one whose heartbeat stopped long ago).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,10 @@ from tests.fixtures.servers import free_port, run_catalog_server
 from windpipe._serving import serve_flight
 from windpipe.catalog import service
 from windpipe.catalog.context import CatalogContext
-from windpipe.services.database import create_engine
+from windpipe.catalog.models import RegistrationJob, utcnow
+from windpipe.services.contract.scaling import ScalingSpec
+from windpipe.services.contract.stats import SplitStatsData
+from windpipe.services.database import create_engine, session_scope
 from windpipe.services.settings import Settings
 from windpipe.services.synth import write_synthetic_dataset
 
@@ -58,6 +65,9 @@ class Site:
     other_split_id: str
     other_plan_id: str
     scoped_token: str
+    xss_version_id: str = ""
+    xss_split_id: str = ""
+    xss_plan_id: str = ""
     ids: dict[str, Any] = field(default_factory=dict)
 
     def api(self, token: str = ADMIN) -> httpx.Client:
@@ -98,9 +108,12 @@ def build_site(base: Path) -> Iterator[Site]:
                 "description": XSS_DESCRIPTION}))
             split = _ok(api.post(f"/v1/versions/{version['id']}/splits",
                                  json={"strategy": "sample", "fraction": 0.34, "seed": 1}))
-            for side in ("train", "val"):
-                _ok(api.post(f"/v1/splits/{split['id']}/stats", json={"side": side}))
-            plan = _ok(api.post(f"/v1/splits/{split['id']}/plans", json=PLAN))
+            stats = [_ok(api.post(f"/v1/splits/{split['id']}/stats", json={"side": side}))
+                     for side in ("train", "val")]
+            fitted = ScalingSpec.from_stats(SplitStatsData.model_validate(stats[0]),
+                                            "voltage_v", kind="standard", protocol="cycling")
+            plan = _ok(api.post(f"/v1/splits/{split['id']}/plans", json={
+                **PLAN, "scaling": [fitted.model_dump(mode="json")]}))
             other = _ok(api.post("/v1/datasets/other/versions", json={
                 "root": str(other_root), "manifest": other_manifest.name}))
             other_split = _ok(api.post(f"/v1/versions/{other['id']}/splits",
@@ -110,23 +123,55 @@ def build_site(base: Path) -> Iterator[Site]:
                 "inputs": {"cycling": ["voltage_v"]}, "targets": {"cycling": ["voltage_v"]}}))
             scoped = _ok(api.post("/v1/tokens", json={"name": "lab-reader", "role": "reader",
                                                       "datasets": "lab"}))
-        _register_markup_name(url, other_root)
+        xss_version = _register_markup_name(url, other_root)
+        with httpx.Client(base_url=catalog_url, timeout=120,
+                          headers={"authorization": f"Bearer {ADMIN}"}) as api:
+            xss_split = _ok(api.post(f"/v1/versions/{xss_version}/splits",
+                                     json={"strategy": "sample", "fraction": 0.5}))
+            xss_plan = _ok(api.post(f"/v1/splits/{xss_split['id']}/plans", json={
+                "default_window": {"batch_size": 2, "seq_len": 8}, "split": "val"
+                if xss_split["counts"]["train"]["manifest_rows"] == 0 else "train",
+                "inputs": {"cycling": ["voltage_v"]}, "targets": {"cycling": ["voltage_v"]}}))
+        _write_jobs(url)
         yield Site(url=catalog_url, database_url=url, root=base, flight_location=flight.location,
                    dead_location=dead, version_id=version["id"], split_id=split["id"],
                    plan_id=plan["id"], other_version_id=other["id"],
                    other_split_id=other_split["id"], other_plan_id=other_plan["id"],
-                   scoped_token=scoped["token"])
+                   scoped_token=scoped["token"], xss_version_id=xss_version,
+                   xss_split_id=xss_split["id"], xss_plan_id=xss_plan["id"])
 
 
-def _register_markup_name(database_url: str, root: Path) -> None:
+def _register_markup_name(database_url: str, root: Path) -> str:
     """A version of dataset :data:`XSS_NAME` through the service layer: one manifest row
-    (a cell named with markup too) of ``root``, other content than ``other``'s."""
+    (a cell named with markup too) of ``root``, other content than ``other``'s; its id."""
     engine = create_engine(database_url)
     try:
         ctx = CatalogContext.from_engine(engine)
         rows = [{"set_id": "x", "cell_id": "<b>cell</b>", "cidx": 0, "protocol": "cycling",
                  "segment_path": "seg/c0/0/cycling.parquet"}]
-        service.register_version(ctx, XSS_NAME, root=str(root), rows=rows)
+        return service.register_version(ctx, XSS_NAME, root=str(root), rows=rows).value.id
+    finally:
+        engine.dispose()
+
+
+RUNNING_JOB = "j-ui-running"
+STALE_JOB = "j-ui-stale"
+
+
+def _write_jobs(database_url: str) -> None:
+    """Two registration jobs of ``other`` as the jobs table holds them: :data:`RUNNING_JOB`
+    checking 3 of 10 segments, its heartbeat fresh for the whole module (an hour ahead),
+    and :data:`STALE_JOB`, "running" but silent for a day (its server died)."""
+    engine = create_engine(database_url)
+    now = utcnow()
+    try:
+        with session_scope(CatalogContext.from_engine(engine).sessions) as session:
+            for job_id, heard in ((RUNNING_JOB, now + timedelta(hours=1)),
+                                  (STALE_JOB, now - timedelta(days=1))):
+                session.add(RegistrationJob(
+                    id=job_id, dataset="other", request_key=job_id.ljust(64, "0"),
+                    principal="ui-test", state="running", phase="checking", checked=3,
+                    profiled=0, total=10, created_at=heard, updated_at=heard))
     finally:
         engine.dispose()
 

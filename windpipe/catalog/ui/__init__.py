@@ -5,7 +5,9 @@ every asset is served by the catalog itself. The pages call the same service lay
 the REST API and take the same tokens and dataset scopes. ``routes`` holds the pages and
 :func:`~catalog.ui.routes.mount_ui`; ``access`` the caller, the scope checks and the
 security headers; ``pages`` and ``segment`` what each page shows; ``queries`` the few
-reads the REST API has no route for; ``downsample`` and ``plot`` the segment plot.
+reads the REST API has no route for; ``downsample`` and ``plot`` the segment plot,
+``split_plot`` and ``plan_plot`` the split's and the plan's; ``servers`` the look at
+every Flight server.
 """
 
 from __future__ import annotations

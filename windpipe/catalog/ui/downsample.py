@@ -5,7 +5,8 @@ The rows are cut into ``max_points // 2`` equal buckets (sizes differing by at m
 row) and each bucket keeps two points: its smallest and its largest finite value, at the
 rows where they occur, in row order. The drawn line therefore reaches every extreme the
 full series reaches (a spike of one row is never averaged away), which is what a person
-looks for in a battery signal, and the cost is a few passes of numpy over the column:
+looks for in a battery signal, and the cost is a few passes of numpy over the column
+(the buckets gathered as the rows of one table, ``argmin`` and ``argmax`` along them):
 no Python loop over rows or buckets. A bucket without a finite value keeps no point, so
 a run of nulls shows as a gap in the line.
 """
@@ -54,16 +55,19 @@ def minmax_downsample(values: np.ndarray, *, max_points: int = DEFAULT_MAX_POINT
         return Downsampled(rows=rows, values=y[rows], breaks=_breaks(rows), buckets=0)
     buckets = max_points // 2
     starts = (np.arange(buckets, dtype=np.int64) * n) // buckets  # equal cuts, none empty
-    bucket_of = np.repeat(np.arange(buckets, dtype=np.int64), np.diff(np.append(starts, n)))
-    low = np.where(finite, y, np.inf)
-    high = np.where(finite, y, -np.inf)
-    mins = np.minimum.reduceat(low, starts)
-    maxs = np.maximum.reduceat(high, starts)
-    index = np.arange(n, dtype=np.int64)
-    # the first row of each bucket holding its minimum (maximum): n where none does
-    at_min = np.minimum.reduceat(np.where(finite & (y == mins[bucket_of]), index, n), starts)
-    at_max = np.minimum.reduceat(np.where(finite & (y == maxs[bucket_of]), index, n), starts)
-    has = at_min < n  # a bucket with a finite value (then at_max < n too)
+    sizes = np.diff(np.append(starts, n))
+    width = int(sizes.max())
+    # every bucket as a row of one [buckets, width] table (a short bucket's last cell
+    # repeats its last row, which changes neither its minimum nor where it first is)
+    at = starts[:, None] + np.minimum(np.arange(width, dtype=np.int64)[None, :],
+                                      (sizes - 1)[:, None])
+    table = y[at]
+    ok = np.isfinite(table)
+    first_min = np.argmin(np.where(ok, table, np.inf), axis=1)
+    first_max = np.argmax(np.where(ok, table, -np.inf), axis=1)
+    has = ok.any(axis=1)  # a bucket with a finite value
+    at_min = starts + first_min
+    at_max = starts + first_max
     first = np.minimum(at_min, at_max)[has]
     second = np.maximum(at_min, at_max)[has]
     rows = np.stack([first, second], axis=1).reshape(-1)

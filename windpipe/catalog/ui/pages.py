@@ -17,9 +17,14 @@ import polars as pl
 from windpipe.catalog import plans, retire, service, stats
 from windpipe.catalog.context import CatalogContext
 from windpipe.catalog.models import PlanRow, Version, as_utc
+from windpipe.catalog.ui.plan_plot import draw_plan
 from windpipe.catalog.ui.queries import dataset_jobs, plans_of, splits_of
+from windpipe.catalog.ui.split_plot import draw_histogram, draw_split
+from windpipe.services.contract.configs import DEFAULT_GROUP_BY
+from windpipe.services.contract.errors import WindpipeError
 from windpipe.services.contract.reports import PlanReportData
-from windpipe.services.contract.stats import SplitStatsData, StatsRequest
+from windpipe.services.contract.scaling import ScalingSpec
+from windpipe.services.contract.stats import SIDES, StatsRequest
 
 __all__ = [
     "MAX_PREVIEW_BATCHES",
@@ -82,9 +87,13 @@ def index_page(ctx: CatalogContext, version_id: str, *, cell: str, protocol: str
             "more": offset + limit < frame.height}
 
 
-def version_page(ctx: CatalogContext, version: Version) -> dict[str, Any]:
-    """The version's summary, splits, plans and registration jobs."""
+def version_page(ctx: CatalogContext, version: Version, *,
+                 stale_after_s: float | None = None) -> dict[str, Any]:
+    """The version's summary, splits, plans and registration jobs (its own and the
+    dataset's running ones: ``refresh`` while one runs)."""
     splits = splits_of(ctx, version.id)
+    jobs = dataset_jobs(ctx, version.dataset.name, version_id=version.id,
+                        stale_after_s=stale_after_s)
     return {
         "line": version_line(version),
         "dataset": version.dataset.name,
@@ -95,7 +104,8 @@ def version_page(ctx: CatalogContext, version: Version) -> dict[str, Any]:
                     "retired_at": retire.split_retired_at(ctx.sessions, s.id)}
                    for s in splits],
         "plans": [_plan_line(p) for p in plans_of(ctx, version_id=version.id)],
-        "jobs": dataset_jobs(ctx, version.dataset.name, version_id=version.id),
+        "jobs": jobs,
+        "refresh": any(j.running for j in jobs),
     }
 
 
@@ -105,20 +115,51 @@ def _plan_line(p: PlanRow) -> dict[str, Any]:
             "created_at": as_utc(p.created_at)}
 
 
+def _side_stats(ctx: CatalogContext, split_id: str) -> list[dict[str, Any]]:
+    """Per side: its stored statistics (None: not computed) and each column's histogram,
+    train and val side by side per protocol and column."""
+    out = []
+    for side in SIDES:
+        found = stats.stored_split_stats(ctx, split_id, StatsRequest(side=side))
+        rows = [] if found is None else [{"stats": c, "histogram": draw_histogram(c)}
+                                         for c in found.stats]
+        out.append({"side": side, "data": found, "rows": rows})
+    return out
+
+
+def _scalings(split_plans: list[PlanRow]) -> list[dict[str, Any]]:
+    """The scalings the split's plans store (each plan's config keeps its fitted numbers:
+    they are part of its identity), one line per plan and column."""
+    out = []
+    for p in split_plans:
+        for spec in p.config.get("scaling") or ():
+            if not isinstance(spec, dict):
+                continue
+            try:
+                scaling = ScalingSpec.model_validate(spec)
+            except (WindpipeError, ValueError):  # a spec an older catalog stored
+                continue
+            out.append({"plan": p.id, "scaling": scaling})
+    return out
+
+
 def split_page(ctx: CatalogContext, split_id: str) -> dict[str, Any]:
-    """The split's counts per side, leakage, stored statistics and plans."""
+    """The split's counts per side, its plot, leakage, stored statistics with their
+    histograms, its plans and the scalings they store."""
     split = service.get_split(ctx, split_id)
-    side_stats: dict[str, SplitStatsData | None] = {}
-    for side in ("train", "val"):
-        side_stats[side] = stats.stored_split_stats(ctx, split_id, StatsRequest(side=side))
+    group_by = split.config.get("group_by") or DEFAULT_GROUP_BY
+    plot = draw_split(service.split_index(ctx, split_id), group_by=tuple(group_by))
+    split_plans = plans_of(ctx, split_id=split_id)
     return {
         "split": split,
         "retired_at": retire.split_retired_at(ctx.sessions, split_id),
         "config": split.config,
         "counts": split.counts,
         "leakage": split.leakage,
-        "stats": side_stats,
-        "plans": [_plan_line(p) for p in plans_of(ctx, split_id=split_id)],
+        "plot": plot,
+        "stats": _side_stats(ctx, split_id),
+        "plans": [_plan_line(p) for p in split_plans],
+        "scalings": _scalings(split_plans),
     }
 
 
@@ -186,5 +227,6 @@ def plan_page(ctx: CatalogContext, plan_id: str, *, batches: int) -> dict[str, A
         "plan": plan, "report": report, "version_id": artifact.version_id,
         "retired_at": retire.plan_retired_at(ctx.sessions, plan_id),
         "config": plan.config, "preview": preview, "schedule_batches": total,
+        "plot": draw_plan(artifact, plans.plan_schedule(ctx, plan_id, 0)),
         "padding_share": (1 - report.real_tokens / report.tokens) if report.tokens else 0.0,
     }

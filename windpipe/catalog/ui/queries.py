@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -131,12 +131,15 @@ def plans_of(ctx: CatalogContext, *, split_id: str | None = None,
 @dataclass(frozen=True)
 class JobSummary:
     """A registration job as a page lists it: never its request or error details
-    (those may name storage locations), only what happened."""
+    (those may name storage locations), only what happened. ``done``: segments done of
+    ``total`` in its phase (checked, then profiled); ``share``: that as 0..1 (None
+    before the total is known)."""
 
     id: str
     state: str
     phase: str
     checked: int
+    profiled: int
     total: int | None
     principal: str
     version_id: str | None
@@ -144,14 +147,37 @@ class JobSummary:
     created_at: datetime | None
     updated_at: datetime | None
 
+    @property
+    def running(self) -> bool:
+        """Still running (its heartbeat is fresh)."""
+        return self.state == "running"
 
-def _summary(job: RegistrationJob) -> JobSummary:
+    @property
+    def done(self) -> int:
+        """Segments done in its phase."""
+        return self.profiled if self.phase == "profiling" else self.checked
+
+    @property
+    def share(self) -> float | None:
+        """``done`` of ``total`` as 0..1 (None until the total is known)."""
+        if not self.total:
+            return None
+        return min(1.0, self.done / self.total)
+
+
+def _summary(job: RegistrationJob, stale_before: datetime | None) -> JobSummary:
     result: dict[str, Any] = job.result or {}
     error: dict[str, Any] = job.error or {}
     version = result.get("id")
     kind = error.get("type")
+    state = job.state
+    heard = as_utc(job.updated_at)
+    if (state == "running" and stale_before is not None and heard is not None
+            and heard < stale_before):
+        state, kind = "interrupted", "unavailable"  # its server stopped beating (jobs.py)
     return JobSummary(
-        id=job.id, state=job.state, phase=job.phase, checked=int(job.checked or 0),
+        id=job.id, state=state, phase=job.phase, checked=int(job.checked or 0),
+        profiled=int(job.profiled or 0),
         total=None if job.total is None else int(job.total), principal=job.principal,
         version_id=version if isinstance(version, str) else None,
         error_type=kind if isinstance(kind, str) else None,
@@ -159,11 +185,18 @@ def _summary(job: RegistrationJob) -> JobSummary:
 
 
 def dataset_jobs(ctx: CatalogContext, name: str, *, version_id: str | None = None,
-                 ) -> list[JobSummary]:
+                 stale_after_s: float | None = None) -> list[JobSummary]:
     """The newest registration jobs of dataset ``name`` (at most 200 looked at), newest
-    first; with ``version_id`` only those that registered that version."""
+    first; with ``version_id`` those that registered that version and those of the
+    dataset still running (one may register it again, or a newer version). A
+    ``running`` job whose heartbeat is older than ``stale_after_s`` reads as
+    ``interrupted``, as ``GET /v1/jobs/{id}`` reads it."""
+    stale_before = (None if stale_after_s is None
+                    else datetime.now(UTC) - timedelta(seconds=stale_after_s))
     with session_scope(ctx.sessions) as session:
-        jobs = [_summary(j) for j in session.scalars(
+        jobs = [_summary(j, stale_before) for j in session.scalars(
             sa.select(RegistrationJob).where(RegistrationJob.dataset == name)
             .order_by(RegistrationJob.created_at.desc()).limit(_JOBS))]
-    return jobs if version_id is None else [j for j in jobs if j.version_id == version_id]
+    if version_id is None:
+        return jobs
+    return [j for j in jobs if j.version_id == version_id or j.running]

@@ -26,7 +26,6 @@ from fastapi.staticfiles import StaticFiles
 
 from windpipe.catalog import plans, service
 from windpipe.catalog.context import CatalogContext
-from windpipe.catalog.flight_stats import fetch_cache_stats
 from windpipe.catalog.ui.access import (
     UI_PREFIX,
     UiHeaders,
@@ -52,6 +51,7 @@ from windpipe.catalog.ui.queries import (
     versions_of,
 )
 from windpipe.catalog.ui.segment import segment_view
+from windpipe.catalog.ui.servers import Samples, probe_servers
 from windpipe.services.contract.errors import InvalidRequest, WindpipeError
 from windpipe.services.contract.principals import Principal, Role
 from windpipe.services.discovery import FlightDiscovery
@@ -138,9 +138,11 @@ def dataset_page(request: Request, name: str, limit: int = DEFAULT_LIMIT,
         check_dataset(principal, name)
         dataset = service.get_dataset(ctx, name)
         versions, more = versions_of(ctx, name, limit=limit, offset=offset)
+        jobs = dataset_jobs(ctx, name, stale_after_s=request.app.state.settings.job_stale_s)
         return {"name": dataset.name, "created_at": dataset.created_at,
                 "versions": [version_line(v) for v in versions], "more": more,
-                "limit": limit, "offset": offset, "jobs": dataset_jobs(ctx, name)[:20]}
+                "limit": limit, "offset": offset, "jobs": jobs[:20],
+                "refresh": any(j.running for j in jobs[:20])}
 
     return _page(request, "dataset.html", build)
 
@@ -157,7 +159,8 @@ def version_view(request: Request, version_id: str, *, cell: str = "", protocol:
         version = service.get_version(ctx, version_id)
         index = index_page(ctx, version_id, cell=cell, protocol=protocol, limit=limit,
                            offset=offset)
-        return {**version_page(ctx, version), "index": index, "cell": cell,
+        stale = request.app.state.settings.job_stale_s
+        return {**version_page(ctx, version, stale_after_s=stale), "index": index, "cell": cell,
                 "protocol": protocol, "limit": limit, "offset": offset}
 
     return _page(request, "version.html", build)
@@ -217,21 +220,29 @@ def _discovery(request: Request) -> FlightDiscovery:
     return found
 
 
+def _samples(request: Request) -> Samples:
+    state = request.app.state
+    found = getattr(state, "ui_server_samples", None)
+    if not isinstance(found, Samples):
+        found = state.ui_server_samples = Samples()
+    return found
+
+
 @router.get("/servers", response_class=HTMLResponse)
 def servers_page(request: Request) -> Response:
-    """The Flight servers the catalog knows (configured and discovered) and each one's
-    chunk-cache counters (or why they could not be read)."""
+    """Every Flight server the catalog knows (configured and discovered): health, cache,
+    tier budget, streams, throughput since the last look, or the error it gave."""
 
     def build(_ctx: CatalogContext, _principal: Principal) -> dict[str, Any]:
         settings: Settings = request.app.state.settings
         discovery = _discovery(request)
-        locations = discovery.locations()
-        found = fetch_cache_stats(locations, timeout_s=2.0, token=settings.admin_token_text())
         static = set(discovery.static)
-        return {"servers": [{"location": s.location, "stats": s.stats, "error": s.error,
-                             "source": "configured" if s.location in static else "discovered"}
-                            for s in found],
-                "discovery": discovery.source is not None}
+        located = [(loc, "configured" if loc in static else "discovered")
+                   for loc in discovery.locations()]
+        servers = probe_servers(located, token=settings.admin_token_text(),
+                                samples=_samples(request))
+        return {"servers": servers, "discovery": discovery.source is not None,
+                "answering": sum(1 for s in servers if s.health is not None)}
 
     return _page(request, "servers.html", build)
 

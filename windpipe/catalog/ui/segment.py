@@ -2,14 +2,17 @@
 windows over it.
 
 Only the channels drawn are read (the protocol's numeric columns, at most
-:data:`MAX_CHANNELS`, and the time column), one column at a time, each downsampled on
-the server (:mod:`windpipe.catalog.ui.plot`) before the next is read. The windows are epoch 0's
-lanes of the plan whose stream holds this segment, as input rows ``[o, o + T)`` cut to
-the segment (SEMANTICS section 3), found with numpy over the whole schedule at once.
+:data:`MAX_CHANNELS`, and the time column), a few columns at a time (at most
+:data:`READ_BYTES` at once), each downsampled on the server
+(:mod:`windpipe.catalog.ui.plot`) and dropped before the next group is read. The
+windows are epoch 0's lanes of the plan whose stream holds this segment, as input rows
+``[o, o + T)`` cut to the segment (SEMANTICS section 3), found with numpy over the whole
+schedule at once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,12 +25,13 @@ from windpipe.catalog.models import Version
 from windpipe.catalog.ui.plot import SegmentPlot, draw_segment
 from windpipe.services.contract.errors import NotFound, WindpipeError
 from windpipe.services.contract.stats import TIME_COLUMN
-from windpipe.services.storage.segments import inspect_segment, read_all
-from windpipe.services.storage.store import open_root
+from windpipe.services.storage.segments import SegmentInfo, inspect_segment, read_all
+from windpipe.services.storage.store import Storage, open_root
 
 __all__ = ["MAX_CHANNELS", "SegmentView", "plan_windows", "segment_view"]
 
 MAX_CHANNELS = 12
+READ_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,25 @@ def plan_windows(ctx: CatalogContext, plan_id: str, *, manifest_row_id: int,
     return np.unique(np.concatenate(found), axis=0).astype(np.int64)
 
 
+def _channels(storage: Storage, info: SegmentInfo, names: list[str], has: set[str],
+              ) -> Iterator[tuple[str, np.ndarray | None]]:
+    """``(name, values)`` of every channel in ``names``' order (None: the segment lacks
+    it), read a few columns at a time: at most :data:`READ_BYTES` of float64 at once (at
+    least one column), so a group is one pass over the segment's chunks rather than one
+    a column, and a long segment still holds only a group in memory."""
+    per_read = max(1, READ_BYTES // max(8 * info.row_count, 1))
+    present = [n for n in names if n in has]
+    groups = iter([present[i:i + per_read] for i in range(0, len(present), per_read)])
+    values: dict[str, np.ndarray] = {}
+    for name in names:
+        if name not in has:
+            yield name, None
+            continue
+        if name not in values:
+            values = read_all(storage, info, next(groups))
+        yield name, values.pop(name)
+
+
 def _hide_root(message: str, version: Version) -> str:
     """A storage error's message without the dataset root (a host path or bucket)."""
     root = version.root_uri
@@ -114,9 +137,7 @@ def segment_view(ctx: CatalogContext, version: Version, *, manifest_row_id: int,
         windows = (plan_windows(ctx, plan_id, manifest_row_id=manifest_row_id,
                                 path=str(seg["path"]))
                    if plan_id is not None else np.zeros((0, 2), dtype=np.int64))
-        # one column read at a time, drawn, then dropped: a long segment never holds
-        # more than the time column and one channel in memory
-        channels = ((n, read_all(storage, info, [n])[n] if n in has else None) for n in names)
+        channels = _channels(storage, info, names, has)
         plot = draw_segment(channels, rows=info.row_count, time=time,
                             time_name=TIME_COLUMN, windows=windows)
     except WindpipeError as exc:
