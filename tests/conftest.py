@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.database",
     "tests.fixtures.servers",
+    "tests.fixtures.observed",
 ]

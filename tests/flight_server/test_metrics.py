@@ -3,6 +3,7 @@ HTTP from a real server after real streams, read with prometheus_client's parser
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -54,6 +55,11 @@ def _scrape_until(url: str, done: Callable[[Samples], bool]) -> Samples:
         time.sleep(0.05)
 
 
+def stats_misses(location: str) -> int:
+    """Chunk loads of the server's cache so far (each one storage read or more)."""
+    return int(cache_stats(location)["misses"])
+
+
 def _value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
@@ -86,6 +92,18 @@ def test_a_flight_server_serves_its_own_metrics(tmp_path: Path) -> None:
                          in samples.items() if name == f"{batches}_bucket")
         assert [v for _, v in buckets] == sorted(v for _, v in buckets)  # cumulative
         assert _value(samples, "windpipe_flight_sent_batches_total") == len(got)
+        # each batch sent timed once, the stream's duration by its outcome
+        assert _value(samples, "windpipe_flight_batch_send_seconds_count") == len(got)
+        assert _value(samples, "windpipe_flight_batch_send_seconds_bucket", le="+Inf") == len(got)
+        assert _value(samples, "windpipe_flight_stream_seconds_count", outcome="completed") == 1
+        assert _value(samples, "windpipe_flight_stream_seconds_sum", outcome="completed") > 0
+        # the chunks it loaded, timed as storage reads of this process (file store)
+        reads = sum(v for (name, labels), v in samples.items()
+                    if name == "windpipe_storage_read_seconds_count"
+                    and ("store", "file") in labels)
+        assert reads >= stats_misses(running.location)
+        assert _value(samples, "process_open_fds") > 0
+        assert _value(samples, "process_resident_memory_bytes") > 0
         assert _value(samples, "windpipe_flight_sent_bytes_total") > 0
         assert _value(samples, "windpipe_flight_streams_total", outcome="completed") >= 1
         assert _value(samples, "windpipe_flight_errors_total", method="get_flight_info",
@@ -109,3 +127,36 @@ def test_no_metrics_endpoint_unless_asked(tmp_path: Path) -> None:
             "windpipe_flight_active_streams") == 0  # the registry is there all the same
     finally:
         running.stop(grace_s=5)
+
+
+def test_a_tier_fill_that_fails_is_counted_and_the_stream_goes_on(tmp_path: Path) -> None:
+    """The tier's directory turned into a file under the running server (a filesystem
+    error where a full disk would give ENOSPC): the background fill fails, the page
+    counts it, and the stream still delivers every batch by chunks."""
+    specs = [StreamSpec("cycling", f"c{i}", i, (4096,)) for i in range(8)]
+    dataset = write_dataset(tmp_path / "data", specs, chunk_rows=512)
+    config = LoaderConfig(inputs={"cycling": COLUMNS["cycling"]},
+                          targets={"cycling": ("voltage_v",)},
+                          default_window=WindowConfig(batch_size=4, seq_len=16))
+    plan = dataset.plan(config, "p")
+    tier = tmp_path / "tier"
+    running = start_server({"p": plan}, cache_bytes=128 << 10, tier_dir=tier,
+                           tier_bytes=64 << 20, flight_metrics_port=0,
+                           allowed_roots=(str(dataset.root),))
+    try:
+        assert running.metrics is not None
+        fill = running.server.tier_fill
+        assert fill is not None
+        assert _value(_scrape(running.metrics.url), "windpipe_flight_tier_fill_failures_total") == 0
+        shutil.rmtree(tier, ignore_errors=True)
+        tier.write_text("not a directory")
+        got = consume(running.location, FlightCommand("p"))
+        assert fill.wait(60)
+        samples = _scrape(running.metrics.url)
+    finally:
+        running.stop(grace_s=5)
+    assert got
+    assert [r.meta.batch_idx for r in got] == list(range(len(got)))  # none lost
+    assert _value(samples, "windpipe_flight_tier_fill_failures_total") == fill.failures == 1
+    assert _value(samples, "windpipe_flight_tier_fill_blocks_total") == 0
+    assert _value(samples, "windpipe_flight_streams_total", outcome="completed") == 1

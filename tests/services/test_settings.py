@@ -17,6 +17,7 @@ OTHER_VARIABLES = {
     "WINDPIPE_URL",  # the SDK's catalog when Catalog() names none (windpipe/sdk/_state.py)
     "WINDPIPE_TOKEN",  # the SDK's bearer token when Catalog() names none (windpipe/sdk/_state.py)
     "WINDPIPE_BENCH_PG_ADMIN_URL",  # the benchmarks (bench/)
+    "WINDPIPE_OTEL",  # traces, in every process, SDK included (windpipe/services/tracing.py)
 }
 _UNITS = {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10, "s": 1}
 

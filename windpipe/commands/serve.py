@@ -55,6 +55,7 @@ def serve(args: argparse.Namespace) -> int:
 
 def _serve_until_stopped(args: argparse.Namespace) -> int:
     from windpipe.services.logging import configure_logging  # noqa: PLC0415
+    from windpipe.services.tracing import configure_tracing  # noqa: PLC0415
 
     settings = settings_from(args)
     _check_roots(settings)
@@ -67,6 +68,8 @@ def _serve_until_stopped(args: argparse.Namespace) -> int:
     if args.service in ("all", "catalog"):
         _check_port(settings.host, settings.port, flag="--port", variable="WINDPIPE_PORT")
     configure_logging(level=settings.log_level, json=settings.log_json)
+    # with WINDPIPE_OTEL=1 or OTEL_* set: spans exported (OTLP by default); else nothing
+    configure_tracing(service_name=f"windpipe-{args.service}")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     running: list[Any] = []
     try:

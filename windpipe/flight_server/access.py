@@ -38,6 +38,7 @@ from windpipe.services.contract.errors import (
 from windpipe.services.contract.principals import BOOTSTRAP, Principal, Role, hash_token
 from windpipe.services.contract.shapes import check_plan_id
 from windpipe.services.logging import get_logger
+from windpipe.services.tracing import trace_headers
 
 __all__ = ["CachedAccess", "FlightAccess", "RestAccess", "StaticAccess"]
 
@@ -85,7 +86,8 @@ class RestAccess:
 
     def _get(self, path: str, token: str | None) -> httpx.Response:
         try:
-            return httpx.get(f"{self._base}{path}", headers=http_headers(token),
+            return httpx.get(f"{self._base}{path}",  # in the caller's trace, if traced
+                             headers={**http_headers(token), **trace_headers()},
                              timeout=self._timeout)
         except httpx.TransportError as exc:
             _log.error("flight.catalog_unreachable", path=path, error=str(exc))

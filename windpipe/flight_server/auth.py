@@ -29,6 +29,7 @@ from windpipe.services.contract.auth import AUTH_HEADER, bearer_token
 from windpipe.services.contract.errors import ErrorType, Unauthenticated, Unavailable, WindpipeError
 from windpipe.services.contract.principals import LOCAL, Principal, Role
 from windpipe.services.logging import get_logger
+from windpipe.services.tracing import continued
 
 __all__ = ["AUTH_MIDDLEWARE", "CallAuth", "PrincipalAuthFactory", "caller", "caller_token"]
 
@@ -64,7 +65,8 @@ class PrincipalAuthFactory(fl.ServerMiddlewareFactory):  # type: ignore[misc]
         values = headers.get(AUTH_HEADER) or []
         token = bearer_token(values[0]) if values else None
         try:
-            principal = self.access.authenticate(token)
+            with continued(headers):  # a check asked of the catalog: in the caller's trace
+                principal = self.access.authenticate(token)
         except WindpipeError as exc:
             return self._refuse(info, token, exc)
         except Exception as exc:  # e.g. the database is down: its message names its address

@@ -19,13 +19,21 @@ What it exposes (``docs/operations.md``):
 * ``windpipe_flight_batch_build_seconds``: how long each batch took to come out of the
   build pipeline (chunks read, decoded, windows assembled), as the stream waited for it;
   the build-ahead thread's head start shortens it.
+* ``windpipe_flight_batch_send_seconds``: how long each batch took to leave once built,
+  from handing it to gRPC until gRPC asked for the next (serialization, the network and
+  a slow client's flow control).
+* ``windpipe_flight_stream_seconds{outcome}``: each stream's duration, by how it ended.
 * ``windpipe_flight_sent_batches_total``, ``windpipe_flight_sent_bytes_total``.
 * ``windpipe_flight_errors_total{method,type}``: every call that ended in an error, by
   Flight method and windpipe error type (a server middleware sees the call's final
   status, a stream's too).
 * The chunk cache's counters and gauges (``windpipe_flight_cache_*``, the keys of the
-  ``cache-stats`` action) and the host tier's (``windpipe_flight_tier_*``), read at
-  scrape time.
+  ``cache-stats`` action) and the host tier's (``windpipe_flight_tier_*``; with the
+  background fill, ``windpipe_flight_tier_fill_blocks_total`` and
+  ``windpipe_flight_tier_fill_failures_total``), read at scrape time.
+* The process's RSS, open files and CPU time (``process_*``, ``prometheus_client``'s
+  process collector) and its storage reads (``windpipe_storage_read_seconds``,
+  ``windpipe_storage_read_errors_total``: ``windpipe.services.timings``).
 
 :func:`serve_metrics` starts ``prometheus_client``'s HTTP server on the Flight host
 (``WINDPIPE_FLIGHT_METRICS_PORT``, off unless set). It asks no token, like most
@@ -42,17 +50,25 @@ from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIServer
 
 import pyarrow.flight as fl
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    start_http_server,
+)
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from windpipe.services.contract.wire import error_from_flight
 from windpipe.services.materialize.cache import ChunkCache
 from windpipe.services.materialize.tier import Tier
+from windpipe.services.timings import collector as services_timings
 
 __all__ = [
     "BATCH_BUCKETS",
     "METRICS_MIDDLEWARE",
+    "STREAM_BUCKETS",
     "FlightMetrics",
     "MetricsEndpoint",
     "serve_metrics",
@@ -67,6 +83,10 @@ METRICS_MIDDLEWARE = "windpipe-metrics"
 BATCH_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                  5.0, 10.0, 30.0)
 
+# seconds: a stream of a few batches ends in milliseconds, an epoch's pass in minutes
+STREAM_BUCKETS = (0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+                  3600.0)
+
 # keys of ChunkCache.stats() that only grow (counters); the others are gauges
 _CACHE_COUNTERS = frozenset({"hits", "misses", "evictions", "prefetches", "bytes_read"})
 # keys of Tier.stats() that only grow in this process (counters); the others are gauges
@@ -77,10 +97,12 @@ class _StateCollector(Collector):
     """The cache's and the tier's numbers and the open streams, read at scrape time."""
 
     def __init__(self, *, cache: ChunkCache, tier: Tier | None,
-                 active_streams: Callable[[], int]) -> None:
+                 active_streams: Callable[[], int],
+                 tier_fill: Callable[[], tuple[int, int]] | None) -> None:
         self.cache = cache
         self.tier = tier
         self.active_streams = active_streams
+        self.tier_fill = tier_fill
 
     def collect(self) -> Iterator[Metric]:
         """Active streams, then one family per cache and per tier statistic."""
@@ -90,6 +112,13 @@ class _StateCollector(Collector):
             name, text = f"windpipe_flight_cache_{key}", f"chunk cache: {key.replace('_', ' ')}"
             yield (CounterMetricFamily(name, text, value=value) if key in _CACHE_COUNTERS
                    else GaugeMetricFamily(name, text, value=value))
+        if self.tier_fill is not None:
+            blocks, failures = self.tier_fill()
+            yield CounterMetricFamily("windpipe_flight_tier_fill_blocks", "blocks the "
+                                      "background fill decoded into the tier", value=blocks)
+            yield CounterMetricFamily("windpipe_flight_tier_fill_failures", "background "
+                                      "tier fills that ended in an error (a full disk, a "
+                                      "store that does not answer)", value=failures)
         if self.tier is None:
             return
         for key, value in self.tier.stats().items():
@@ -139,6 +168,14 @@ class FlightMetrics:
             "windpipe_flight_batch_build_seconds", "seconds each batch took to come out of "
             "the build pipeline (chunks read and decoded, windows assembled)",
             buckets=BATCH_BUCKETS, registry=self.registry)
+        self.send_seconds = Histogram(
+            "windpipe_flight_batch_send_seconds", "seconds each built batch took to leave: "
+            "from handing it to gRPC until gRPC asked for the next",
+            buckets=BATCH_BUCKETS, registry=self.registry)
+        self.stream_seconds = Histogram(
+            "windpipe_flight_stream_seconds", "seconds each stream lasted, by outcome "
+            "(completed, cancelled, error, stalled)", ["outcome"],
+            buckets=STREAM_BUCKETS, registry=self.registry)
         self.sent_batches = Counter("windpipe_flight_sent_batches", "record batches sent",
                                     registry=self.registry)
         self.sent_bytes = Counter("windpipe_flight_sent_bytes", "bytes of the record "
@@ -146,13 +183,17 @@ class FlightMetrics:
         self.errors = Counter("windpipe_flight_errors", "calls that ended in an error, by "
                               "Flight method and error type", ["method", "type"],
                               registry=self.registry)
+        ProcessCollector(registry=self.registry)
+        self.registry.register(services_timings())
 
     def watch(self, *, cache: ChunkCache, tier: Tier | None,
-              active_streams: Callable[[], int]) -> None:
-        """Expose the cache's and the tier's numbers and the open streams, read at each
-        scrape."""
+              active_streams: Callable[[], int],
+              tier_fill: Callable[[], tuple[int, int]] | None = None) -> None:
+        """Expose the cache's and the tier's numbers, the open streams and the tier fill's
+        (blocks, failures), read at each scrape."""
         self.registry.register(_StateCollector(cache=cache, tier=tier,
-                                               active_streams=active_streams))
+                                               active_streams=active_streams,
+                                               tier_fill=tier_fill))
 
     def middleware(self) -> fl.ServerMiddlewareFactory:
         """The server middleware that counts every call ending in an error."""
@@ -176,14 +217,17 @@ class FlightMetrics:
             if close is not None:
                 close()
 
-    def sent(self, nbytes: int) -> None:
-        """One batch of ``nbytes`` handed to the client."""
+    def sent(self, nbytes: int, *, seconds: float) -> None:
+        """One batch of ``nbytes`` handed to the client, which took ``seconds`` to leave."""
         self.sent_batches.inc()
         self.sent_bytes.inc(nbytes)
+        self.send_seconds.observe(seconds)
 
-    def stream_ended(self, outcome: str) -> None:
-        """A stream ended ``completed``, ``cancelled``, ``error`` or ``stalled``."""
+    def stream_ended(self, outcome: str, *, seconds: float) -> None:
+        """A stream ended ``completed``, ``cancelled``, ``error`` or ``stalled`` after
+        ``seconds``."""
         self.streams.labels(outcome).inc()
+        self.stream_seconds.labels(outcome).observe(seconds)
 
     def refused(self) -> None:
         """A stream refused: ``flight_max_streams`` streams were open."""

@@ -31,6 +31,7 @@ from windpipe.services.materialize.plan import PlanContext
 from windpipe.services.memo import Memo, deep_nbytes
 from windpipe.services.planning.artifact import ARTIFACT_MEDIA_TYPE, PlanArtifact
 from windpipe.services.storage.packs import PackStore
+from windpipe.services.tracing import trace_headers
 
 __all__ = ["PlanCache", "PlanSource", "RestPlanSource"]
 
@@ -74,7 +75,8 @@ class RestPlanSource:
 
     def _get(self, plan_id: str, path: str) -> bytes:
         try:
-            resp = httpx.get(f"{self._base}{path}", headers=self._headers,
+            resp = httpx.get(f"{self._base}{path}",  # in the stream's trace, if traced
+                             headers={**self._headers, **trace_headers()},
                              timeout=self._timeout)
         except httpx.TransportError as exc:
             _log.error("flight.catalog_unreachable", path=path, error=str(exc))

@@ -59,6 +59,7 @@ from windpipe.flight_server.stream_checks import StreamAuth, check_cache_fit
 from windpipe.flight_server.stream_slots import StreamSlot, StreamSlots, shutdown_peer
 from windpipe.flight_server.tickets import TicketPayload, sign_ticket, verify_ticket
 from windpipe.flight_server.tier_fill import TierFill
+from windpipe.flight_server.tracing import call_span, stream_span, trace_middleware
 from windpipe.services.contract.errors import (
     ErrorType,
     InvalidTicket,
@@ -72,6 +73,7 @@ from windpipe.services.contract.wire import (
     WIRE_VERSION,
     FlightCommand,
     batch_schema,
+    error_from_flight,
     to_flight_error,
 )
 from windpipe.services.discovery import FlightDiscovery
@@ -85,6 +87,7 @@ from windpipe.services.planning.ranks import pass_start, rank_batches
 from windpipe.services.planning.schedule import Schedule
 from windpipe.services.planning.sizes import channel_counts, token_bytes
 from windpipe.services.storage.store import Storage, StorageRoots
+from windpipe.services.tracing import Span
 
 __all__ = ["WindpipeFlightServer"]
 
@@ -111,7 +114,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
     ) -> None:
         self.metrics = FlightMetrics()  # its own registry: flight_server.metrics
         middleware = {**kwargs.get("middleware", {}), CALL_FILTER: CallFilterFactory(),
-                      METRICS_MIDDLEWARE: self.metrics.middleware()}
+                      METRICS_MIDDLEWARE: self.metrics.middleware(), **trace_middleware()}
         if access is not None:
             middleware[AUTH_MIDDLEWARE] = PrincipalAuthFactory(access)
         kwargs["middleware"] = middleware
@@ -139,7 +142,9 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         # at most flight_max_streams open streams, a stalled one ended: stream_slots
         self.slots = StreamSlots(max_streams=knobs.flight_max_streams,
                                  stall_s=knobs.flight_stream_stall_s, on_stall=self._stalled)
-        self.metrics.watch(cache=self.cache, tier=self.tier, active_streams=lambda: self._active)
+        fill = self.tier_fill
+        self.metrics.watch(cache=self.cache, tier=self.tier, active_streams=lambda: self._active,
+                           tier_fill=(lambda: (fill.blocks, fill.failures)) if fill else None)
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -183,7 +188,8 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def get_flight_info(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
         """Schema, totals and endpoints of one rank's pass (see ``docs/wire.md``)."""
-        return guard(lambda: self._flight_info(context, descriptor))
+        with call_span(context, "flight GetFlightInfo"):  # with tracing on
+            return guard(lambda: self._flight_info(context, descriptor))
 
     def _flight_info(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
         cmd = command_of(descriptor)
@@ -224,9 +230,14 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         )
 
     def do_get(self, context: Any, ticket: fl.Ticket) -> fl.GeneratorStream:
-        """Stream the batches a ticket grants, one record batch each."""
+        """Stream the batches a ticket grants, one record batch each (in a span of the
+        caller's trace, with tracing on: ``flight_server.tracing``)."""
+        span = stream_span(context, "flight DoGet")  # ended with the stream
+
         def setup() -> fl.GeneratorStream:
             payload = verify_ticket(ticket.ticket, self.config.ticket_secret)
+            span.set(**{"windpipe.plan_id": payload.plan_id, "windpipe.epoch": payload.epoch,
+                        "windpipe.rank": payload.rank})
             principal = caller(context)
             if self._access is not None and payload.sub != principal.name:
                 raise InvalidTicket("this ticket was issued to another principal; ask "
@@ -235,14 +246,21 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             check_world_size(payload.world_size, self.config.limits)
             slot = self._admit(context, payload.plan_id)  # unavailable over the cap
             try:
-                schema, gen = self._open(context, payload, principal, slot)
+                schema, gen = self._open(context, payload, principal, slot, span)
             except BaseException:
                 slot.release()
                 raise
             weakref.finalize(gen, slot.release)  # a generator pyarrow drops unstarted
+            weakref.finalize(gen, span.end)  # (ended by the stream, else here)
             return fl.GeneratorStream(schema, gen)
 
-        return guard(setup)
+        with span.current():  # the plan's fetch from the catalog is its child
+            try:
+                return guard(setup)
+            except BaseException as exc:
+                span.failed(error_from_flight(exc).type.value)
+                span.end()
+                raise
 
     def _admit(self, context: Any, plan_id: str) -> StreamSlot:
         """A stream slot (``flight_server.stream_slots``), else ``unavailable``, counted."""
@@ -255,7 +273,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             raise
 
     def _open(self, context: Any, payload: TicketPayload, principal: Principal,
-              slot: StreamSlot) -> tuple[pa.Schema, Iterator[Any]]:
+              slot: StreamSlot, span: Span) -> tuple[pa.Schema, Iterator[Any]]:
         """The schema and the batch generator of an admitted ticket."""
         plan = self.plans.live(payload.plan_id)  # a retired plan's tickets are refused
         if payload.input_valid:  # its own chunks and blocks: inputs NaN until built
@@ -278,7 +296,7 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         auth = StreamAuth(self._access, token=caller_token(context), principal=principal,
                           plan_id=payload.plan_id, trust_s=self.config.settings.auth_cache_s)
         return schema, self._stream(context, builder, schedule, batches, start=start,
-                                    end=end, fields=fields, auth=auth, slot=slot)
+                                    end=end, fields=fields, auth=auth, slot=slot, span=span)
 
     def _fill_tier_behind(self, builder: BatchBuilder) -> None:
         """Start the tier's background fill of the stream's plan (``tier_fill``): called
@@ -298,11 +316,12 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def _stream(self, context: Any, builder: BatchBuilder, schedule: Schedule,
                 batches: np.ndarray, *, start: int, end: int,
-                fields: dict[str, Any], auth: StreamAuth, slot: StreamSlot) -> Iterator[Any]:
+                fields: dict[str, Any], auth: StreamAuth, slot: StreamSlot,
+                span: Span) -> Iterator[Any]:
         with self._active_lock:
             self._active += 1
             self._streams += 1
-        _log.info("flight.stream.start", **fields)
+        _log.info("flight.stream.start", **fields, **span.log_fields())
         t0 = time.perf_counter()
         sent = nbytes = 0
         outcome, error_type = "completed", None
@@ -327,10 +346,11 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                 slot.handed()  # the stall clock runs until gRPC asks for the next batch
                 if sent == 0:
                     self._fill_tier_behind(builder)
+                handed = time.perf_counter()
                 yield builder.record_batch(built), pa.py_buffer(meta.encode())
                 slot.taken()
                 sent += 1
-                self.metrics.sent(built.nbytes)
+                self.metrics.sent(built.nbytes, seconds=time.perf_counter() - handed)
         except WindpipeError as exc:
             outcome, error_type = "error", exc.type.value
             if exc.type == ErrorType.SEGMENT_CHANGED:
@@ -363,12 +383,18 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                 outcome = "cancelled"  # the client stopped reading (generator dropped)
             if slot.stalled:
                 outcome = "stalled"  # ended by the stall watchdog (stream_slots)
-            self.metrics.stream_ended(outcome)
+            seconds = time.perf_counter() - t0
+            self.metrics.stream_ended(outcome, seconds=seconds)
             emit = _log.error if outcome == "error" else _log.info
             emit("flight.stream.end", plan=fields["plan"], epoch=fields["epoch"],
                  rank=fields["rank"], world_size=fields["world_size"], peer=fields["peer"],
-                 batches=sent, bytes=nbytes, seconds=round(time.perf_counter() - t0, 6),
-                 outcome=outcome, error_type=error_type)
+                 batches=sent, bytes=nbytes, seconds=round(seconds, 6),
+                 outcome=outcome, error_type=error_type, **span.log_fields())
+            span.set(**{"windpipe.batches": sent, "windpipe.bytes": nbytes,
+                        "windpipe.outcome": outcome})
+            if error_type is not None:
+                span.failed(error_type)
+            span.end()
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         """The actions of ``docs/wire.md`` (``windpipe.flight_server.actions``)."""

@@ -42,6 +42,7 @@ class TierFill:
         self.cache_bytes = cache_bytes
         self.blocks = 0  # blocks this server decoded into the tier
         self.bytes_read = 0  # bytes those fills read from storage
+        self.failures = 0  # fills that ended in an error (a full disk, a store down)
         self._filling: set[str] = set()  # block keys of fills in progress
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -100,6 +101,8 @@ class TierFill:
             _log.info("flight.tier.filled", plan=plan.plan_id, blocks=len(layouts),
                       bytes=sum(x.nbytes for x in layouts))
         except Exception as exc:  # the stream goes on by chunks; the next one tries again
+            with self._lock:
+                self.failures += 1
             _log.warning("flight.tier.fill_failed", plan=plan.plan_id,
                          error=type(exc).__name__, message=str(exc))
         finally:

@@ -33,6 +33,7 @@ from tenacity import (
 
 from windpipe.sdk._exceptions import Transient, Unavailable, error_from_envelope
 from windpipe.services.contract.auth import http_headers
+from windpipe.services.tracing import start_span
 
 __all__ = ["RestClient"]
 
@@ -98,17 +99,31 @@ class RestClient:
     def _attempt(self, method: str, path: str, *, params: dict[str, Any], json: Any,
                  headers: dict[str, str] | None) -> httpx.Response:
         """One try: the answer if 2xx, else its error (``Transient`` when worth another);
-        a transport failure past connecting leaves as httpx's own, so it is not retried."""
+        a transport failure past connecting leaves as httpx's own, so it is not retried.
+        With tracing on (``services.tracing``) the try is a client span whose
+        ``traceparent`` the catalog continues."""
+        # named by the method alone (OpenTelemetry's HTTP convention: the path holds ids)
+        span = start_span(method, kind="client",
+                          attributes={"http.request.method": method, "url.path": path})
         try:
-            response = self._client.request(
-                method, path, params=params, json=json, headers=headers
-            )
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            msg = f"cannot reach the catalog at {self.base_url}: {exc}"
-            raise Unavailable(msg) from exc
-        if response.is_success:
-            return response
-        raise _error_of(response)
+            if span:
+                headers = {**(headers or {}), **span.headers()}
+            try:
+                response = self._client.request(
+                    method, path, params=params, json=json, headers=headers
+                )
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                msg = f"cannot reach the catalog at {self.base_url}: {exc}"
+                raise Unavailable(msg) from exc
+            span.set(**{"http.response.status_code": response.status_code})
+            if response.is_success:
+                return response
+            raise _error_of(response)
+        except BaseException as exc:
+            span.failed(exc)
+            raise
+        finally:
+            span.end()
 
     def get_json(self, path: str, **params: Any) -> Any:
         """GET a JSON document."""

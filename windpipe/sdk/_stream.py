@@ -45,6 +45,7 @@ from windpipe.sdk._locations import UNREACHABLE_HINT, LocationMap
 from windpipe.sdk._retries import PassRetries, busy_refusal
 from windpipe.services.contract.auth import flight_headers
 from windpipe.services.contract.wire import BatchMetadata, FlightCommand
+from windpipe.services.tracing import Span, start_span
 
 __all__ = ["FlightStream"]
 
@@ -102,6 +103,8 @@ class FlightStream:
         self.busy_wait_s = busy_wait_s
         self.read_timeout = read_timeout
         headers = flight_headers(token)
+        self._headers = headers
+        self._timeout = timeout
         self._info_options = fl.FlightCallOptions(headers=headers, timeout=timeout)
         self._get_options = fl.FlightCallOptions(headers=headers)
         self._clients: dict[str, fl.FlightClient] = {}
@@ -149,6 +152,16 @@ class FlightStream:
             self.counters.refreshes += 1
             self.locations = found
 
+    def _options_in(self, span: Span, *, info: bool) -> fl.FlightCallOptions:
+        """The ``GetFlightInfo`` (``info``) or ``DoGet`` options, with the span's
+        ``traceparent`` among the call's headers when tracing is on
+        (``services.tracing``: the Flight server continues the trace)."""
+        if not span:
+            return self._info_options if info else self._get_options
+        extra = [(k.encode(), v.encode()) for k, v in span.headers().items()]
+        return fl.FlightCallOptions(headers=[*self._headers, *extra],
+                                    timeout=self._timeout if info else None)
+
     def _ordered(self, locations: Sequence[str], dead: set[str]) -> list[str]:
         live = [loc for loc in locations if loc not in dead]
         return live + [loc for loc in locations if loc in dead]
@@ -160,16 +173,23 @@ class FlightStream:
         dead = dead if dead is not None else set()
         last: BaseException | None = None
         for location in self._ordered(self.locations, dead):
+            span = start_span("flight GetFlightInfo", kind="client",
+                              attributes={"server.address": location})
             try:
                 info = self._client(location).get_flight_info(
-                    command.descriptor(), self._info_options
+                    command.descriptor(), self._options_in(span, info=True)
                 )
             except _TRANSPORT_ERRORS as exc:
+                span.failed(exc)
                 dead.add(location)
                 last = exc
                 continue
             except fl.FlightError as exc:
-                raise error_from_flight(exc, where=f"GetFlightInfo on {location}") from exc
+                err = error_from_flight(exc, where=f"GetFlightInfo on {location}")
+                span.failed(err)
+                raise err from exc
+            finally:
+                span.end()
             return info, location
         msg = (f"no Flight server answered GetFlightInfo (could not reach "
                f"{', '.join(self.locations)}: {last}); {UNREACHABLE_HINT}")
@@ -259,9 +279,10 @@ class FlightStream:
         for i, uri in enumerate(ordered):
             started = False
             reader: Any = None
+            span = start_span("flight DoGet", kind="client", attributes={"server.address": uri})
             try:
                 self.counters.gets[uri] = self.counters.gets.get(uri, 0) + 1
-                reader = self._client(uri).do_get(ticket, self._get_options)
+                reader = self._client(uri).do_get(ticket, self._options_in(span, info=False))
                 for chunk in _chunks(reader, self.read_timeout, uri):
                     if chunk.data is None:
                         continue
@@ -272,6 +293,7 @@ class FlightStream:
                     yield chunk.data, BatchMetadata.decode(chunk.app_metadata)
                 return
             except _TRANSPORT_ERRORS as exc:
+                span.failed(exc)
                 busy = busy_refusal(exc)
                 if busy is not None:  # alive, at its stream cap: not a failover
                     self.counters.busy += 1
@@ -286,6 +308,7 @@ class FlightStream:
                     raise _Failover(uri, exc) from exc
             except fl.FlightError as exc:
                 err = error_from_flight(exc, where=f"DoGet on {uri}")
+                span.failed(err)
                 if type(err) is Unavailable:
                     dead.add(uri)
                     self.counters.failovers += 1
@@ -295,6 +318,7 @@ class FlightStream:
             finally:
                 if reader is not None:
                     _cancel(reader)
+                span.end()
 
 
 def _check_next(meta: BatchMetadata, next_batch: int, have_parts: int) -> None:

@@ -15,7 +15,9 @@ log through the standard library. Both end in the standard library's ``logging``
   columns, or one JSON object per line, for windpipe, uvicorn and alembic.
 
 The catalog's uvicorn server is started without uvicorn's own logging setup
-(``log_config=None``), so its lines take this path too.
+(``log_config=None``), so its lines take this path too. With tracing on
+(:mod:`windpipe.services.tracing`) a line written inside a span carries its
+``trace_id`` and ``span_id``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import sys
 from typing import Any
 
 import structlog
+
+from windpipe.services.tracing import add_trace_ids
 
 __all__ = ["configure_logging", "get_logger", "shared_processors"]
 
@@ -50,6 +54,7 @@ def shared_processors() -> list[Any]:
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso"),
         _one_line,
+        add_trace_ids,  # the current span's ids, with tracing on (services.tracing)
     ]
 
 

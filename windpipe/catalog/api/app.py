@@ -47,6 +47,7 @@ from windpipe.services.settings import Settings
 from windpipe.services.storage.packs import PackStore
 from windpipe.services.storage.roots import RootScopes
 from windpipe.services.storage.store import StorageOptions
+from windpipe.services.tracing import tracing_enabled
 
 __all__ = ["create_app", "server_version"]
 
@@ -110,6 +111,11 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         version=server_version(),
         description="Datasets, versions, ML indexes, splits and window plans.",
         lifespan=lifespan,
+        # FastAPI's own OpenTelemetry spans (one server span per request, named by its
+        # route template, with spans of its dependencies and endpoint; the caller's
+        # traceparent as parent) only while windpipe's tracing is on (services.tracing);
+        # metrics are Prometheus's here (api.metrics), logs structlog's
+        telemetry={"tracing": tracing_enabled(), "metrics": False, "logs": False},
     )
     app.state.settings = settings
     app.state.metrics = HttpMetrics()  # this app's own registry (``/metrics``)

@@ -13,6 +13,11 @@ the raw path, so the label set stays as small as the API; a path no route matche
 ``unmatched``. The template comes from the route Starlette's router puts in the ASGI
 scope (``scope["route"]``), with the prefix of the router that included it (FastAPI's
 public ``iter_route_contexts``; older FastAPI copies included routes with the prefix).
+
+The registry also holds what an operator reads of the process itself: its RSS, open
+files and CPU time (``prometheus_client``'s ``process_*`` collector: Linux's ``/proc``)
+and the storage reads made in it (``windpipe_storage_read_seconds``, process-wide:
+``windpipe.services.timings``; a registration's segment inspections).
 """
 
 from __future__ import annotations
@@ -20,17 +25,27 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["UNMATCHED", "HttpMetrics", "RequestMetricsMiddleware", "route_templates"]
+from windpipe.services.timings import collector as services_timings
+
+__all__ = [
+    "HTTP_BUCKETS", "UNMATCHED", "HttpMetrics", "RequestMetricsMiddleware", "route_templates",
+]
 
 UNMATCHED = "unmatched"
 
+# seconds: a cached read answers in a millisecond, a plan of a large split or a
+# registration that waits on the store in seconds
+HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                30.0)
+
 
 class HttpMetrics:
-    """``windpipe_http_requests_total`` (method, route, status) and
-    ``windpipe_http_request_duration_seconds`` (method, route) in their own registry."""
+    """``windpipe_http_requests_total`` (method, route, status),
+    ``windpipe_http_request_duration_seconds`` (method, route), the process's
+    ``process_*`` figures and its storage reads, in their own registry."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -40,7 +55,9 @@ class HttpMetrics:
         self.latency = Histogram(
             "windpipe_http_request_duration_seconds", "seconds from a request's arrival to "
             "the end of its answer, by method and route template", ["method", "route"],
-            registry=self.registry)
+            buckets=HTTP_BUCKETS, registry=self.registry)
+        ProcessCollector(registry=self.registry)
+        self.registry.register(services_timings())
 
     def observe(self, *, method: str, route: str, status: int, seconds: float) -> None:
         """Count one answered request and its latency."""

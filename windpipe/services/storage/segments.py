@@ -12,6 +12,7 @@ shards) along axis 0. The Flight server caches decoded chunks from
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
@@ -40,6 +41,7 @@ from windpipe.services.storage.formats.parquet import (
 from windpipe.services.storage.readahead import AheadRead, ReadAhead
 from windpipe.services.storage.store import PathEscapeError, Storage
 from windpipe.services.storage.zarr_chunks import ChunkFileChanged
+from windpipe.services.timings import STORAGE_READ_ERRORS, STORAGE_READS
 
 __all__ = [
     "SMALL_FILE_BYTES",
@@ -64,6 +66,23 @@ __all__ = [
 _log = get_logger("windpipe.storage")
 SMALL_FILE_BYTES = 4 << 20  # a local parquet segment up to this size is read in one go
 T = TypeVar("T")
+
+
+@contextmanager
+def _measured(op: str, storage: Storage) -> Iterator[None]:
+    """Time one read of ``op`` (``windpipe_storage_read_seconds``, process-wide:
+    :mod:`windpipe.services.timings`) and count it by error type if it fails; once per
+    chunk or segment, never per row."""
+    store = "file" if storage.is_local else "s3"
+    started = time.perf_counter()
+    try:
+        yield
+    except Exception as exc:
+        kind = exc.type.value if isinstance(exc, WindpipeError) else "internal"
+        STORAGE_READ_ERRORS.inc((op, store, kind))
+        raise
+    finally:
+        STORAGE_READS.observe((op, store), time.perf_counter() - started)
 
 
 def segment_format(storage: Storage, path: str) -> SegmentFormat:
@@ -100,6 +119,11 @@ def _checked(storage: Storage, path: str, inspect: Callable[[str], T]) -> T:
         rel = storage.validate_relative_path(path)
     except PathEscapeError as exc:
         raise segment_problem(str(exc), path=path) from exc
+    with _measured("inspect", storage):
+        return _inspected(rel, inspect)
+
+
+def _inspected(rel: str, inspect: Callable[[str], T]) -> T:
     try:
         return inspect(rel)
     except SegmentError:
@@ -169,6 +193,12 @@ def read_chunk(
             path=info.path,
         )
     names = _check_columns(info, columns)
+    with _measured("chunk", storage):
+        return _read_chunk(storage, info, chunk_idx, names)
+
+
+def _read_chunk(storage: Storage, info: SegmentInfo, chunk_idx: int,
+                names: list[str]) -> dict[str, np.ndarray]:
     fmt = format_named(info.format, path=info.path)
     try:
         sizes = fmt.verify(storage, info)
@@ -218,21 +248,27 @@ def read_chunks(storage: Storage, info: SegmentInfo, chunks: Sequence[int],
                 path=info.path)
     names = _check_columns(info, columns)
     if info.format == "parquet" and storage.is_local:
-        try:
-            table = read_small_chunks(storage, info, list(chunks), names,
-                                      max_bytes=SMALL_FILE_BYTES)
-        except (SegmentError, SegmentChanged, PathEscapeError):
-            raise
-        except (OSError, pa.ArrowException) as exc:
-            raise segment_problem(
-                f"reading segment {info.path!r} failed: {type(exc).__name__}: {exc}",
-                path=info.path,
-            ) from exc
+        with _measured("file", storage):
+            table = _small_file(storage, info, chunks, names)
         if table is not None:
             return table
     parts = [read_chunk(storage, info, k, names) for k in chunks]
     return pa.table({name: (np.concatenate([part[name] for part in parts]) if parts
                             else np.empty(0, dtype=np.float64)) for name in names})
+
+
+def _small_file(storage: Storage, info: SegmentInfo, chunks: Sequence[int],
+                names: list[str]) -> pa.Table | None:
+    """A small local parquet file's chunks in one read (None: the file is not small)."""
+    try:
+        return read_small_chunks(storage, info, list(chunks), names, max_bytes=SMALL_FILE_BYTES)
+    except (SegmentError, SegmentChanged, PathEscapeError):
+        raise
+    except (OSError, pa.ArrowException) as exc:
+        raise segment_problem(
+            f"reading segment {info.path!r} failed: {type(exc).__name__}: {exc}",
+            path=info.path,
+        ) from exc
 
 
 @contextmanager
