@@ -350,6 +350,59 @@ def test_a_sharding_spreads_each_batch_over_the_devices(dep: Any) -> None:
             assert bytes.fromhex(g[name]) == getattr(w, name).numpy().tobytes(), name
 
 
+_MULTI_PROCESS = """
+import json, sys
+import jax, numpy as np
+port, pid = sys.argv[3], int(sys.argv[4])
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
+                           process_id=pid)
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+import windpipe.jax as wj
+from windpipe.sdk import Catalog
+mesh = Mesh(np.array(jax.devices()), ("data",))  # 2 processes x 2 CPU devices
+cat = Catalog(sys.argv[1])
+loader = wj.loader(cat.plan(sys.argv[2]), 1, sharding=NamedSharding(mesh, PartitionSpec("data")))
+out = {"rank": loader.rank, "world": loader.world_size, "batches": []}
+for batch in loader:
+    arrays = batch.arrays()
+    got = {}
+    for k, a in arrays.items():
+        shards = sorted(a.addressable_shards, key=lambda s: s.index[0].start)
+        assert a.shape[0] == 2 * shards[0].data.shape[0] * len(shards), (k, a.shape)
+        got[k] = np.concatenate([np.asarray(s.data) for s in shards]).tobytes().hex()
+    out["batches"].append(got)
+cat.close()
+jax.distributed.shutdown()
+print(json.dumps(out))
+"""
+
+
+def test_processes_take_their_ranks_from_jax_distributed(dep: Any) -> None:
+    """Two processes joined by ``jax.distributed`` (two CPU devices each): each loader's
+    rank is its ``jax.process_index()``, each batch one global array over the four
+    devices, and each process's own shards hold exactly the lanes torch gives that rank."""
+    from tests.fixtures.servers import free_port  # noqa: PLC0415
+
+    plan = dep.extra["plans"]["sharded"]
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+           "JAX_PLATFORMS": "cpu"}
+    port = str(free_port())
+    procs = [subprocess.Popen([sys.executable, "-c", _MULTI_PROCESS, dep.url, plan.id, port,
+                               str(i)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    for i, (stdout, _) in enumerate(outs):
+        got = json.loads(stdout.strip().splitlines()[-1])
+        assert (got["rank"], got["world"]) == (i, 2)
+        want = list(plan.batches(1, rank=i, world_size=2))
+        assert len(got["batches"]) == len(want) > 0
+        for g, w in zip(got["batches"], want, strict=True):
+            for name in ("inputs", "targets", "mask", "target_valid", "has_channel"):
+                assert bytes.fromhex(g[name]) == getattr(w, name).numpy().tobytes(), name
+
+
 def test_without_jax_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "jax", None)
     with pytest.raises(JaxMissing, match=r"pip install -e '\.\[jax\]'") as err:
