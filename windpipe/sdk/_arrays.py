@@ -119,8 +119,10 @@ class ArrayBatch:
         strided views (XLA) is given: ``inputs`` and ``targets``, views of the window
         block, copied once into new 64-byte-aligned arrays, ``target_valid`` computed
         into one; the others as they are (no copy)."""
-        inputs, targets = _dense(self.inputs), _dense(self.targets)
-        valid = aligned_empty(self.mask.shape, np.bool_)
+        inputs, targets, valid = _aligned_set(
+            (_strided(self.inputs), _strided(self.targets), (self.mask.shape, np.bool_)))
+        inputs, targets = _dense(self.inputs, inputs), _dense(self.targets, targets)
+        assert valid is not None
         np.logical_and(self.mask, _finite_steps(targets), out=valid)
         out = {"inputs": inputs, "targets": targets, "mask": self.mask,
                "target_valid": valid, "has_channel": self.has_channel}
@@ -140,8 +142,32 @@ def _finite_steps(targets: np.ndarray) -> np.ndarray:
     return np.isfinite(targets).all(axis=-1)
 
 
-def _dense(array: np.ndarray) -> np.ndarray:
-    """``array`` when C-contiguous, else a copy of it in new aligned memory.
+def _strided(array: np.ndarray) -> tuple[tuple[int, ...], Any] | None:
+    """``(shape, dtype)`` of the dense copy ``array`` needs; None when it is dense already."""
+    return None if array.flags.c_contiguous else (array.shape, array.dtype)
+
+
+def _aligned_set(specs: tuple[tuple[tuple[int, ...], Any] | None, ...],
+                 ) -> list[np.ndarray | None]:
+    """New uninitialized arrays of the ``(shape, dtype)`` s (None: none), each starting on
+    an :data:`ALIGNMENT` boundary, carved from one allocation (one per batch, not three:
+    an allocation costs microseconds, a batch's numpy work tens of them). A batch's own:
+    no array here is handed out twice."""
+    sizes = [0 if s is None else math.prod(s[0]) * np.dtype(s[1]).itemsize for s in specs]
+    starts, total = [], 0
+    for n in sizes:
+        starts.append(total)
+        total += -(-n // ALIGNMENT) * ALIGNMENT
+    raw = np.empty(total + ALIGNMENT, dtype=np.uint8)
+    base = (-raw.ctypes.data) % ALIGNMENT
+    return [None if spec is None else
+            raw[base + at:base + at + n].view(spec[1]).reshape(spec[0])
+            for spec, at, n in zip(specs, starts, sizes, strict=True)]
+
+
+def _dense(array: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``array`` when C-contiguous, else a copy of it in ``out`` (default: new aligned
+    memory).
 
     A window block's ``inputs`` / ``targets`` view has a short contiguous run per step
     (``C_in`` of ``C_in + C_out`` floats): numpy copies that one run at a time, ~5x
@@ -149,7 +175,8 @@ def _dense(array: np.ndarray) -> np.ndarray:
     a few channels is copied (more channels: one call wins again)."""
     if array.flags.c_contiguous:
         return array
-    out = aligned_empty(array.shape, array.dtype)
+    if out is None:
+        out = aligned_empty(array.shape, array.dtype)
     if array.ndim == 3 and 1 < array.shape[2] <= _PER_CHANNEL:
         for c in range(array.shape[2]):
             np.copyto(out[:, :, c], array[:, :, c])

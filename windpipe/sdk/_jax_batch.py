@@ -33,12 +33,19 @@ class JaxMissing(ModuleNotFoundError):  # noqa: N818 - an ImportError, named as 
     """jax cannot be imported, and what was asked for needs it."""
 
 
+_JAX: list[ModuleType] = []  # jax once imported: an import per batch costs a lookup
+
+
 def require_jax() -> ModuleType:
     """The jax module, or :class:`JaxMissing` saying how to install it."""
+    if _JAX:
+        return _JAX[0]
     try:
-        return importlib.import_module("jax")
+        module = importlib.import_module("jax")
     except ImportError as exc:
         raise JaxMissing(f"{JAX_HINT} ({exc})", name="jax") from exc
+    _JAX.append(module)
+    return module
 
 
 class JaxBatch:
