@@ -294,6 +294,32 @@ def test_ranks_get_disjoint_equal_passes(dep: Any) -> None:
         plan.tf_dataset(num_workers=2)
 
 
+def test_a_distribution_strategy_gives_each_input_pipeline_its_rank(dep: Any) -> None:
+    """``input_context`` (what ``distribute_datasets_from_function`` passes) sets the rank
+    and world size; through a real strategy the batches are the torch pass's."""
+    plan = _plan(dep, "shuffled")
+    ctx = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=2)
+    ds = plan.tf_dataset(input_context=ctx)
+    assert (ds.rank, ds.world_size) == (2, 3)
+    _pass(dep, "shuffled", ds, epoch=0, rank=2, world_size=3, transport="auto")
+    with pytest.raises(windpipe.sdk.InvalidConfig, match="not both"):
+        plan.tf_dataset(rank=0, input_context=ctx)
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    seen: list[Any] = []
+
+    def per_pipeline(context: Any) -> Any:
+        made = plan.tf_dataset(input_context=context)
+        seen.append((made.rank, made.world_size))
+        return made.dataset()
+
+    got = list(strategy.distribute_datasets_from_function(per_pipeline))
+    assert seen == [(0, 1)]
+    want = list(plan.batches(0, progress=False))
+    assert len(got) == len(want) > 0
+    for element, batch in zip(got, want, strict=True):
+        assert_same(element, batch)
+
+
 def test_a_retired_plan_raises_ours_through_tensorflow(dep: Any) -> None:
     plan = dep.extra["split"].plan(CONFIGS["sequential"].model_copy(update={"seed": 99}))
     ds = plan.tf_dataset(transport="flight")

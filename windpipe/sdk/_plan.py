@@ -240,14 +240,24 @@ class Plan(PassLengthMixin, FromAnswer):
 
     def tf_dataset(
         self, epoch: int = 0, *, rank: int | None = None, world_size: int | None = None,
-        progress: bool | None = None, **options: Unpack[OptionKeywords],
+        input_context: Any = None, progress: bool | None = None,
+        **options: Unpack[OptionKeywords],
     ) -> WindpipeTFDataset:
         """One rank's passes as a ``tf.data.Dataset`` (``.dataset()``), the batches of
         :meth:`batches` as TensorFlow tensors (see ``windpipe.sdk._tf``; ``windpipe.tf``).
 
+        ``input_context``: the ``tf.distribute.InputContext`` a strategy's
+        ``distribute_datasets_from_function`` passes; its input pipeline is the rank, its
+        number of pipelines the world size (instead of ``rank`` and ``world_size``).
         ``options``: ``transport``, ``data_access`` and ``input_valid``, as in
         :meth:`batches`; the plan is warmed here. Needs TensorFlow, not torch.
         """
+        if input_context is not None:
+            if rank is not None or world_size is not None:
+                msg = "give an input_context or a rank and world_size, not both"
+                raise InvalidConfig(msg)
+            rank = int(input_context.input_pipeline_id)
+            world_size = int(input_context.num_input_pipelines)
         source = self._options("plan.tf_dataset", options).source
         return WindpipeTFDataset(
             self._open(source, epoch=epoch, progress=progress), plan_id=self.id,
