@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the concurrent-consumer runs (default: run them)")
     parser.add_argument("--skip-planning", action="store_true",
                         help="skip the planning timings (default: run them)")
+    parser.add_argument("--skip-large-data", action="store_true",
+                        help="skip the block shuffle larger than the cache and the first "
+                             "epoch from the latency-injected store (default: run them)")
     parser.add_argument("--max-seconds", type=float,
                         help="per contender (default 20, 6 with --quick)")
     parser.add_argument("--rounds", type=int, default=1,
@@ -197,6 +200,13 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"planning: plans of {', '.join(f'{n:,}' for n in sizes)} windows on SQLite "
              f"and PostgreSQL ({time.perf_counter() - t0:.0f} s so far) ...")
         record["planning"] = planning_times(sizes=sizes, work_dir=args.out / "planning")
+    if not args.skip_large_data and not args.only:
+        from bench.large_data import large_data  # noqa: PLC0415
+
+        _say(f"large data: a block shuffle 4x the cache, a first epoch from the slow store "
+             f"({time.perf_counter() - t0:.0f} s so far) ...")
+        record["large_data"], large = large_data(args.out, quick=args.quick)
+        record["ratios"].update(large)
     json_path = args.json_path or args.out / "bench.json"
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(record, indent=2))

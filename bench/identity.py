@@ -44,6 +44,8 @@ HPPC = ("current_a", "soc_pct")
 W = WindowConfig
 SCALE = (ScalingSpec(column="current_a", input_min=-10.0, input_max=10.0),
          ScalingSpec(column="voltage_v", input_min=2.5, input_max=4.2))
+BLOCK_SCALE = (ScalingSpec(column="current_a", input_min=-6.0, input_max=6.0),
+               ScalingSpec(column="voltage_v", input_min=2.0, input_max=4.5))
 
 
 def shapes() -> dict[str, dict[str, Any]]:
@@ -83,6 +85,15 @@ def shapes() -> dict[str, dict[str, Any]]:
         "aligned": {**two, "align_by": "alignment_key",
                     "window_by_protocol": {"hppc": W(batch_size=4, seq_len=16)},
                     "default_window": W(batch_size=4, seq_len=64)},
+        # scaled as no other shape, so that no other shape's in-process reads put their
+        # whole blocks in the tier (a block held whole is read whole, not by sub-blocks)
+        "block_shuffled": {**one, "strategy": "block_shuffled", "shuffle_block_bytes": 24 << 10,
+                           "scaling": BLOCK_SCALE, "default_window": W(batch_size=4, seq_len=64)},
+        "two_protocols_block_shuffled": {
+            **two, "strategy": "block_shuffled", "shuffle_block_bytes": 16 << 10, "seed": 9,
+            "scaling": BLOCK_SCALE[:1],
+            "window_by_protocol": {"hppc": W(batch_size=2, seq_len=16)},
+            "default_window": W(batch_size=4, seq_len=48, drop_incomplete=False)},
         "aligned_shuffled": {**eis, "align_by": "alignment_key", "strategy": "shuffled",
                              "window_by_protocol": {"eis": W(batch_size=3, seq_len=8)},
                              "default_window": W(batch_size=3, seq_len=32)},
@@ -100,6 +111,7 @@ def _windpipe(*args: str, **kw: Any) -> subprocess.Popen[bytes]:
 
 
 # the server's two read paths: whole-split blocks when they fit (the default), and chunks
+# (a block shuffle's sub-blocks, unless the tier holds its whole block)
 READ_PATHS = {"blocks": (), "chunks": ("--no-auto-blocks",)}
 
 

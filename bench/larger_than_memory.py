@@ -27,11 +27,19 @@ seconds apart does not); a row's ratio is its tokens/s over the mean of its brac
   automatic budget (half the free disk): epoch 0 is opened (which starts the tier fill,
   ``windpipe.flight_server.tier_fill``) and left after its first batch, the fill is awaited
   through the ``tier-info`` action (the block file in the tier directory it names),
-  then epochs 1-2.
+  then epochs 1-2;
+* ``block_shuffled_tier_cold`` / ``block_shuffled_tier_warm``: ``block_shuffled`` as
+  above with the host tier: epoch 0 decodes each shuffle block into the tier as it
+  streams, epochs 1-2 map them (nothing read from storage again).
 
 Seconds are one epoch (warm rows: the mean of epochs 1-2); M tokens/s are the epoch's
-``B x T`` tokens over them. Targets: ``block_shuffled`` >= 0.5x and the tier's
+``B x T`` tokens over them; "x CPU" is the same ratio in tokens per CPU-second (the
+client and the servers it spawned; the server's own CPU is printed beside it). Targets:
+``block_shuffled`` epoch 0 >= 0.5x, epochs 1-2 (with and without a tier) and the tier's
 second epoch >= 0.8x warm ``shuffled``; a verdict is the median ratio over rounds.
+``block_shuffled`` is read from sub-blocks
+(``windpipe.services.materialize.read_paths.sub_blocks``): each shuffle block decoded
+once an epoch (without a tier), the next while this one is served.
 
 Memory: every process's peak. The client's is its ``VmHWM`` (:func:`peak_rss`); the
 server's is sampled from ``/proc/<pid>/smaps`` (every 0.1 s and after every epoch) as
@@ -68,21 +76,32 @@ from bench.workload import TARGETS as TARGET_COLUMNS
 from windpipe.services.planning.sizes import chunk_row_bytes
 
 __all__ = [
-    "CLIENT_STREAMING_BYTES", "FIXED_OVERHEAD_BYTES", "ROWS", "TARGETS", "Sizes", "main",
+    "CLIENT_STREAMING_BYTES", "FIXED_OVERHEAD_BYTES", "QUICK", "ROWS", "ROW_KINDS", "TARGETS",
+    "Sizes", "main",
     "peak_rss", "run", "shuffled_working_set", "sizes",
 ]
 
 ROWS = ("shuffled_warm", "block_shuffled_cold", "block_shuffled_warm",
-        "shuffled_second_epoch_tier")
-TARGETS: dict[str, float] = {"block_shuffled_cold": 0.5, "block_shuffled_warm": 0.5,
-                             "shuffled_second_epoch_tier": 0.8}
+        "shuffled_second_epoch_tier", "block_shuffled_tier_cold", "block_shuffled_tier_warm")
+# the process set (``--kinds``) and the epochs of each row
+ROW_KINDS = {"shuffled_warm": "block", "block_shuffled_cold": "block",
+             "block_shuffled_warm": "block", "shuffled_second_epoch_tier": "tier",
+             "block_shuffled_tier_cold": "block_tier", "block_shuffled_tier_warm": "block_tier"}
+_ROW_EPOCHS: dict[str, tuple[int, ...]] = {
+    "shuffled_warm": (), "block_shuffled_cold": (0,), "block_shuffled_warm": (1, 2),
+    "shuffled_second_epoch_tier": (1, 2), "block_shuffled_tier_cold": (0,),
+    "block_shuffled_tier_warm": (1, 2)}
+TARGETS: dict[str, float] = {"block_shuffled_cold": 0.5, "block_shuffled_warm": 0.8,
+                             "shuffled_second_epoch_tier": 0.8,
+                             "block_shuffled_tier_warm": 0.8}
 FIXED_OVERHEAD_BYTES = 350 * MiB  # docs/benchmarks.md, "Server memory"
 # A Flight client holds no cache and no tier: what reading may add to its RSS once its
 # imports (torch, pyarrow, the SDK) are in: a few batches and gRPC's receive buffers
 CLIENT_STREAMING_BYTES = 64 * MiB
-_KINDS = ("block", "tier")  # one set of processes each: client, reference, row's server
+# one set of processes each: client, reference, row's server
+_KINDS = ("block", "tier", "block_tier")
 _WARM_EPOCHS = (1, 2)  # a warm row is the mean of these
-_QUICK = {"rows": 1, "row_group_rows": 16_384, "batch_size": 8, "seq_len": 256}
+QUICK = {"rows": 1, "row_group_rows": 16_384, "batch_size": 8, "seq_len": 256}
 
 
 class Sizes:
@@ -227,16 +246,19 @@ def _action(client: Any, kind: str) -> Any:
     return json.loads(results[0].body.to_pybytes())
 
 
-def _epoch(client: Any, plan_id: str, epoch: int, sampler: _Sampler) -> dict[str, Any]:
+def _epoch(client: Any, plan_id: str, epoch: int, sampler: _Sampler,
+           server: Any) -> dict[str, Any]:
     """One whole epoch through ``bench.measure.consume`` (the contenders' timing loop),
-    with the tokens it yielded, the decoded bytes the server read meanwhile and its stalls
-    (batches that came over 10x the median gap: a ``block_shuffled`` pass waits at the
-    start of each block while its chunks are decoded)."""
+    with the tokens it yielded, the decoded bytes the server read meanwhile, the CPU
+    seconds the server and this client spent on it, and its stalls (batches that came
+    over 10x the median gap: a ``block_shuffled`` pass waits where a block is decoded
+    slower than the one before it is served)."""
     from bench.measure import consume  # noqa: PLC0415
     from bench.windpipe_contenders import epoch_tensors  # noqa: PLC0415
     from windpipe.services.contract.wire import ACTION_CACHE_STATS  # noqa: PLC0415
 
     read0 = _action(client, ACTION_CACHE_STATS)["bytes_read"]
+    cpu0 = server.stats()["cpu_s"]
     tokens = 0
     gaps: list[float] = []  # seconds between consecutive batches' arrivals
 
@@ -256,12 +278,14 @@ def _epoch(client: Any, plan_id: str, epoch: int, sampler: _Sampler) -> dict[str
     finally:
         gen.close()
     sampler.sample()
+    server_cpu = server.stats()["cpu_s"] - cpu0
     read = _action(client, ACTION_CACHE_STATS)["bytes_read"] - read0
     median = float(np.median(gaps)) if gaps else 0.0
     stalls = [g for g in gaps if g > 10 * median]
     return {"epoch": epoch, "seconds": out["seconds"], "batches": out["batches"],
             "tokens": tokens, "tokens_per_s": tokens / out["seconds"],
             "storage_bytes": int(read), "run_cpu_s": out["run_cpu_s"],
+            "server_cpu_s": server_cpu,
             # where a pass waits: batches that came 10x slower than the median one
             "median_gap_s": median, "stalls": len(stalls), "stall_s": float(sum(stalls))}
 
@@ -289,7 +313,7 @@ def _config(w: Workload, kind: str, block_bytes: int) -> Any:
     from windpipe.services.contract.configs import LoaderConfig  # noqa: PLC0415
 
     config = w.config(strategy="shuffled")
-    if kind != "block":
+    if kind not in ("block", "block_tier"):
         return config
     body = {**config.model_dump(mode="json"), "strategy": "block_shuffled",
             "shuffle_block_bytes": block_bytes}
@@ -340,7 +364,7 @@ def _run_kind(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     w = load_workload(Path(spec["workload"]))
-    options: dict[str, Any] = {"tier_bytes": None} if kind == "tier" else {}
+    options: dict[str, Any] = {"tier_bytes": None} if kind != "block" else {}
     if spec.get("readahead_batches") is not None:
         options["readahead_batches"] = spec["readahead_batches"]
     out: dict[str, Any] = {"kind": kind, "client_base_rss_bytes": peak_rss()}
@@ -360,7 +384,7 @@ def _run_kind(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
                     _Sampler(row.process.pid, exclude=row.ready["tier_dir"]) as row_mem:
                 out["health"] = _action(row_client, ACTION_HEALTH)
                 # one unmeasured pass loads the reference's split as one block
-                _epoch(ref_client, ref.plan_id, 0, ref_mem)
+                _epoch(ref_client, ref.plan_id, 0, ref_mem, ref)
                 if kind == "tier":  # open epoch 0 (this starts the fill), leave after a batch
                     from bench.windpipe_contenders import epoch_tensors  # noqa: PLC0415
 
@@ -372,14 +396,17 @@ def _run_kind(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
                     out.update(_wait_for_tier(row_client, spec["data_bytes"],
                                               timeout_s=spec["tier_timeout_s"]))
                     out["tier_fill_s"] = time.perf_counter() - t0
-                wanted = (0, *_WARM_EPOCHS) if kind == "block" else _WARM_EPOCHS
-                ref_epochs.append(_epoch(ref_client, ref.plan_id, 1, ref_mem))
+                wanted = _WARM_EPOCHS if kind == "tier" else (0, *_WARM_EPOCHS)
+                ref_epochs.append(_epoch(ref_client, ref.plan_id, 1, ref_mem, ref))
                 for i, e in enumerate(wanted):
-                    row_epochs.append(_epoch(row_client, row.plan_id, e, row_mem))
-                    ref_epochs.append(_epoch(ref_client, ref.plan_id, 2 + i, ref_mem))
+                    row_epochs.append(_epoch(row_client, row.plan_id, e, row_mem, row))
+                    ref_epochs.append(_epoch(ref_client, ref.plan_id, 2 + i, ref_mem, ref))
         finally:
             ref_client.close()
             row_client.close()
+        if kind == "block_tier":  # the sub-blocks the first pass left in the tier
+            out["tier_used_bytes"] = sum(
+                p.stat().st_size for p in Path(row.ready["tier_dir"]).rglob("*.wpb"))
         ref_final, row_final = ref.stop(), row.stop()
     out.update({
         "epochs": row_epochs, "ref_epochs": ref_epochs,
@@ -430,6 +457,8 @@ def _row(name: str, kind: str, res: dict[str, Any], wanted: tuple[int, ...],
         batches = res["plan_batches"]
     seconds = float(np.mean([e["seconds"] for e in chosen]))
     ref_seconds = float(np.mean([e["seconds"] for e in brackets]))
+    cpu = float(np.mean([e["run_cpu_s"] for e in chosen]))
+    ref_cpu = float(np.mean([e["run_cpu_s"] for e in brackets]))
     tokens, ref_tokens = chosen[0]["tokens"], brackets[0]["tokens"]
     return {"row": name, "kind": kind, "epochs": [e["epoch"] for e in chosen],
             "seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds,
@@ -437,23 +466,25 @@ def _row(name: str, kind: str, res: dict[str, Any], wanted: tuple[int, ...],
             "storage_bytes": max(e["storage_bytes"] for e in chosen),
             "stall_s": float(np.mean([e["stall_s"] for e in chosen])),
             "ref_tokens_per_s": ref_tokens / ref_seconds,
-            "ratio": (tokens / seconds) / (ref_tokens / ref_seconds)}
+            "ratio": (tokens / seconds) / (ref_tokens / ref_seconds),
+            # CPU of the client and its servers in the epoch; the server's alone
+            "cpu_s": cpu, "server_cpu_s": float(np.mean([e.get("server_cpu_s", 0.0)
+                                                         for e in chosen])),
+            "cpu_ratio": (tokens / cpu) / (ref_tokens / ref_cpu) if cpu and ref_cpu else None}
 
 
 def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The table's rows of one round (each row's epochs, its ratio and verdict)."""
-    picks = {"shuffled_warm": ("block", ()), "block_shuffled_cold": ("block", (0,)),
-             "block_shuffled_warm": ("block", _WARM_EPOCHS),
-             "shuffled_second_epoch_tier": ("tier", _WARM_EPOCHS)}
     rows = []
     for name in ROWS:
-        kind, wanted = picks[name]
+        kind, wanted = ROW_KINDS[name], _ROW_EPOCHS[name]
+        if kind not in results:
+            continue  # a process set not run (``--kinds``)
         row = _row(name, kind, results.get(kind, {}), wanted)
         target = TARGETS.get(name)
         row["target"] = target
         if "ratio" in row:
-            row["verdict"] = "ref" if target is None else (
-                "PASS" if row["ratio"] >= target else "FAIL")
+            row["verdict"] = _verdict(name, row["ratio"], target)
         else:
             row["ratio"], row["verdict"] = None, "ERROR"
         rows.append(row)
@@ -464,7 +495,8 @@ def _memory(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Every process's peak against its budget: a server's outside the tier's mapped
     files (sampled), the client's ``VmHWM``."""
     out = []
-    names = {"block": "block_shuffled", "tier": "shuffled+tier"}
+    names = {"block": "block_shuffled", "tier": "shuffled+tier",
+             "block_tier": "block_shuffled+tier"}
     for kind in _KINDS:
         res = results.get(kind, {})
         if "error" in res or not res:
@@ -491,7 +523,7 @@ def _print_round(r: int, rows: list[dict[str, Any]], memory: list[dict[str, Any]
     print(f"\nround {r}")
     print(f"{'row':27s} {'epochs':>6s} {'seconds':>7s} {'M tok/s':>7s} {'ref M/s':>7s} "
           f"{'x warm':>6s} {'target':>6s} {'verdict':>7s} {'batches':>9s} {'read MiB':>8s} "
-          f"{'stall s':>7s}")
+          f"{'stall s':>7s} {'CPU s':>6s} {'srv CPU':>7s} {'x CPU':>5s}")
     for row in rows:
         if "seconds" not in row:
             print(f"{row['row']:27s} ERROR")
@@ -503,7 +535,8 @@ def _print_round(r: int, rows: list[dict[str, Any]], memory: list[dict[str, Any]
               f"{row['tokens_per_s'] / 1e6:7.2f} {row['ref_tokens_per_s'] / 1e6:7.2f} "
               f"{row['ratio']:6.2f} {target:>6s} {row['verdict']:>7s} "
               f"{row['batches']:4d}/{row['plan_batches']:<4d} {row['storage_bytes'] / MiB:8.0f} "
-              f"{row['stall_s']:7.2f}")
+              f"{row['stall_s']:7.2f} {row['cpu_s']:6.2f} {row['server_cpu_s']:7.2f} "
+              f"{row['cpu_ratio'] or 0.0:5.2f}")
     print(f"\n{'process (MiB)':30s} {'peak':>6s} {'VmHWM':>6s} {'tier RSS':>8s} "
           f"{'ru_maxrss':>9s} {'cache':>6s} {'budget':>6s} {'verdict':>7s}")
     for m in memory:
@@ -516,10 +549,10 @@ def _print_round(r: int, rows: list[dict[str, Any]], memory: list[dict[str, Any]
 def run(root: Path, *, work: Path, batch_size: int, seq_len: int, row_group_rows: int,
         cache_bytes: int | None = None, block_bytes: int | None = None, rounds: int = 1,
         readahead_batches: int | None = None, tier_timeout_s: float = 600.0,
-        verbose: bool = True) -> dict[str, Any]:
+        kinds: tuple[str, ...] = _KINDS, verbose: bool = True) -> dict[str, Any]:
     """Every row over ``root``, ``rounds`` times (each round: one fresh set of processes
-    per kind, block then tier); the figures as one JSON-ready record.
-    ``readahead_batches``: the rows' servers' setting (None: its default)."""
+    per kind, block then tier; ``kinds``: only those); the figures as one JSON-ready
+    record. ``readahead_batches``: the rows' servers' setting (None: its default)."""
     from bench.workload import build_workload  # noqa: PLC0415
 
     w = build_workload(root, batch_size=batch_size, seq_len=seq_len)
@@ -546,7 +579,7 @@ def run(root: Path, *, work: Path, batch_size: int, seq_len: int, row_group_rows
                               "rows_of_data": int(sum(w.stream_rows)), "root": str(root)}
     for r in range(rounds):
         results: dict[str, dict[str, Any]] = {}
-        for kind in _KINDS:
+        for kind in kinds:
             t0 = time.perf_counter()
             results[kind] = _spawn(kind, spec_path)
             if verbose:
@@ -560,18 +593,26 @@ def run(root: Path, *, work: Path, batch_size: int, seq_len: int, row_group_rows
     return record
 
 
+def _verdict(name: str, ratio: float | None, target: float | None) -> str:
+    """``ref`` (the reference row), ``-`` (a row without a target), PASS, FAIL or ERROR."""
+    if name == "shuffled_warm":
+        return "ref"
+    if target is None:
+        return "-"
+    return "ERROR" if ratio is None else "PASS" if ratio >= target else "FAIL"
+
+
 def _summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """Per row: the median ratio over rounds and its verdict; memory: every process."""
     out: dict[str, Any] = {}
-    for name in ROWS:
+    ran = {row["row"] for rnd in rounds for row in rnd["rows"]}
+    for name in (r for r in ROWS if r in ran):
         ratios = [row["ratio"] for rnd in rounds for row in rnd["rows"]
                   if row["row"] == name and row.get("ratio") is not None]
         target = TARGETS.get(name)
         median = float(np.median(ratios)) if ratios else None
         out[name] = {"ratios": ratios, "median_ratio": median, "target": target,
-                     "verdict": "ref" if target is None else (
-                         "ERROR" if median is None else
-                         "PASS" if median >= target else "FAIL")}
+                     "verdict": _verdict(name, median, target)}
     out["memory"] = all(m["verdict"] == "PASS" for rnd in rounds for m in rnd["memory"])
     return out
 
@@ -594,6 +635,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="a tiny dataset (1M rows, 16k-row groups, batch 8 x 256), "
                         "one round")
+    parser.add_argument("--kinds", nargs="+", choices=_KINDS, default=list(_KINDS),
+                        help="the process sets to run (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=Path("bench/out"))
     parser.add_argument("--child", choices=_KINDS, help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
@@ -605,8 +648,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, group = args.rows, 131_072
     batch_size, seq_len, rounds = args.batch_size, args.seq_len, args.rounds
     if args.quick:  # one round: the figures are a smoke check, not a measurement
-        rows, group = _QUICK["rows"], _QUICK["row_group_rows"]
-        batch_size, seq_len, rounds = _QUICK["batch_size"], _QUICK["seq_len"], 1
+        rows, group = QUICK["rows"], QUICK["row_group_rows"]
+        batch_size, seq_len, rounds = QUICK["batch_size"], QUICK["seq_len"], 1
     name = f"data-{rows}" if group == 131_072 else f"data-{rows}-rg{group}"
     root = ensure_dataset(args.out / name, cycling_rows=rows, row_group_rows=group)
     with tempfile.TemporaryDirectory(prefix="wp-ltm-") as tmp:
@@ -614,7 +657,8 @@ def main(argv: list[str] | None = None) -> int:
                      row_group_rows=group,
                      cache_bytes=args.cache_mib * MiB if args.cache_mib else None,
                      block_bytes=args.block_mib * MiB if args.block_mib else None,
-                     rounds=rounds, readahead_batches=args.readahead_batches)
+                     rounds=rounds, readahead_batches=args.readahead_batches,
+                     kinds=tuple(args.kinds))
     print(json.dumps(record["summary"], indent=2))
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / ("larger_than_memory-quick.json" if args.quick

@@ -48,12 +48,13 @@ from bench.data import ensure_dataset
 from bench.serve_process import windpipe_serve
 from bench.workload import INPUTS, TARGETS, plan_config
 
-__all__ = ["main", "needed_ranges"]
+__all__ = ["main", "needed_ranges", "run"]
 
 _BUCKET = "windpipe-bench"
 _CREDS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
           "AWS_DEFAULT_REGION": "us-east-1"}
 COLUMNS = (*INPUTS, *TARGETS)
+_ROWS = ("ceiling", "naive", "windpipe", "windpipe_no_readahead")
 
 
 def needed_ranges(root: Path) -> dict[str, list[tuple[int, int]]]:
@@ -220,54 +221,43 @@ def _upload(upstream: str, root: Path, prefix: str) -> None:
         list(pool.map(put, files))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.object_store",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=8_000_000,
-                        help="cycling rows (default %(default)s)")
-    parser.add_argument("--latency-ms", type=float, default=20.0)
-    parser.add_argument("--bandwidth-mbps", type=float, default=200.0,
-                        help="the proxy's aggregate cap, MB/s (default %(default)s)")
-    parser.add_argument("--out", type=Path, default=Path("bench/out"))
-    parser.add_argument("--rounds", type=int, default=1, help="alternating rounds")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--endpoint", help=argparse.SUPPRESS)
-    parser.add_argument("--prefix", help=argparse.SUPPRESS)
-    parser.add_argument("--ranges", help=argparse.SUPPRESS)
-    parser.add_argument("--work", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child:
-        args.row = args.child
-        return _child(args)
+def run(*, rows: int, latency_ms: float, bandwidth_mbps: float, out: Path, rounds: int = 1,
+        only: tuple[str, ...] = _ROWS, verbose: bool = True) -> dict[str, Any]:
+    """The rows ``only`` over ``rows`` cycling rows (the dataset written under ``out``
+    once), ``rounds`` times alternating; the record: ``summary`` (best seconds a row,
+    ``windpipe/limit`` and the other ratios), every run's figures, the arguments."""
+
+    def say(line: str) -> None:
+        if verbose:
+            print(line, flush=True)
+
     os.environ.update(_CREDS)
-    root = ensure_dataset(args.out / f"data-{args.rows}", cycling_rows=args.rows)
+    root = ensure_dataset(out / f"data-{rows}", cycling_rows=rows)
     ranges = needed_ranges(root)
     needed = sum(b - a for rs in ranges.values() for a, b in rs)
-    moto, proxy, upstream, endpoint = _start_servers(args.latency_ms, args.bandwidth_mbps)
-    results: dict[str, list[dict[str, Any]]] = {
-        "ceiling": [], "naive": [], "windpipe": [], "windpipe_no_readahead": []}
+    moto, proxy, upstream, endpoint = _start_servers(latency_ms, bandwidth_mbps)
+    results: dict[str, list[dict[str, Any]]] = {row: [] for row in only}
     try:
-        prefix = f"os-{args.rows}"
+        prefix = f"os-{rows}"
         t0 = time.perf_counter()
         _upload(upstream, root, prefix)
-        print(f"uploaded {root} to moto ({time.perf_counter() - t0:.1f} s); "
-              f"{len(ranges)} cycling segments, {needed / 1e6:.1f} MB of plan columns; "
-              f"proxy {args.latency_ms:g} ms, {args.bandwidth_mbps:g} MB/s in aggregate",
-              flush=True)
+        say(f"uploaded {root} to moto ({time.perf_counter() - t0:.1f} s); "
+            f"{len(ranges)} cycling segments, {needed / 1e6:.1f} MB of plan columns; "
+            f"proxy {latency_ms:g} ms, {bandwidth_mbps:g} MB/s in aggregate")
         with tempfile.TemporaryDirectory(prefix="wp-os-") as tmp:
             ranges_file = Path(tmp) / "ranges.json"
             ranges_file.write_text(json.dumps(ranges))
-            for r in range(args.rounds):
+            for r in range(rounds):
                 for row, outs in results.items():
-                    out = _run_row(row, endpoint=endpoint, prefix=prefix,
+                    res = _run_row(row, endpoint=endpoint, prefix=prefix,
                                    ranges_file=ranges_file, work=Path(tmp) / f"cat-{r}")
-                    outs.append(out)
-                    if "error" in out:
-                        print(f"{row}: FAILED\n{out['error']}", flush=True)
+                    outs.append(res)
+                    if "error" in res:
+                        say(f"{row}: FAILED\n{res['error']}")
                         continue
-                    print(f"round {r} {row:9s} {out['seconds']:7.2f} s "
-                          f"{needed / out['seconds'] / 1e6:7.1f} MB/s "
-                          f"peak RSS {out['peak_rss_bytes'] / 2**20:6.0f} MiB", flush=True)
+                    say(f"round {r} {row:9s} {res['seconds']:7.2f} s "
+                        f"{needed / res['seconds'] / 1e6:7.1f} MB/s "
+                        f"peak RSS {res['peak_rss_bytes'] / 2**20:6.0f} MiB")
     finally:
         proxy.terminate()
         moto.terminate()
@@ -275,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         moto.wait(10)
     best = {row: min((o["seconds"] for o in outs if "error" not in o), default=None)
             for row, outs in results.items()}
-    limit = args.bandwidth_mbps * 1e6
+    best = {row: best.get(row) for row in _ROWS}
+    limit = bandwidth_mbps * 1e6
     summary: dict[str, Any] = {"needed_bytes": needed, "limit_bps": limit, "best_s": best}
     if best["windpipe"]:
         rate = needed / best["windpipe"]
@@ -287,12 +278,37 @@ def main(argv: list[str] | None = None) -> int:
             summary["windpipe/naive"] = best["naive"] / best["windpipe"]
         if best["windpipe_no_readahead"]:
             summary["windpipe/no_readahead"] = best["windpipe_no_readahead"] / best["windpipe"]
-    print(json.dumps(summary, indent=2))
+    return {"summary": summary, "rows": results, "args": {
+        "rows": rows, "latency_ms": latency_ms, "bandwidth_mbps": bandwidth_mbps}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.object_store",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=8_000_000,
+                        help="cycling rows (default %(default)s)")
+    parser.add_argument("--latency-ms", type=float, default=20.0)
+    parser.add_argument("--bandwidth-mbps", type=float, default=200.0,
+                        help="the proxy's aggregate cap, MB/s (default %(default)s)")
+    parser.add_argument("--out", type=Path, default=Path("bench/out"))
+    parser.add_argument("--rounds", type=int, default=1, help="alternating rounds")
+    parser.add_argument("--only", nargs="+", choices=_ROWS, default=list(_ROWS),
+                        help="the rows to run (default: all)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--endpoint", help=argparse.SUPPRESS)
+    parser.add_argument("--prefix", help=argparse.SUPPRESS)
+    parser.add_argument("--ranges", help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        args.row = args.child
+        return _child(args)
+    record = run(rows=args.rows, latency_ms=args.latency_ms,
+                 bandwidth_mbps=args.bandwidth_mbps, out=args.out, rounds=args.rounds,
+                 only=tuple(args.only))
+    print(json.dumps(record["summary"], indent=2))
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "object_store.json").write_text(json.dumps(
-        {"summary": summary, "rows": results, "args": {
-            "rows": args.rows, "latency_ms": args.latency_ms,
-            "bandwidth_mbps": args.bandwidth_mbps}}, indent=2))
+    (args.out / "object_store.json").write_text(json.dumps(record, indent=2))
     return 0
 
 

@@ -10,8 +10,11 @@ block is in the tier, the stream reads that block's
 protocol from the tier (``read_paths.blocks.BlockPath``: the tier counts as held), so the
 rest of the first pass is neither read nor decoded again; a stream that starts once the
 tier holds every block takes the block path from its first batch
-(``read_paths.blocks_fit``). Builders of one block on this host queue on its lock in the
-tier, so a fill and a ``warm`` or a same-host reader never decode it twice.
+(``read_paths.blocks_fit``). A ``block_shuffled`` plan is not filled here: its stream
+decodes one shuffle block at a time into the tier as it goes
+(``read_paths.sub_blocks``), which is the first pass's fill. Builders of one block on
+this host queue on its lock in the tier, so a fill and a ``warm`` or a same-host reader
+never decode it twice.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from windpipe.services.materialize.block_fill import fill_block
 from windpipe.services.materialize.blocks import BlockLayout, block_layouts
 from windpipe.services.materialize.plan import PlanContext
 from windpipe.services.materialize.read_paths import AUTO_SPARE
+from windpipe.services.materialize.sub_blocks import sub_blocks
 from windpipe.services.materialize.tier import Tier
 from windpipe.services.storage.store import Storage
 
@@ -51,8 +55,8 @@ class TierFill:
     def start(self, plan: PlanContext, storage: Storage | None) -> bool:
         """Start filling the tier with ``plan``'s blocks when they exceed the cache, fit the
         tier and are not all in it (and no fill of them runs); True when one started."""
-        if storage is None:
-            return False
+        if storage is None or sub_blocks(plan) is not None:
+            return False  # a block_shuffled stream fills the tier a sub-block at a time
         layouts = block_layouts(plan)
         whole = sum(x.nbytes for x in layouts)
         if whole + self.cache_bytes // AUTO_SPARE <= self.cache_bytes:

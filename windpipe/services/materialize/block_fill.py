@@ -16,25 +16,31 @@ whose rows follow each other in the block, up to :data:`RUN_ROWS` rows. A run
 * converts each column to float64 once for all of them, and scales and lays them out
   in one call straight into the block's rows (:func:`windpipe.services.materialize.chunks.lay_out`).
 
-Runs go to up to :data:`FILL_THREADS` threads, submitted in block order (pyarrow's
-decoding and numpy's bulk work release the GIL). Runs write disjoint rows, so the block
-is byte for byte the chunk-by-chunk fill whichever run ends first; progress is reported
+Runs go to one pool of :data:`FILL_THREADS` threads shared by every fill of the process
+(one a core the process may use, ``os.sched_getaffinity``), at most ``2 x threads`` of a
+fill's runs in flight, submitted in block order (pyarrow's decoding and numpy's bulk
+work release the GIL): a fill behind a stream's read-ahead and the stream's own share
+the cores instead of each starting threads of its own. Runs write disjoint rows, so the
+block is byte for byte the chunk-by-chunk fill whichever run ends first; progress is reported
 in run order. On an object store a run is one chunk. One thread fills, in order:
 
 * a block whose chunks overlap in rows (a later chunk overwrites an earlier one);
 * a block of small chunks (under :data:`THREAD_CHUNK_ROWS` rows on average), whose time
   is Python work holding the GIL: threads only contend for it (measured: 2x slower on
-  2 cores);
-* a block read through an object store's read-ahead (``windpipe.services.storage.readahead``):
-  its reads arrive in order, and threads taking them (each read a Python call through
-  the parquet reader) were 12-20% slower in ``bench.object_store``; without the
-  read-ahead (``WINDPIPE_S3_READAHEAD_BYTES=0``) threads halve the fill.
+  2 cores).
+
+A block read through an object store's read-ahead (``windpipe.services.storage.readahead``)
+is decoded on the threads too, one chunk a run: its reads arrive in order and the runs
+in flight take them out of order by at most their number
+(``ReadAhead.allow_consumers``), so no fetched chunk is dropped because a later one was
+taken first (which made threads 12-20% slower than one consumer before).
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -58,7 +64,28 @@ if TYPE_CHECKING:
 __all__ = ["FILL_THREADS", "RUN_ROWS", "THREAD_CHUNK_ROWS", "Progress", "fill_block"]
 
 RUN_ROWS = 1 << 16  # rows a run lays out at once (a few MiB of float64 columns)
-FILL_THREADS = max(1, min(3, os.cpu_count() or 1))
+
+
+def _cores() -> int:
+    """The cores this process may run on (its affinity mask; a container's CPU set)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+FILL_THREADS = max(1, min(16, _cores()))
+_POOL: list[ThreadPoolExecutor] = []  # the shared fill pool, made on first use
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max_workers=FILL_THREADS,
+                                            thread_name_prefix="windpipe-fill"))
+        return _POOL[0]
+_IN_FLIGHT = 2  # a threaded fill's runs in flight, per thread
 THREAD_CHUNK_ROWS = 8192  # chunks of fewer rows on average: one thread (GIL-bound Python)
 
 Progress = Callable[[int, int], None]  # (chunks done in this block, bytes decoded)
@@ -100,8 +127,9 @@ def fill_block(plan: PlanContext, storage: Storage, layout: BlockLayout, rows: n
               plan.variants[int(plan.chunk_spec[c])].read_columns) for c in chunks.tolist())
     read = 0
     with read_ahead(storage, ahead) as fetching:  # an object store's chunks, in this order
-        if fetching is not None:
-            threads = 1  # the read-ahead feeds one consumer in its order best (see above)
+        if fetching is not None and threads > 1:
+            # runs in flight take their chunks out of order by up to that many reads
+            fetching.allow_consumers(_IN_FLIGHT * threads + 1)
         # one thread: progress segment by segment inside a run; threads: run by run
         inner = step if threads <= 1 or len(runs) <= 1 else None
         for run, n in _each(runs, lambda r: _fill_run(plan, storage, layout, r, rows=rows,
@@ -257,17 +285,20 @@ def _each(runs: list[_Run], work: Callable[[_Run], int], *,
             yield run, work(run)
         return
     pending: deque[tuple[_Run, Future[int]]] = deque()
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="windpipe-fill") as pool:
-        try:
-            for run in runs:
-                pending.append((run, pool.submit(work, run)))
-                if len(pending) > 2 * threads:
-                    done, future = pending.popleft()
-                    yield done, future.result()
-            while pending:
+    pool = _pool()
+    try:
+        for run in runs:
+            pending.append((run, pool.submit(work, run)))
+            if len(pending) > _IN_FLIGHT * threads:
                 done, future = pending.popleft()
                 yield done, future.result()
-        finally:
-            for _, future in pending:
-                future.cancel()
+        while pending:
+            done, future = pending.popleft()
+            yield done, future.result()
+    finally:
+        for _, future in pending:
+            future.cancel()
+        for _, future in pending:  # nothing writes into the block after the fill returns
+            if not future.cancelled():
+                future.exception()
 

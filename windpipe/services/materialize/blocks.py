@@ -79,11 +79,13 @@ def block_key(layout: BlockLayout) -> tuple[str, str]:
 
 
 def block_request(plan: PlanContext, layout: BlockLayout, *, storage: Storage | None,
-                  tier: Tier | None, progress: Progress | None = None) -> ChunkRequest:
+                  tier: Tier | None, progress: Progress | None = None,
+                  memory: Callable[[int, int], np.ndarray] | None = None) -> ChunkRequest:
     """The cache request of one block: mapped from the tier when some process already
     built it, else decoded from ``storage`` (into the tier when there is one). With a
     tier the cache is charged :func:`~services.materialize.tier.mapping_charge`, not
-    the block's bytes.
+    the block's bytes. Without one the block is decoded into ``memory(rows, columns)``
+    (an uninitialized float32 matrix; default a new one).
 
     Without ``storage`` (an in-process reader that leaves decoding to its server) a
     block the tier does not hold is ``unavailable``.
@@ -102,7 +104,8 @@ def block_request(plan: PlanContext, layout: BlockLayout, *, storage: Storage | 
         if tier is not None:
             return tier.get_or_build(layout.key, rows=layout.rows, c_in=layout.c_in,
                                      c_out=layout.c_out, fill=fill)
-        rows = np.empty((layout.rows, layout.c_in + layout.c_out), dtype=np.float32)
+        shape = (layout.rows, layout.c_in + layout.c_out)
+        rows = np.empty(shape, dtype=np.float32) if memory is None else memory(*shape)
         read = fill(rows)
         return Block(rows=rows, c_in=layout.c_in), read
 

@@ -2,8 +2,9 @@
 
 For batch ``g`` of an epoch's schedule, :class:`BatchBuilder` finds (vectorized)
 every ``(lane, chunk)`` row range the lanes read (:mod:`windpipe.services.materialize.lanes`,
-computed for blocks of 16 batches at once), reads the lanes on one of its two read
-paths (:mod:`windpipe.services.materialize.read_paths`: from blocks, one gather per matrix, or
+computed for blocks of 16 batches at once), reads the lanes on one of its read
+paths (:mod:`windpipe.services.materialize.read_paths`: from blocks, one gather per matrix; a
+``block_shuffled`` batch from its shuffle block's sub-block, one gather too; or
 from chunks, a few vectorized copies per chunk; each pins what it reads for the
 duration of the copy only, so a client that goes away can never leave anything
 pinned) and puts the batch together (:mod:`windpipe.services.materialize.assembler`:
@@ -44,6 +45,7 @@ from windpipe.services.materialize.read_paths import (
     ChunkPath,
     LaneArrays,
     ReadPath,
+    SubBlockPath,
     chunk_request,
     plan_chunk_requests,
     read_paths,
@@ -62,7 +64,10 @@ _I64 = np.int64
 
 
 class BatchBuilder:
-    """Materializes batches of one plan through the shared cache (one per stream)."""
+    """Materializes batches of one plan through the shared cache (one per stream).
+
+    ``sub_blocks=False`` reads a ``block_shuffled`` batch the block path does not by
+    chunks, as before sub-blocks (a side-by-side reference)."""
 
     def __init__(
         self,
@@ -75,6 +80,7 @@ class BatchBuilder:
         tier: Tier | None = None,
         blocks: BlockUse = "cached",
         lazy_provenance: bool = False,
+        sub_blocks: bool = True,
     ) -> None:
         self.plan = plan
         self.storage = storage
@@ -83,10 +89,11 @@ class BatchBuilder:
         self.tier = tier
         self.tables = plan_tables(plan)
         self._blocks: BlockPath
+        self._subs: SubBlockPath | None  # block_shuffled batches (None: blocks only)
         self._chunks: ChunkPath | None  # None: blocks only (a block failure is raised)
-        self._blocks, self._chunks = read_paths(
+        self._blocks, self._subs, self._chunks = read_paths(
             plan, self.tables, cache, use=blocks, storage=storage, tier=tier,
-            on_bad_segment=on_bad_segment)
+            on_bad_segment=on_bad_segment, sub_blocks=sub_blocks)
         self._assembler = BatchAssembler(plan, self.tables, schema,
                                          lazy_provenance=lazy_provenance)
 
@@ -119,8 +126,18 @@ class BatchBuilder:
         return self._blocks.requests(lp)
 
     def read_ahead_requests(self, lp: LanePlan) -> list[ChunkRequest]:
-        """What to load ahead for a batch: its blocks, or its chunks."""
+        """What to load ahead for a batch: its blocks, its sub-block, or its chunks."""
         return self._path(lp)[1]
+
+    def read_ahead_block(self, schedule: Schedule, g: int) -> bool:
+        """Start decoding the sub-block of ``block_shuffled`` global batch ``g`` on a worker
+        thread (:class:`~services.materialize.read_paths.SubBlockPath`); False when
+        ``g`` is not read from sub-blocks (its loads are then
+        :meth:`read_ahead_requests`)."""
+        if self._subs is None:
+            return False
+        self._subs.bind(schedule)
+        return self._subs.read_ahead(schedule, g)
 
     def requests(self, lp: LanePlan, *, skip_lanes: set[int] | None = None) -> list[ChunkRequest]:
         """The chunk loads of a lane plan (lanes in ``skip_lanes`` left out)."""
@@ -138,6 +155,8 @@ class BatchBuilder:
                      lp: LanePlan | None = None) -> BuiltBatch:
         """Global batch ``g`` (``batch_idx`` in the pass) as arrays, before Arrow."""
         lp = lp if lp is not None else self.lane_plan(schedule, g)
+        if self._subs is not None:
+            self._subs.bind(schedule)
         return self._assembler.assemble(schedule, lp, self._read(lp), batch_idx=batch_idx)
 
     def prepare(self, schedule: Schedule, gs: np.ndarray) -> None:
@@ -175,23 +194,32 @@ class BatchBuilder:
         return self._blocks.block(code)
 
     def _path(self, lp: LanePlan) -> tuple[ReadPath, list[ChunkRequest]]:
-        """The path that reads ``lp`` and its loads: the block path when it takes it."""
+        """The path that reads ``lp`` and its loads: the block path when it takes it, then
+        the sub-block path (a ``block_shuffled`` batch), then chunks."""
         requests = self._blocks.requests(lp)
         if requests is not None:
             return self._blocks, requests
+        if self._subs is not None:
+            requests = self._subs.requests(lp)
+            if requests is not None:
+                return self._subs, requests
         chunks = self._chunk_path()
         return chunks, chunks.requests(lp)
 
     def _read(self, lp: LanePlan) -> LaneArrays:
         path, requests = self._path(lp)
-        if path is not self._blocks or self._chunks is None:
+        if path is self._chunks or self._chunks is None:
             return path.read(lp, requests)
         try:
             return path.read(lp, requests)
         except WindpipeError as exc:
             if exc.type not in FALLBACK_ERRORS:
                 raise
-            self._blocks = self._blocks.held_only()  # read what can be read, by chunks
+            # read what can be read, by chunks (where ``on_bad_segment`` applies)
+            if path is self._subs and self._subs is not None:
+                self._subs.disable()
+            else:
+                self._blocks = self._blocks.held_only()
         return self._chunks.read(lp, self._chunks.requests(lp))
 
     def _chunk_path(self) -> ChunkPath:

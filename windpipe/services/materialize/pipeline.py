@@ -41,22 +41,23 @@ def _batch_bytes(item: Item) -> int:
 class BatchPipeline:
     """Builds the batches ``start..end`` of a pass in order, with chunk read-ahead.
 
-    Yields ``(i, built)`` (:class:`~services.materialize.builder.BuiltBatch`). After each batch,
-    background loads of the chunks of the next ``readahead_batches`` batches start
-    (``ChunkCache.prefetch``). In a ``block_shuffled`` pass (``Schedule.batch_block``)
-    they also reach for the first batch of the next shuffle block from the start of
-    the current one: that batch reads nearly all of its block's chunks, so a block is
-    decoded while the one before it is served instead of at its first batch (two
-    blocks fit the cache when ``shuffle_block_bytes`` is at most half of it; what does
-    not fit is skipped and asked for again at the next batch). An in-process reader's
-    batches of full windows take the window path (``BatchBuilder.window_pass``, or the
-    pass's ``windows`` its reader keeps) instead, written into ``memory`` when given.
-    With ``build_ahead_bytes > 0`` a second thread builds batches ahead, up to that
-    many bytes of built batches (at least one), so building the next batch overlaps
-    sending this one (numpy and Arrow release the GIL). A build error is raised at
-    that batch, after every earlier batch. A built batch holds no pins (a build
-    releases them before returning), so a consumer that stops early leaves nothing
-    pinned, and closing the iterator stops the builder thread.
+    Yields ``(i, built)`` (:class:`~services.materialize.builder.BuiltBatch`). After each
+    batch, background loads of the chunks of the next ``readahead_batches`` batches start
+    (``ChunkCache.prefetch``). In a ``block_shuffled`` pass (``Schedule.batch_block``) they
+    also reach for the next shuffle block from the start of the current one: its sub-block
+    is decoded on a worker thread (``BatchBuilder.read_ahead_block``; on the chunk path, the
+    chunks of its first batch, nearly all of its block's, are prefetched), so a block is
+    decoded while the one before it is served instead of at its first batch (two blocks fit
+    the cache when ``shuffle_block_bytes`` is at most half of it; what does not fit is
+    skipped and asked for again at the next batch). An in-process reader's batches of full
+    windows take the window path (``BatchBuilder.window_pass``, or the pass's ``windows``
+    its reader keeps) instead, written into ``memory`` when given. With
+    ``build_ahead_bytes > 0`` a second thread builds batches ahead, up to that many bytes of
+    built batches (at least one), so building the next batch overlaps sending this one
+    (numpy and Arrow release the GIL). A build error is raised at that batch, after every
+    earlier batch. A built batch holds no pins (a build releases them before returning), so
+    a consumer that stops early leaves nothing pinned, and closing the iterator stops the
+    builder thread.
     """
 
     def __init__(self, builder: BatchBuilder, schedule: Schedule, batches: np.ndarray, *,
@@ -169,7 +170,9 @@ class BatchPipeline:
             k = int(np.searchsorted(starts, i, side="right"))
             if k < starts.shape[0] and int(starts[k]) < end:
                 nxt = int(starts[k])
-                self._plan_ahead(nxt, end, plans)
-                requests.extend(builder.read_ahead_requests(plans[nxt]))
+                # its sub-block decoded on a worker thread; else its chunks prefetched
+                if not builder.read_ahead_block(self._schedule, int(self._batches[nxt])):
+                    self._plan_ahead(nxt, end, plans)
+                    requests.extend(builder.read_ahead_requests(plans[nxt]))
         if requests:
             builder.cache.prefetch(requests)

@@ -117,6 +117,7 @@ class ReadAhead:
         self.pacing = Pacing(max_bytes=self.max_bytes, floor_bytes=floor_bytes)
         self._gap, self._max_span, self._max_requests = gap, max_span, max_requests
         self._wait_s = wait_s
+        self._lag = 0  # reads that may be taken out of order (:meth:`allow_consumers`)
         self._lock = threading.Lock()
         self._held = self._peak = self._requests = self._fetched = 0
         self._hits = self._misses = 0
@@ -144,6 +145,13 @@ class ReadAhead:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._cancel_all)
+
+    def allow_consumers(self, lag: int) -> None:
+        """Let consumers on several threads take the reads out of order by up to ``lag``
+        reads: a read is dropped untaken only once the consumers are more than ``lag``
+        reads past it (not at the first later read), so a thread that started on read
+        ``k`` just after another started on ``k + 1`` still finds its bytes here."""
+        self._lag = max(0, int(lag))
 
     def knows(self, path: str) -> bool:
         """Whether ``path`` is one of the objects this read-ahead reads."""
@@ -188,7 +196,8 @@ class ReadAhead:
             slot.members = {m for m in slot.members if not (start <= m[0] and m[1] <= end)}
             if not slot.members:
                 self._release(slot)
-            for earlier in self._slots[: slot.index]:  # the consumer has moved past them
+            # the consumers have moved past them (by more than the lag they are allowed)
+            for earlier in self._slots[: max(0, slot.index - self._lag)]:
                 if not earlier.touched:
                     self._release(earlier)
             self._hits += 1

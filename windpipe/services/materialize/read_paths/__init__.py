@@ -3,6 +3,7 @@
 | path | module | reads a batch |
 |---|---|---|
 | blocks | :mod:`.blocks` | from the blocks of its lanes' protocols: one gather per matrix |
+| sub-blocks | :mod:`.sub_blocks` | ``block_shuffled``: from its shuffle block's rows, one gather |
 | chunks | :mod:`.chunks` | from its pinned chunks; lanes of bad segments skipped under ``"skip"`` |
 
 A builder's ``blocks=`` option is a row of :data:`BLOCK_USES`: whether its block path
@@ -33,12 +34,13 @@ from windpipe.services.materialize.read_paths.chunks import (
     chunk_request,
     plan_chunk_requests,
 )
+from windpipe.services.materialize.read_paths.sub_blocks import SubBlockPath
 from windpipe.services.materialize.tier import Tier
 from windpipe.services.storage.store import Storage
 
 __all__ = [
     "BLOCK_USES", "FALLBACK_ERRORS", "BadSegmentPolicy", "BlockPath", "BlockUse", "BlockUseRule",
-    "BufferPool", "ChunkPath", "LaneArrays", "ReadPath", "Skipped", "blocks_fit",
+    "BufferPool", "ChunkPath", "LaneArrays", "ReadPath", "Skipped", "SubBlockPath", "blocks_fit",
     "chunk_request", "plan_chunk_requests", "read_paths",
 ]
 
@@ -89,13 +91,19 @@ def blocks_fit(layouts: tuple[BlockLayout, ...], cache: ChunkCache, tier: Tier |
 
 def read_paths(plan: PlanContext, tables: PlanTables, cache: ChunkCache, *, use: BlockUse,
                storage: Storage | None, tier: Tier | None,
-               on_bad_segment: BadSegmentPolicy) -> tuple[BlockPath, ChunkPath | None]:
-    """A builder's block path and the chunk path after it (None: blocks only), sharing one
-    buffer pool."""
+               on_bad_segment: BadSegmentPolicy, sub_blocks: bool = True,
+               ) -> tuple[BlockPath, SubBlockPath | None, ChunkPath | None]:
+    """A builder's block path, its sub-block path (None: blocks only) and the chunk path
+    after them (None: blocks only), sharing one buffer pool. The sub-block path reads a
+    ``block_shuffled`` batch whose whole block the block path does not read (None also
+    without ``sub_blocks``: such batches are read by chunks)."""
     rule = BLOCK_USES[use]
     pool = BufferPool()
     loads = rule.loads and (not rule.if_fits or blocks_fit(block_layouts(plan), cache, tier))
     blocks = BlockPath(plan, tables, cache, pool, storage=storage, tier=tier, loads=loads)
-    chunks = (ChunkPath(plan, tables, cache, pool, storage=storage,
-                        on_bad_segment=on_bad_segment) if rule.chunks else None)
-    return blocks, chunks
+    if not rule.chunks:
+        return blocks, None, None
+    subs = (SubBlockPath(plan, tables, cache, pool, storage=storage, tier=tier)
+            if sub_blocks else None)
+    chunks = ChunkPath(plan, tables, cache, pool, storage=storage, on_bad_segment=on_bad_segment)
+    return blocks, subs, chunks
