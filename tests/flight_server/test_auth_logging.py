@@ -239,14 +239,16 @@ def test_health_states_the_tier_budget_to_authenticated_callers_only(
     server = running.server
     if tier_bytes == 0:
         assert server.tier is None
-        assert authed["tier"] == {"budget_bytes": 0, "budget_source": "off"}
+        assert authed["tier"] == {"budget_bytes": 0, "budget_source": "off", "used_bytes": 0}
         return
     assert server.tier is not None
     assert authed["tier"] == {"budget_bytes": server.tier.budget_bytes,
-                              "budget_source": server.tier.budget_source}
+                              "budget_source": server.tier.budget_source,
+                              "used_bytes": server.tier.used_bytes()}
     if tier_bytes is None:
         assert authed["tier"]["budget_source"].startswith("auto")
         assert authed["tier"]["budget_bytes"] > 0
     else:
-        assert authed["tier"] == {"budget_bytes": 32 << 20, "budget_source": "set"}
+        assert authed["tier"] == {"budget_bytes": 32 << 20, "budget_source": "set",
+                                  "used_bytes": server.tier.used_bytes()}
     assert str(tmp_path) not in json.dumps(authed)  # the budget, not the tier's path

@@ -119,9 +119,10 @@ def _health_tier(host: ActionHost, context: Any) -> HealthTier | None:
     except Exception:  # unauthenticated (or auth unavailable): liveness answers anyway
         return None
     if host.tier is None:
-        return HealthTier(budget_bytes=0, budget_source="off")
+        return HealthTier(budget_bytes=0, budget_source="off", used_bytes=0)
     return HealthTier(budget_bytes=host.tier.budget_bytes,
-                      budget_source=host.tier.budget_source)
+                      budget_source=host.tier.budget_source,
+                      used_bytes=host.tier.used_bytes())
 
 
 def _tier_info(host: ActionHost, context: Any, body: bytes) -> Iterator[bytes]:

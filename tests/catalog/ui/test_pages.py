@@ -266,7 +266,11 @@ def test_servers_page_shows_the_live_server_and_the_dead(site: Site, admin: Watc
     assert int(cache.get_attribute("data-budget") or -1) == counters["budget_bytes"]
     assert int(cache.get_attribute("data-hits") or -1) >= counters["hits"]
     assert int(live.locator("td.streams").get_attribute("data-active") or -1) >= 0
-    assert live.locator("td.tier").inner_text() != "-"  # the tier's budget, or "off"
+    tier = live.locator("td.tier")
+    assert tier.inner_text() != "-"  # the tier's use and budget, or "off"
+    if tier.inner_text() != "off":
+        assert int(tier.get_attribute("data-used") or -1) >= 0
+        assert " / " in tier.inner_text()
     assert dead.get_attribute("data-health") == "unreachable"
     assert "unavailable" in dead.locator("td.error").inner_text()
     _shot(admin, tmp_path, "servers")

@@ -226,6 +226,7 @@ class HealthTier(_Wire):
 
     budget_bytes: int
     budget_source: str
+    used_bytes: int | None = None  # bytes of the blocks in the tier now (None: not told)
 
 
 def _absent(value: object) -> bool:
