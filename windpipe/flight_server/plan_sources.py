@@ -12,19 +12,22 @@ config.
 A plan's bytes never change, but it can be retired (``windpipe/catalog/retire.py``):
 :meth:`PlanCache.live` asks the source afresh, once per stream or ticket request,
 and raises ``conflict`` for a retired plan; streams already running are not asked.
+A ticket issued before the retirement (``issued_at``) is part of a pass already
+running, whose later endpoints are streams of their own: it is still honoured, so a
+pass that was streaming when its plan was retired finishes, as the SDK promises.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Protocol
 
 import httpx
 
 from windpipe.services.contract.auth import http_headers
-from windpipe.services.contract.errors import NotFound, Unavailable, retired_error
+from windpipe.services.contract.errors import Conflict, NotFound, Unavailable, retired_error
 from windpipe.services.contract.shapes import check_plan_id
 from windpipe.services.logging import get_logger
 from windpipe.services.materialize.plan import PlanContext
@@ -118,16 +121,37 @@ class PlanCache:
         """Plans being loaded now (an unknown id leaves nothing once its load fails)."""
         return self._plans.pending
 
-    def live(self, plan_id: str) -> PlanContext:
+    def live(self, plan_id: str, *, issued_at: float | None = None) -> PlanContext:
         """The plan ``plan_id``, after asking its source whether it was retired (``conflict``).
 
         What a new stream or ticket request calls; a source without ``check_live`` (a
-        test's function) has no retirement."""
+        test's function) has no retirement. ``issued_at`` (a stream's ticket: when it was
+        issued, epoch seconds): a plan retired after it is still served, the ticket being
+        one endpoint of a pass that was running then."""
         if self._check is not None:
-            self._check(plan_id)
+            try:
+                self._check(plan_id)
+            except Conflict as exc:
+                if issued_at is None or not _retired_after(exc, issued_at):
+                    raise
         return self.get(plan_id)
 
     def get(self, plan_id: str) -> PlanContext:
         """The plan ``plan_id`` (loaded on first use)."""
         return self._plans.get(plan_id, lambda: PlanContext.from_artifact(
             self._load(plan_id), packs=self._packs))
+
+
+def _retired_after(exc: Conflict, issued_at: float) -> bool:
+    """Whether the retirement ``exc`` reports came after ``issued_at`` (a ``retired_at``
+    without a zone is UTC, as the catalog stores it on SQLite)."""
+    text = exc.details.get("retired_at")
+    if not isinstance(text, str):
+        return False
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp() > issued_at

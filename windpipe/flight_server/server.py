@@ -178,6 +178,13 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         )
         return fl.Ticket(sign_ticket(payload, self.config.ticket_secret))
 
+    def _issued_at(self, payload: TicketPayload) -> float | None:
+        """When a ticket was issued: its expiry less the ticket lifetime (every server of a
+        deployment shares the secret and the lifetime; None for a ticket without one)."""
+        if payload.exp is None:
+            return None
+        return payload.exp - self.config.settings.ticket_ttl_s
+
     def locations(self) -> tuple[str, ...]:
         """The deployment's Flight servers this one routes endpoints to: the configured
         locations and the discovered ones (``windpipe.services.discovery``, re-read as it
@@ -275,7 +282,9 @@ class WindpipeFlightServer(fl.FlightServerBase):  # type: ignore[misc]
     def _open(self, context: Any, payload: TicketPayload, principal: Principal,
               slot: StreamSlot, span: Span) -> tuple[pa.Schema, Iterator[Any]]:
         """The schema and the batch generator of an admitted ticket."""
-        plan = self.plans.live(payload.plan_id)  # a retired plan's tickets are refused
+        # a retired plan's tickets are refused, unless issued before it was retired: the
+        # later endpoints of a pass already streaming (plan_sources.PlanCache.live)
+        plan = self.plans.live(payload.plan_id, issued_at=self._issued_at(payload))
         if payload.input_valid:  # its own chunks and blocks: inputs NaN until built
             plan = plan.with_input_valid()
         schedule, batches = self._rank_pass(plan, payload.epoch, payload.rank,
