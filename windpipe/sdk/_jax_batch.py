@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -33,19 +34,15 @@ class JaxMissing(ModuleNotFoundError):  # noqa: N818 - an ImportError, named as 
     """jax cannot be imported, and what was asked for needs it."""
 
 
-_JAX: list[ModuleType] = []  # jax once imported: an import per batch costs a lookup
-
-
 def require_jax() -> ModuleType:
     """The jax module, or :class:`JaxMissing` saying how to install it."""
-    if _JAX:
-        return _JAX[0]
+    module = sys.modules.get("jax")  # imported: a dict lookup, not an import per batch
+    if module is not None:
+        return module
     try:
-        module = importlib.import_module("jax")
+        return importlib.import_module("jax")
     except ImportError as exc:
         raise JaxMissing(f"{JAX_HINT} ({exc})", name="jax") from exc
-    _JAX.append(module)
-    return module
 
 
 class JaxBatch:

@@ -161,13 +161,14 @@ STALE_JOB = "j-ui-stale"
 def _write_jobs(database_url: str) -> None:
     """Two registration jobs of ``other`` as the jobs table holds them: :data:`RUNNING_JOB`
     checking 3 of 10 segments, its heartbeat fresh for the whole module (an hour ahead),
-    and :data:`STALE_JOB`, "running" but silent for a day (its server died)."""
+    and :data:`STALE_JOB`, "running" but silent for an hour (its server died; past
+    ``job_stale_s``, within ``job_retention_s``: a day, after which it is pruned)."""
     engine = create_engine(database_url)
     now = utcnow()
     try:
         with session_scope(CatalogContext.from_engine(engine).sessions) as session:
             for job_id, heard in ((RUNNING_JOB, now + timedelta(hours=1)),
-                                  (STALE_JOB, now - timedelta(days=1))):
+                                  (STALE_JOB, now - timedelta(hours=1))):
                 session.add(RegistrationJob(
                     id=job_id, dataset="other", request_key=job_id.ljust(64, "0"),
                     principal="ui-test", state="running", phase="checking", checked=3,
