@@ -1,6 +1,6 @@
 """The JAX throughput benchmark end to end on a tiny dataset: the numpy baseline and JAX
-over the same-host path and over Flight (the other contenders are the same harness with
-other readers: each run is a spawned process, so the test keeps to three) read the same
+over the same-host path (the other contenders are the same harness with other readers
+or transports: each run is a spawned process, so the test keeps to two) read the same
 batches, and the record says so."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from bench.jax_throughput import CONTENDERS, main
 
 pytestmark = pytest.mark.slow
-ONLY = ("jax local", "jax flight")
+ONLY = ("jax local",)  # over Flight: the same harness (tests/sdk/test_jax.py: both transports)
 assert all(name in {f"{n} {t}" for n, t in CONTENDERS} for name in ONLY)
 
 
