@@ -57,13 +57,20 @@ def _assert_same(got: list[tuple[int, BuiltBatch]], want: list[tuple[int, BuiltB
         np.testing.assert_array_equal(a.mask, b.mask)
 
 
-def test_the_next_blocks_chunks_are_asked_for_at_the_start_of_a_block(tmp_path: Path) -> None:
-    plan = _plan(tmp_path)
-    schedule = plan.schedule(0)
+def _block_starts(plan: PlanContext, *, epoch: int,
+                  ) -> tuple[Schedule, np.ndarray, np.ndarray, np.ndarray]:
+    """``epoch``'s schedule, rank 0's batches of it, each batch's shuffle block, and
+    where among the batches a new block starts."""
+    schedule = plan.schedule(epoch)
     batches = rank_batches(schedule, rank=0, world_size=1, drop_incomplete_distributed=False)
     assert schedule.batch_block is not None
     block = schedule.batch_block[batches]
-    starts = np.flatnonzero(block[1:] != block[:-1]) + 1
+    return schedule, batches, block, np.flatnonzero(block[1:] != block[:-1]) + 1
+
+
+def test_the_next_blocks_chunks_are_asked_for_at_the_start_of_a_block(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    schedule, batches, _, starts = _block_starts(plan, epoch=0)
     assert starts.shape[0] >= 2  # several blocks, each of several batches
     assert int(np.diff(np.concatenate([[0], starts])).min()) >= 3
     cache = ChunkCache(64 << 20, readahead_workers=1, readahead_bytes=64 << 20)
@@ -86,11 +93,7 @@ def test_the_next_blocks_chunks_are_asked_for_at_the_start_of_a_block(tmp_path: 
 def test_a_shuffle_block_is_one_sub_block_decoded_while_the_one_before_is_served(
         tmp_path: Path) -> None:
     plan = _plan(tmp_path)
-    schedule = plan.schedule(1)
-    batches = rank_batches(schedule, rank=0, world_size=1, drop_incomplete_distributed=False)
-    assert schedule.batch_block is not None
-    block = schedule.batch_block[batches]
-    starts = np.flatnonzero(block[1:] != block[:-1]) + 1
+    schedule, batches, block, starts = _block_starts(plan, epoch=1)
     subs = sub_blocks(plan)
     assert subs is not None
     nxt = block_key(subs.layout(int(block[starts[0]])))
