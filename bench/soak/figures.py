@@ -116,25 +116,42 @@ def _phase(at: float, faults: list[FaultRecord]) -> str:
     return "quiet"
 
 
+def _slope_per_hour(samples: list[dict[str, Any]], key: str) -> float | None:
+    """The least-squares slope of ``key`` over time, per hour (None under 3 samples): a
+    trend, not the difference of two samples a cache's fill or a collection moves."""
+    if len(samples) < 3:
+        return None
+    ts = [s["at"] for s in samples]
+    ys = [float(s[key]) for s in samples]
+    mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
+    var = sum((t - mt) ** 2 for t in ts)
+    if var == 0:
+        return None
+    return sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / var * 3600
+
+
 def _resources(histories: dict[str, list[dict[str, Any]]], warmup_s: float,
                ) -> dict[str, dict[str, Any]]:
-    """Per role, its longest-lived incarnation: RSS and open files at start (the first
-    sample past warm-up) and at end, and the RSS growth per hour between them."""
+    """Per role, its longest-lived incarnation past its first ``warmup_s`` seconds (its
+    caches, tier and allocator arenas filling): RSS (and the part of it that is not
+    file-backed or shared, ``anon``) and open files at start and at end, and the RSS
+    growth per hour, the least-squares slope over every sample in between as a share of
+    the starting RSS."""
     out = {}
     for role, incarnations in histories.items():
         usable = [inc for inc in incarnations if inc["samples"]]
         if not usable:
             continue
         inc = max(usable, key=lambda i: i["samples"][-1]["at"] - i["samples"][0]["at"])
-        samples = inc["samples"]
-        first = next((s for s in samples if s["at"] - inc["started_at"] >= warmup_s),
-                     samples[0])
-        last = samples[-1]
-        hours = (last["at"] - first["at"]) / 3600
-        growth = ((last["rss"] - first["rss"]) / first["rss"] / hours * 100
-                  if hours > 0 and first["rss"] else None)
+        samples = [s for s in inc["samples"] if s["at"] - inc["started_at"] >= warmup_s]
+        samples = samples or inc["samples"][-1:]
+        first, last = samples[0], samples[-1]
+        slope = _slope_per_hour(samples, "rss")
+        growth = slope / first["rss"] * 100 if slope is not None and first["rss"] else None
         out[role] = {"incarnations": len(incarnations), "rss_start_mib": first["rss"] >> 20,
                      "rss_end_mib": last["rss"] >> 20,
+                     "anon_start_mib": (first["rss"] - first.get("shared", 0)) >> 20,
+                     "anon_end_mib": (last["rss"] - last.get("shared", 0)) >> 20,
                      "rss_growth_pct_per_hour": round(growth, 1) if growth is not None
                      else None,
                      "fds_start": first["fds"], "fds_end": last["fds"],
@@ -144,7 +161,7 @@ def _resources(histories: dict[str, list[dict[str, Any]]], warmup_s: float,
 
 def figures(*, journals: dict[str, list[dict[str, Any]]], faults: list[FaultRecord],
             histories: dict[str, list[dict[str, Any]]], warmup_s: float,
-            started_at: float, ended_at: float) -> dict[str, Any]:
+            rss_warmup_s: float, started_at: float, ended_at: float) -> dict[str, Any]:
     """Every figure of the soak (see the module docstring)."""
     clients = {name: _passes(records) for name, records in journals.items()}
     errors = []
@@ -191,7 +208,7 @@ def figures(*, journals: dict[str, list[dict[str, Any]]], faults: list[FaultReco
                                    "p95": percentile(v, 95), "p99": percentile(v, 99),
                                    "max": percentile(v, 100)}
                                for k, v in sorted(catalog.items())},
-        "resources": _resources(histories, warmup_s),
+        "resources": _resources(histories, rss_warmup_s),
     }
 
 
@@ -223,10 +240,13 @@ def table(fig: dict[str, Any]) -> str:
     for route, v in fig["catalog_latency_ms"].items():
         lines.append(f"{route:<17} {v['n']:>6} {v['p50']!s:>8} {v['p95']!s:>8} "
                      f"{v['p99']!s:>8} {v['max']!s:>8}")
-    lines += ["", f"{'process':<18} {'runs':>4} {'RSS MiB start':>13} {'end':>5} "
-              f"{'%/h':>7} {'fds start':>9} {'end':>5}"]
+    lines += ["", f"{'process':<18} {'runs':>4} {'measured s':>10} {'RSS MiB start':>13} "
+              f"{'end':>5} {'anon start':>10} {'end':>5} {'%/h':>7} {'fds start':>9} "
+              f"{'end':>5}"]
     for role, r in fig["resources"].items():
-        lines.append(f"{role:<18} {r['incarnations']:>4} {r['rss_start_mib']:>13} "
-                     f"{r['rss_end_mib']:>5} {r['rss_growth_pct_per_hour']!s:>7} "
-                     f"{r['fds_start']:>9} {r['fds_end']:>5}")
+        lines.append(f"{role:<18} {r['incarnations']:>4} {r['measured_s']:>10} "
+                     f"{r['rss_start_mib']:>13} {r['rss_end_mib']:>5} "
+                     f"{r['anon_start_mib']:>10} {r['anon_end_mib']:>5} "
+                     f"{r['rss_growth_pct_per_hour']!s:>7} {r['fds_start']:>9} "
+                     f"{r['fds_end']:>5}")
     return "\n".join(lines)

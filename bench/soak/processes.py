@@ -67,20 +67,24 @@ def flight_ready(location: str) -> Callable[[], bool]:
 
 
 def tree_usage(pid: int) -> dict[str, int] | None:
-    """RSS bytes and open files of a process and its children (None once it is gone)."""
+    """RSS bytes, the part of it backed by files and shared memory (``shared``: mapped
+    tiers, libraries), and open files of a process and its children (None once it is
+    gone)."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.Error:
         return None
-    rss = fds = 0
+    rss = shared = fds = 0
     for p in procs:
         try:
-            rss += p.memory_info().rss
+            mem = p.memory_info()
+            rss += mem.rss
+            shared += getattr(mem, "shared", 0)
             fds += p.num_fds()
         except psutil.Error:
             continue
-    return {"rss": rss, "fds": fds, "procs": len(procs)}
+    return {"rss": rss, "shared": shared, "fds": fds, "procs": len(procs)}
 
 
 @dataclass

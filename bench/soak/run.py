@@ -10,6 +10,7 @@ after its current batch). Every process's RSS and open files are sampled every
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
@@ -52,6 +53,7 @@ class SoakOptions:
     faults: tuple[str, ...] = ALL_FAULTS
     clients: tuple[str, ...] = tuple(ROSTER)
     warmup_s: float = 15.0
+    rss_warmup_s: float = 180.0  # a process's first minutes: its caches and arenas fill
     tail_s: float = 30.0
     gap_s: float = 30.0
     max_faults: int = 500
@@ -232,7 +234,9 @@ def run(work: Path, opts: SoakOptions, *, say: Any = print) -> dict[str, Any]:
         histories = {role: p.incarnation_history()
                      for role, p in {**dep.procs, **clients}.items()}
         histories["postgres"] = sampler.pg
+        (work / "samples.json").write_text(json.dumps(histories))
         return {"seed": opts.seed, "cpus": os.cpu_count(), "faults_planned": len(plan),
                 "tier_fs": "tmpfs" if dep.tier_mount else "none",
                 **figures(journals=journals, faults=records, histories=histories,
-                          warmup_s=opts.warmup_s, started_at=started, ended_at=ended)}
+                          warmup_s=opts.warmup_s, rss_warmup_s=opts.rss_warmup_s,
+                          started_at=started, ended_at=ended)}

@@ -150,17 +150,18 @@ def _locked() -> dict[str, tuple[str, int]]:
 
 def test_the_image_installs_a_hashed_lock_that_satisfies_pyproject():
     """The server image's dependencies come from deploy/requirements.lock (hashes
-    required); every requirement of the base and the server extra is in it at a version
-    pyproject.toml accepts, and torch is not."""
+    required); every requirement of the base, the server and the otel extras is in it
+    at a version pyproject.toml accepts (traces need no other image), and torch is not."""
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "--require-hashes -r deploy/requirements.lock" in dockerfile
-    assert '--no-deps ".[server]"' in dockerfile
+    assert '--no-deps ".[server,otel]"' in dockerfile
     base = dockerfile.split("\n", 3)[2]
     assert re.fullmatch(r"FROM python:\d+\.\d+\.\d+-slim-\w+", base), base
     locked = _locked()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = [Requirement(r) for r in
-              [*project["dependencies"], *project["optional-dependencies"]["server"]]]
+              [*project["dependencies"], *project["optional-dependencies"]["server"],
+               *project["optional-dependencies"]["otel"]]]
     for requirement in wanted:
         if requirement.marker is not None and not requirement.marker.evaluate(
                 {"python_version": "3.11", "sys_platform": "linux"}):

@@ -57,11 +57,14 @@ def _read_until(proc: subprocess.Popen[str], needles: tuple[str, ...], timeout: 
 
 
 def test_serve_prints_urls_serves_and_stops_on_sigterm(tmp_path: Path):
-    proc = subprocess.Popen(
-        [*WINDPIPE, "serve", "--port", "0", "--flight-port", "0", "--data-dir",
-         str(tmp_path / "state")],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env(),
-    )
+    log = tmp_path / "serve.log"
+    env = {**_env(), "WINDPIPE_ALLOCATOR_TRIM_S": "0.2", "WINDPIPE_LOG_LEVEL": "DEBUG"}
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [*WINDPIPE, "serve", "--port", "0", "--flight-port", "0", "--data-dir",
+             str(tmp_path / "state")],
+            stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+        )
     try:
         urls = _read_until(proc, ("catalog ready at", "flight ready at"), timeout=60)
         assert set(urls) == {"catalog ready at", "flight ready at"}, urls
@@ -73,6 +76,10 @@ def test_serve_prints_urls_serves_and_stops_on_sigterm(tmp_path: Path):
         client = flight.connect(location)
         assert list(client.do_action(flight.Action(ACTION_HEALTH, b"")))
         client.close()
+        deadline = time.monotonic() + 60  # the allocators trimmed while it serves
+        while "runtime.allocator_trimmed" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "runtime.allocator_trimmed" in log.read_text()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         assert "windpipe stopped" in (proc.stdout.read() if proc.stdout else "")

@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 from windpipe.commands.common import CliError, settings_from
+from windpipe.services.allocator_trim import AllocatorTrimmer
 from windpipe.services.runtime import freeze_startup_heap
 from windpipe.services.settings import Settings
 
@@ -72,6 +73,7 @@ def _serve_until_stopped(args: argparse.Namespace) -> int:
     configure_tracing(service_name=f"windpipe-{args.service}")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     running: list[Any] = []
+    trimmer = AllocatorTrimmer(interval_s=settings.allocator_trim_s)
     try:
         if args.service in ("all", "flight"):
             from windpipe._serving import serve_flight  # noqa: PLC0415
@@ -90,8 +92,10 @@ def _serve_until_stopped(args: argparse.Namespace) -> int:
             running.append(catalog)
             print(f"windpipe catalog ready at {catalog.url}", flush=True)
         freeze_startup_heap()  # no full collection walks the imports again (the GIL)
+        trimmer.start()  # freed memory back to the kernel (allocator_trim's docstring)
         _wait_for_stop()
     finally:
+        trimmer.stop()
         for service in reversed(running):
             service.stop(grace_s=settings.shutdown_grace_s)
         if running:  # nothing to say for a server that never started

@@ -366,6 +366,12 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = Field(
         default=10.0, description="how long open streams and requests get at shutdown"
     )
+    allocator_trim_s: float = Field(
+        default=30.0, ge=0,
+        description="a server (windpipe serve) hands the memory its allocators hold free "
+                    "back to the kernel this often (glibc malloc_trim, Arrow's pool); "
+                    "0: never",
+    )
 
     @field_validator("allowed_roots", "root_scopes", mode="before")
     @classmethod

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -140,3 +142,41 @@ def test_stale_temporaries_of_dead_writers_are_removed(tmp_path: Path) -> None:
     assert live.exists()  # its writer lives
     assert young.exists()  # may belong to a live writer of another PID namespace
     assert tier.open(KEY) is None
+
+
+_FULL_DISK = """
+import sys
+from pathlib import Path
+import numpy as np
+from windpipe.services.contract.errors import WindpipeError
+from windpipe.services.materialize.tier import Tier
+
+tier = Tier(Path(sys.argv[1]), budget_bytes=64 << 20)
+def fill(rows_out):
+    rows_out[:] = 1.0  # every page of the block written through the mapping
+    return 0
+try:
+    tier.get_or_build("ab" * 16, rows=1 << 20, c_in=3, c_out=1, fill=fill)  # 16 MiB
+except WindpipeError as exc:
+    print(exc.type.value, exc.details.get("free_bytes") is not None)
+print("alive", sorted(p.name for p in Path(sys.argv[1]).glob("*.wpb*")))
+"""
+
+
+def test_a_full_disk_is_resource_exhausted_not_a_crash(tmp_path: Path) -> None:
+    """A block is written through a mapping: on a disk with no room for it, a page fault
+    would kill the process with SIGBUS. Its blocks are reserved first (fallocate), so a
+    full disk is ``resource_exhausted`` and the write leaves nothing behind."""
+    disk = tmp_path / "small"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
+            capture_output=True, check=False).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        done = subprocess.run([sys.executable, "-c", _FULL_DISK, str(disk)],
+                              capture_output=True, text=True, check=False, timeout=120)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.splitlines() == ["resource_exhausted True", "alive []"]

@@ -13,7 +13,8 @@ Rules a reader can rely on:
 
 * a block file is written once, under a temporary name, and renamed into place: a
   reader never sees a partial file, and nothing ever truncates or rewrites one, so a
-  mapped block cannot turn into a SIGBUS;
+  mapped block cannot turn into a SIGBUS; its disk blocks are reserved before it is
+  mapped for writing, so a full disk is ``resource_exhausted``, not a SIGBUS either;
 * builders of one key take its lock: the second waits for the first and maps that
   file, so the host decodes each block once, however many processes ask;
 * after a write the least recently used block files (their mtime, touched at every
@@ -34,6 +35,7 @@ and a plan larger than the cache is served from the tier. Its budget, unless set
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -329,7 +331,8 @@ class Tier:
         nbytes = _block_bytes(rows, c_in, c_out)
         tmp = self.directory / f"{key}{_SUFFIX}.tmp-{os.getpid()}-{uuid.uuid4().hex}"
         try:
-            raw = np.memmap(tmp, dtype=np.uint8, mode="w+", shape=(nbytes,))
+            self._reserve(tmp, nbytes)
+            raw = np.memmap(tmp, dtype=np.uint8, mode="r+", shape=(nbytes,))
             header = _MAGIC + np.asarray([rows, c_in, c_out], dtype="<i8").tobytes()
             raw[: len(header)] = np.frombuffer(header, dtype=np.uint8)
             read = fill(raw[_HEADER:].view(np.float32).reshape(rows, c_in + c_out))
@@ -343,6 +346,25 @@ class Tier:
             self.builds += 1
             self.bytes_written += nbytes
         return read
+
+    def _reserve(self, path: Path, nbytes: int) -> None:
+        """Create ``path`` with its ``nbytes`` allocated on disk. The block is written
+        through a mapping, and a page the file system cannot back (a full disk, a full
+        tmpfs) is a SIGBUS that kills the process; reserved first, a full disk is this
+        ``resource_exhausted`` instead."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, nbytes)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            free = shutil.disk_usage(self.directory).free
+            raise ResourceExhausted(
+                f"the tier's disk has no room for a block of {nbytes} bytes ({free} bytes "
+                "free): free the disk or lower --tier-bytes",
+                details={"block_bytes": nbytes, "free_bytes": free}) from None
+        finally:
+            os.close(fd)
 
     def _blocks(self) -> list[tuple[Path, int, float]]:
         out = []
