@@ -19,8 +19,10 @@ the tier) and over Flight:
 * ``torch``: ``plan.batches()`` (torch tensors), each batch's ``target_valid``.
 
 Reported: tokens/s after the first batch (the first pays the compiles and the opening),
-the ratio to ``numpy``, the first batch's seconds, each process's peak RSS, and a
-checksum (valid targets counted) that must be the same for all.
+the ratio to ``numpy``, the same per CPU-second of the contender's process (every
+thread: what a shared machine's load moves least), the first batch's seconds, each
+process's peak RSS, and a checksum (valid targets counted) that must be the same for
+all.
 """
 
 from __future__ import annotations
@@ -112,20 +114,22 @@ def _run(name: str, transport: str, url: str, plan_id: str, epochs: int, out: An
     with Catalog(url) as cat:
         plan = cat.plan(plan_id)
         tokens = batches = checksum = 0
-        first = start = 0.0
+        first = start = cpu = 0.0
         for epoch in range(epochs):
             for n_tokens, valid in passes(plan, epoch, transport):
                 if not first:
                     first = time.perf_counter() - t0
                     start = time.perf_counter()
+                    cpu = time.process_time()
                 else:
                     tokens += n_tokens
                 batches += 1
                 checksum += valid
         seconds = time.perf_counter() - start
+        cpu_seconds = time.process_time() - cpu
     out.put({"name": f"{name} {transport}", "batches": batches, "tokens": tokens,
-             "seconds": seconds, "first_batch_seconds": first, "checksum": checksum,
-             "peak_rss_bytes": _peak_rss()})
+             "seconds": seconds, "cpu_seconds": cpu_seconds, "first_batch_seconds": first,
+             "checksum": checksum, "peak_rss_bytes": _peak_rss()})
 
 
 def _peak_rss() -> int:
@@ -178,15 +182,19 @@ def main(argv: list[str] | None = None) -> int:
             proc.start()
             results.append(out.get(timeout=900))
             proc.join(timeout=30)
-    base_rate = next(r["tokens"] / r["seconds"] for r in results if r["name"] == "numpy local")
+    base = next(r for r in results if r["name"] == "numpy local")
+    base_rate, base_cpu = base["tokens"] / base["seconds"], base["tokens"] / base["cpu_seconds"]
     print(f"plan {args.batch_size}x{args.seq_len}, {args.epochs} epochs, "
           f"{results[0]['batches']} batches, python {sys.version.split()[0]}")
-    print("| contender | M tokens/s | x numpy local | first batch s | peak RSS MiB | checksum |")
-    print("|---|---|---|---|---|---|")
+    print("| contender | M tokens/s | x numpy local | M tokens/CPU-s | x numpy local (CPU) "
+          "| first batch s | peak RSS MiB | checksum |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in results:
-        rate = r["tokens"] / r["seconds"]
+        rate, per_cpu = r["tokens"] / r["seconds"], r["tokens"] / r["cpu_seconds"]
         r["tokens_per_s"], r["ratio_to_numpy"] = rate, rate / base_rate
+        r["tokens_per_cpu_s"], r["cpu_ratio_to_numpy"] = per_cpu, per_cpu / base_cpu
         print(f"| {r['name']} | {rate / 1e6:.1f} | {rate / base_rate:.2f} | "
+              f"{per_cpu / 1e6:.1f} | {per_cpu / base_cpu:.2f} | "
               f"{r['first_batch_seconds']:.2f} | {r['peak_rss_bytes'] / 2**20:.0f} | "
               f"{r['checksum']} |")
     if len({r["checksum"] for r in results}) != 1 or len({r["batches"] for r in results}) != 1:

@@ -26,4 +26,5 @@ def test_jax_reads_the_batches_of_the_numpy_baseline(tmp_path: Path) -> None:
     assert [r["name"] for r in results] == ["numpy local", *ONLY]
     assert len({(r["batches"], r["checksum"]) for r in results}) == 1
     assert results[0]["batches"] > 2
-    assert all(r["tokens"] > 0 and r["peak_rss_bytes"] > 0 for r in results)
+    assert all(r["tokens"] > 0 and r["peak_rss_bytes"] > 0 and r["cpu_seconds"] > 0
+               for r in results)

@@ -31,7 +31,13 @@ from windpipe.sdk import (
     ValidationConfig,
     WindowConfig,
 )
-from windpipe.sdk._arrays import ALIGNMENT, AlignedArrays, ArrayBatch, aligned_empty
+from windpipe.sdk._arrays import (
+    ALIGNMENT,
+    INLINE_COPY_BYTES,
+    AlignedArrays,
+    ArrayBatch,
+    aligned_empty,
+)
 from windpipe.sdk._jax import JAX_HINT, JaxAlignedBatch, JaxBatch, JaxMissing, require_jax
 from windpipe.sdk._jax_batch import _direct_put, place_array
 from windpipe.services.planning.artifact import PlanArtifact
@@ -240,6 +246,55 @@ def test_dense_copies_equal_the_window_views(channels: int) -> None:
     assert not dense["target_valid"][1, 3]
     assert not dense["target_valid"][0, 7]
     assert dense["target_valid"].sum() == 5 * 12 - 5 - 1
+
+
+def _off_boundary(shape: tuple[int, ...], fill: np.ndarray) -> np.ndarray:
+    """A bool array of ``shape`` holding ``fill``, starting 16 bytes past an aligned one."""
+    base = aligned_empty((int(np.prod(shape)) + ALIGNMENT,), np.bool_)
+    out = base[16:16 + int(np.prod(shape))].reshape(shape)
+    out[...] = fill
+    return out
+
+
+@pytest.mark.parametrize("lanes", [8, 256])
+def test_dense_aligns_a_large_unaligned_mask_and_input_valid(lanes: int) -> None:
+    """A mask or ``input_valid`` of ``INLINE_COPY_BYTES`` or more that does not start on
+    the boundary (the general builder's, a streamed batch's) comes out of ``dense()``
+    copied into aligned memory, the same bytes (XLA would copy it through its transfer
+    thread); a smaller one stays the batch's own array (XLA copies it in the call), and
+    an aligned one is never copied. Placed, each is the same values."""
+    t, c_in = 512, 3
+    rng = np.random.default_rng(lanes)
+    windows = rng.standard_normal((lanes, t + 1, c_in + 1)).astype(np.float32)
+    windows[1, 9, -1] = np.nan
+    mask = _off_boundary((lanes, t), rng.random((lanes, t)) < 0.9)
+    valid_in = _off_boundary((lanes, t, c_in), rng.random((lanes, t, c_in)) < 0.5)
+    batch = ArrayBatch(inputs=windows[:, :-1, :c_in], targets=windows[:, 1:, c_in:],
+                       mask=mask, has_channel=np.ones((lanes, c_in + 1), dtype=np.bool_),
+                       channels=tuple(f"c{i}" for i in range(c_in + 1)), batch_idx=0,
+                       windows=windows, input_valid=valid_in)
+    dense = batch.dense()
+    large = mask.nbytes >= INLINE_COPY_BYTES
+    assert large == (lanes == 256)
+    for name, given in (("mask", mask), ("input_valid", valid_in)):
+        _same(dense[name], given)
+        copied = dense[name] is not given
+        assert copied == (given.nbytes >= INLINE_COPY_BYTES), name
+        if copied:
+            assert _pointer(dense[name]) % ALIGNMENT == 0
+            assert not np.shares_memory(dense[name], given)
+    _same(dense["target_valid"], batch.target_valid)
+    assert not dense["target_valid"][1, 8]
+    aligned = aligned_empty(mask.shape, np.bool_)
+    aligned[...] = mask
+    batch.mask = aligned
+    assert batch.dense()["mask"] is aligned
+    cpu = jax.devices("cpu")[0]
+    for name, array in dense.items():
+        placed = place_array(array, cpu)
+        _same(_np(placed), array)
+        if _pointer(array) % ALIGNMENT == 0:
+            assert placed.unsafe_buffer_pointer() == _pointer(array), name
 
 
 def test_resume_is_the_uninterrupted_tail_and_shares_the_torch_state(dep: Any) -> None:

@@ -36,8 +36,8 @@ from windpipe.sdk._parts import grouped_parts
 from windpipe.services.contract.wire import INPUT_VALID_COLUMN, BatchMetadata
 from windpipe.services.materialize.builder import BuiltBatch
 
-__all__ = ["ALIGNMENT", "AlignedArrays", "AlignedMemory", "ArrayBatch", "aligned_empty",
-           "array_batch", "array_batches", "batch_fields"]
+__all__ = ["ALIGNMENT", "INLINE_COPY_BYTES", "AlignedArrays", "AlignedMemory", "ArrayBatch",
+           "aligned_empty", "array_batch", "array_batches", "batch_fields"]
 
 ALIGNMENT = 64  # bytes: XLA's CPU client aliases host memory only from such an address
 
@@ -60,7 +60,14 @@ class AlignedMemory:
     memory, not aligned): ``inputs`` and ``targets`` are views of it, which
     :meth:`ArrayBatch.dense` copies out anyway. (``np.take(..., out=)`` would write it
     aligned, but it first copies its input whole when that is not contiguous, and a
-    block's window views overlap: gigabytes per batch.)"""
+    block's window views overlap: gigabytes per batch.)
+
+    A batch some of whose lanes end early comes in new arrays from the window path
+    (``short_lanes``), as without this memory, not from the general builder (about
+    twice the cost per batch); its mask is then new numpy memory, not aligned: XLA
+    copies it in the call, or :meth:`ArrayBatch.dense` first when it is large."""
+
+    short_lanes = True
 
     def gather(self, windows: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """``windows[rows]``: one contiguous copy per window."""
@@ -118,17 +125,51 @@ class ArrayBatch:
         ``input_valid`` when present) as C-contiguous arrays, what a runtime that takes no
         strided views (XLA) is given: ``inputs`` and ``targets``, views of the window
         block, copied once into new 64-byte-aligned arrays, ``target_valid`` computed
-        into one; the others as they are (no copy)."""
-        inputs, targets, valid = _aligned_set(
-            (_strided(self.inputs), _strided(self.targets), (self.mask.shape, np.bool_)))
+        into one; the others as they are (no copy), except a ``mask`` or ``input_valid``
+        of :data:`INLINE_COPY_BYTES` or more that does not start on an :data:`ALIGNMENT`
+        boundary (a batch whose lanes end early, a streamed batch), which is copied into
+        aligned memory too (:func:`_copied_by_runtime`)."""
+        mask, input_valid = self.mask, self.input_valid
+        copy_mask = _copied_by_runtime(mask)
+        copy_valid = input_valid is not None and _copied_by_runtime(input_valid)
+        inputs, targets, valid, mask_out, valid_out = _aligned_set(
+            (_strided(self.inputs), _strided(self.targets), (mask.shape, np.bool_),
+             (mask.shape, mask.dtype) if copy_mask else None,
+             (input_valid.shape, input_valid.dtype)
+             if copy_valid and input_valid is not None else None))
         inputs, targets = _dense(self.inputs, inputs), _dense(self.targets, targets)
+        if mask_out is not None:
+            np.copyto(mask_out, mask)
+            mask = mask_out
+        if valid_out is not None and input_valid is not None:
+            np.copyto(valid_out, input_valid)
+            input_valid = valid_out
         assert valid is not None
-        np.logical_and(self.mask, _finite_steps(targets), out=valid)
-        out = {"inputs": inputs, "targets": targets, "mask": self.mask,
+        if targets.shape[-1] == 1:  # the common case: no temporary
+            np.isfinite(targets[..., 0], out=valid)
+            np.logical_and(valid, mask, out=valid)
+        else:
+            np.logical_and(mask, _finite_steps(targets), out=valid)
+        out = {"inputs": inputs, "targets": targets, "mask": mask,
                "target_valid": valid, "has_channel": self.has_channel}
-        if self.input_valid is not None:
-            out["input_valid"] = self.input_valid
+        if input_valid is not None:
+            out["input_valid"] = input_valid
         return out
+
+
+# XLA's CPU client copies a host buffer it cannot alias (not 64-byte aligned) in the call
+# below this size, and from it on through its transfer thread: ~30 us more at 100 KiB to
+# 128 KiB (a 256 x 512 mask), where numpy's copy into aligned memory and the aliasing
+# placement cost ~10 us less (measured with jax 0.10 on the CPU)
+INLINE_COPY_BYTES = 100 << 10
+
+
+def _copied_by_runtime(array: np.ndarray) -> bool:
+    """Whether :meth:`ArrayBatch.dense` copies ``array`` into aligned memory: at least
+    :data:`INLINE_COPY_BYTES` and not aligned (or not C-contiguous)."""
+    if array.nbytes < INLINE_COPY_BYTES:
+        return False
+    return not array.flags.c_contiguous or array.ctypes.data % ALIGNMENT != 0
 
 
 _PER_CHANNEL = 4  # up to this many channels a view is copied one channel at a time

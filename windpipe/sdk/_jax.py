@@ -9,9 +9,12 @@ same bytes), through the numpy form of ``windpipe.sdk._arrays``: torch is never 
   jax lacks that call, for other dtypes and for a ``sharding``). On the CPU a
   ``jax.Array`` is the numpy buffer itself when that starts on a 64-byte boundary
   (always ``inputs``, ``targets`` and ``target_valid``, made so here, and the same-host
-  path's mask and ``has_channel``, built into :class:`~sdk._arrays.AlignedMemory`); a
-  buffer that is not aligned (a streamed batch's mask, in gRPC's buffer) is copied
-  once. On an accelerator each array is one host-to-device copy. With ``sharding`` (a
+  path's full-window mask and ``has_channel``, built into
+  :class:`~sdk._arrays.AlignedMemory`); a buffer that is not aligned (a streamed batch's
+  mask, in gRPC's buffer; a batch whose lanes end early) is copied once: by XLA in the call
+  below 100 KiB, by ``ArrayBatch.dense`` into aligned memory from there on (XLA's
+  copy of a large buffer goes through its transfer thread, ~30 us more per array). On
+  an accelerator each array is one host-to-device copy. With ``sharding`` (a
   ``jax.sharding.Sharding``) the batch is placed across its devices
   (``jax.device_put``; with several processes ``jax.make_array_from_process_local_data``,
   each process giving its rank's lanes).

@@ -49,6 +49,8 @@ class PinnedBatchMemory:
     ``take`` need not give pinned memory: the CPU tests pass plain tensors to count what
     is copied."""
 
+    short_lanes = False  # a batch whose lanes end early is built apart (the general builder)
+
     def __init__(self, take: Callable[[int], torch.Tensor | None]) -> None:
         self._take = take
         self._buffer: torch.Tensor | None = None

@@ -20,7 +20,15 @@ __all__ = ["BatchMemory"]
 
 class BatchMemory(Protocol):
     """Memory for one batch at a time: :meth:`gather` is called first for each batch, then
-    :meth:`empty` for its mask and its ``has_channel``."""
+    :meth:`empty` for its mask and its ``has_channel``.
+
+    A batch some of whose lanes end early is not written here: the window path gives it
+    new arrays when :attr:`short_lanes` says the consumer takes those
+    (:class:`~sdk._arrays.AlignedMemory`, whose consumer copies or places what it is
+    given), else the general builder makes it (a GPU feed's page-locked buffer holds
+    full windows only)."""
+
+    short_lanes: bool
 
     def gather(self, windows: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """``windows[rows]`` (``windows``: the ``(R - T, T + 1, C)`` views of a block;
@@ -30,3 +38,4 @@ class BatchMemory(Protocol):
     def empty(self, shape: tuple[int, ...], dtype: type[np.generic]) -> np.ndarray:
         """An array of ``shape`` and ``dtype`` of the current batch (contents undefined)."""
         ...
+

@@ -19,11 +19,12 @@ fancy index, one fresh mask and a few constant-size objects whatever its lane co
 of a collection of short segments) takes this path too: every lane's window one copy
 from the window views, then the pad row written over the rows past each stream and a
 shorter mask (:meth:`WindowPass._with_short_lanes`), into new arrays (a GPU feed's
-buffer takes only full-window batches). It answers None for any other batch (padding
-lanes, a stream lacking a target column, aligned parts, lanes of several protocols),
-which the general builder makes. The values are the general builder's, byte for byte:
-the same block, the same rows, the same ``has_channel`` rows, the same (lazily
-computed) provenance.
+buffer takes only full-window batches: with it such a batch goes to the general
+builder; :class:`~sdk._arrays.AlignedMemory` takes them as new arrays). It answers
+None for any other batch (padding lanes, a stream lacking a target column, aligned
+parts, lanes of several protocols), which the general builder makes. The values are
+the general builder's, byte for byte: the same block, the same rows, the same
+``has_channel`` rows, the same (lazily computed) provenance.
 
 What a batch owns (docs/types.md): its window block, ``mask`` and ``has_channel``
 are fresh arrays of its own, every time a batch is built (a pass is
@@ -143,7 +144,7 @@ class WindowPass:
         t = shape.seq_len
         channels = seg.channels[shape.code][lo:hi]
         short = seg.short[k]
-        if short and memory is not None:
+        if short and memory is not None and not memory.short_lanes:
             return None  # a GPU feed's buffer takes full windows (the general builder pads)
         if short:
             windows, mask = self._with_short_lanes(shape, seg, lo, hi,
