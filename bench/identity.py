@@ -146,7 +146,7 @@ def _digest(batch: Any) -> str:
     for name, part in sorted(parts.items()):
         h.update(name.encode())
         for t in (part.inputs, part.targets, part.mask, part.has_channel):
-            a = np.ascontiguousarray(t.numpy())
+            a = np.ascontiguousarray(_host(t))
             h.update(str((a.dtype, a.shape)).encode())
             h.update(a.tobytes())
         state = part.state
@@ -155,12 +155,21 @@ def _digest(batch: Any) -> str:
                        state.window_offsets, state.segments, state.stateful_group_idx,
                        state.stateful_step_idx, state.stateful_steps)).encode())
         if hasattr(batch, "has_data") and name:
-            h.update(batch.has_data[name].numpy().tobytes())
+            h.update(_host(batch.has_data[name]).tobytes())
     return h.hexdigest()[:24]
 
 
-def _record_all(cat: Catalog, data: Path, path: str) -> dict[str, list[str]]:
+def _host(array: Any) -> np.ndarray:
+    """A torch tensor's or a ``jax.Array``'s values in host memory."""
+    return array.numpy() if hasattr(array, "numpy") else np.asarray(array)
+
+
+def _record_all(cat: Catalog, data: Path, path: str, *, with_jax: bool,
+                ) -> dict[str, list[str]]:
     results: dict[str, list[str]] = {}
+    jax_loader: Any = None
+    if with_jax:  # the same-host batches as jax.Arrays too (the numpy form XLA takes)
+        from windpipe.jax import loader as jax_loader  # noqa: PLC0415
     ver = cat.register("identity", root=data.resolve().as_uri(), manifest="manifest.parquet")
     split = ver.split(ValidationConfig.sample(fraction=0.25, seed=3))
     for name, fields in shapes().items():
@@ -173,12 +182,19 @@ def _record_all(cat: Catalog, data: Path, path: str) -> dict[str, list[str]]:
                         results[key] = [_digest(b) for b in plan.batches(
                             epoch=epoch, rank=rank, world_size=world, transport=transport,
                             progress=False)]
+                        if jax_loader is not None and transport == "local":
+                            results[key.replace("/local/", "/jax-local/")] = [
+                                _digest(b) for b in jax_loader(
+                                    plan, epoch, rank=rank, world_size=world,
+                                    transport=transport, progress=False)]
     cat.close()
     return results
 
 
-def record(out: Path, *, rows_per_cycle: int) -> dict[str, Any]:
-    """Digest every batch of every shape; returns and writes ``{shape/run: [digest...]}``."""
+def record(out: Path, *, rows_per_cycle: int, with_jax: bool = False) -> dict[str, Any]:
+    """Digest every batch of every shape; returns and writes ``{shape/run: [digest...]}``
+    (``with_jax``: the same-host runs through ``windpipe.jax.loader`` too, as
+    ``.../jax-local/...``, which must equal their ``.../local/...`` run)."""
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -192,7 +208,7 @@ def record(out: Path, *, rows_per_cycle: int) -> dict[str, Any]:
                        check=True, capture_output=True)
         for path, flags in READ_PATHS.items():
             with _served(work / path, data, flags) as url:
-                results.update(_record_all(Catalog(url), data, path))
+                results.update(_record_all(Catalog(url), data, path, with_jax=with_jax))
     out.write_text(json.dumps(results, indent=0, sort_keys=True))
     return results
 
@@ -209,15 +225,22 @@ def main(argv: list[str] | None = None) -> int:
     rec = sub.add_parser("record")
     rec.add_argument("out", type=Path)
     rec.add_argument("--rows-per-cycle", type=int, default=400)
+    rec.add_argument("--jax", action="store_true",
+                     help="also digest the same-host runs as windpipe.jax batches")
     cmp_ = sub.add_parser("compare")
     cmp_.add_argument("a", type=Path)
     cmp_.add_argument("b", type=Path)
     args = parser.parse_args(argv)
     if args.command == "record":
         os.environ.setdefault("WINDPIPE_LOG_LEVEL", "warning")
-        res = record(args.out, rows_per_cycle=args.rows_per_cycle)
+        res = record(args.out, rows_per_cycle=args.rows_per_cycle, with_jax=args.jax)
         print(f"recorded {sum(len(v) for v in res.values())} batches in {len(res)} runs "
               f"of {len(shapes())} plan shapes -> {args.out}")
+        jax_runs = [k for k in res if "/jax-local/" in k]
+        if jax_runs:
+            off = [k for k in jax_runs if res[k] != res[k.replace("/jax-local/", "/local/")]]
+            print(f"{len(jax_runs)} runs as JAX batches; {len(off)} differ from torch's")
+            return 1 if off else 0
         return 0
     runs, batches, differ = compare(json.loads(args.a.read_text()),
                                     json.loads(args.b.read_text()))
