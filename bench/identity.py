@@ -169,7 +169,9 @@ def _record_all(cat: Catalog, data: Path, path: str, *, with_jax: bool,
     results: dict[str, list[str]] = {}
     jax_loader: Any = None
     if with_jax:  # the same-host batches as jax.Arrays too (the numpy form XLA takes)
-        from windpipe.jax import loader as jax_loader  # noqa: PLC0415
+        from windpipe.sdk._jax import JaxLoader  # noqa: PLC0415  (windpipe.jax.loader)
+
+        jax_loader = JaxLoader
     ver = cat.register("identity", root=data.resolve().as_uri(), manifest="manifest.parquet")
     split = ver.split(ValidationConfig.sample(fraction=0.25, seed=3))
     for name, fields in shapes().items():
