@@ -128,22 +128,14 @@ class ArrayBatch:
         into one; the others as they are (no copy), except a ``mask`` or ``input_valid``
         of :data:`INLINE_COPY_BYTES` or more that does not start on an :data:`ALIGNMENT`
         boundary (a batch whose lanes end early, a streamed batch), which is copied into
-        aligned memory too (:func:`_copied_by_runtime`)."""
-        mask, input_valid = self.mask, self.input_valid
-        copy_mask = _copied_by_runtime(mask)
-        copy_valid = input_valid is not None and _copied_by_runtime(input_valid)
+        aligned memory too (:func:`_realigned`)."""
         inputs, targets, valid, mask_out, valid_out = _aligned_set(
-            (_strided(self.inputs), _strided(self.targets), (mask.shape, np.bool_),
-             (mask.shape, mask.dtype) if copy_mask else None,
-             (input_valid.shape, input_valid.dtype)
-             if copy_valid and input_valid is not None else None))
+            (_strided(self.inputs), _strided(self.targets), (self.mask.shape, np.bool_),
+             _realigned(self.mask), _realigned(self.input_valid)))
         inputs, targets = _dense(self.inputs, inputs), _dense(self.targets, targets)
-        if mask_out is not None:
-            np.copyto(mask_out, mask)
-            mask = mask_out
-        if valid_out is not None and input_valid is not None:
-            np.copyto(valid_out, input_valid)
-            input_valid = valid_out
+        mask = _copied(self.mask, mask_out)
+        input_valid = (None if self.input_valid is None
+                       else _copied(self.input_valid, valid_out))
         assert valid is not None
         if targets.shape[-1] == 1:  # the common case: no temporary
             np.isfinite(targets[..., 0], out=valid)
@@ -164,12 +156,23 @@ class ArrayBatch:
 INLINE_COPY_BYTES = 100 << 10
 
 
-def _copied_by_runtime(array: np.ndarray) -> bool:
-    """Whether :meth:`ArrayBatch.dense` copies ``array`` into aligned memory: at least
-    :data:`INLINE_COPY_BYTES` and not aligned (or not C-contiguous)."""
-    if array.nbytes < INLINE_COPY_BYTES:
-        return False
-    return not array.flags.c_contiguous or array.ctypes.data % ALIGNMENT != 0
+def _copied(array: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """``array`` copied into ``out``; ``array`` itself when there is no ``out``."""
+    if out is None:
+        return array
+    np.copyto(out, array)
+    return out
+
+
+def _realigned(array: np.ndarray | None) -> tuple[tuple[int, ...], Any] | None:
+    """``(shape, dtype)`` of the aligned copy :meth:`ArrayBatch.dense` makes of ``array``
+    (at least :data:`INLINE_COPY_BYTES`, and not aligned or not C-contiguous); None when
+    it is given as it is."""
+    if array is None or array.nbytes < INLINE_COPY_BYTES:
+        return None
+    if array.flags.c_contiguous and array.ctypes.data % ALIGNMENT == 0:
+        return None
+    return array.shape, array.dtype
 
 
 _PER_CHANNEL = 4  # up to this many channels a view is copied one channel at a time

@@ -60,9 +60,10 @@ def trim_allocators() -> bool:
 
 class AllocatorTrimmer:
     """:func:`trim_allocators` every ``interval_s`` seconds on a daemon thread, until
-    :meth:`stop`. Each trim holds one arena's lock at a time for the walk (about a
-    millisecond per hundred MiB of heap here), so a thread allocating meanwhile waits
-    at most that long."""
+    :meth:`stop`. A trim holds one arena's lock at a time while it walks it, so a thread
+    allocating meanwhile may wait for that walk; its cost follows what it releases
+    (measured here: 187 ms to give back 235 MiB freed by two threads, 0.6 ms with
+    nothing to give back), so trimming often keeps each trim short."""
 
     def __init__(self, *, interval_s: float) -> None:
         self.interval_s = interval_s
