@@ -1,7 +1,8 @@
 """``python -m bench.soak --minutes N --seed S``: the soak, its figures as JSON and a table.
 
 Exits 1 when a target is missed: a batch lost, duplicated or not the schedule's, an
-untyped error or one no fault explains, a fault not recovered from in time.
+untyped error or one no fault explains, a fault not recovered from in time, a process
+measured for 20 minutes or more whose RSS grew by more than 5 % an hour.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def passed(fig: dict[str, object]) -> bool:
     """Whether the soak met its targets."""
     return (fig["lost"] == 0 and fig["duplicated"] == 0 and fig["mismatched"] == 0
             and fig["untyped_errors"] == 0 and fig["unexplained_errors"] == 0
-            and bool(fig["all_recovered"]))
+            and bool(fig["all_recovered"]) and not fig["rss_over"])
 
 
 def main(argv: list[str] | None = None) -> int:

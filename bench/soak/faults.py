@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ import httpx
 
 from bench.soak.deploy import Deployment, wait_ready
 
-__all__ = ["ALL_FAULTS", "EXPLAINS", "FaultRecord", "Soak", "run_fault", "schedule"]
+__all__ = ["ALL_FAULTS", "CONTROLS", "EXPLAINS", "FaultRecord", "Soak", "run_fault", "schedule"]
 
 ALL_FAULTS = ("flight_kill", "client_kill", "catalog_restart", "postgres_restart",
               "store_slow", "store_pause", "token_revoke", "tier_full", "plan_retire")
@@ -39,6 +39,11 @@ EXPLAINS: dict[str, tuple[frozenset[str], bool, bool]] = {
     "plan_retire": (frozenset({"Conflict"}), True, True),
 }
 RESTART_DELAY_S = 2.0  # a killed server comes back after this long (a pod's restart)
+# the replicas and clients no fault restarts (while another of their kind is there to
+# hit): each kind of process has one measured over the whole run (its RSS growth per
+# hour; a process restarted every few minutes only ever shows its caches filling), while
+# the others take the kills and restarts
+CONTROLS = frozenset({"flight-3", "catalog-a", "client-local", "client-flight"})
 STORE_SLOW = {"latency_s": 0.25, "bandwidth_bps": 2e6, "hold_s": 15.0}
 STORE_PAUSE = {"latency_s": 8.0, "hold_s": 10.0}
 TIER_FULL_HOLD_S = 15.0
@@ -67,8 +72,15 @@ class Soak:
     retired: set[str] = field(default_factory=set)
 
 
+def _victims(names: Iterable[str]) -> list[str]:
+    """Who a fault may hit: ``names`` but the controls, or all of them when every one is
+    a control (a short soak of the two control clients)."""
+    candidates = sorted(names)
+    return [n for n in candidates if n not in CONTROLS] or candidates
+
+
 def _flight_kill(soak: Soak, rec: FaultRecord) -> None:
-    rec.target = soak.rng.choice(sorted(soak.dep.flights))
+    rec.target = soak.rng.choice(_victims(soak.dep.flights))
     _restart(soak, rec, signal.SIGKILL)
 
 
@@ -82,7 +94,7 @@ def _restart(soak: Soak, rec: FaultRecord, sig: int) -> None:
 
 
 def _catalog_restart(soak: Soak, rec: FaultRecord) -> None:
-    rec.target = soak.rng.choice(sorted(soak.dep.catalogs))
+    rec.target = soak.rng.choice(_victims(soak.dep.catalogs))
     _restart(soak, rec, signal.SIGTERM)
 
 
@@ -110,7 +122,7 @@ def _store(soak: Soak, rec: FaultRecord, *, latency_s: float, hold_s: float,
 def _client_kill(soak: Soak, rec: FaultRecord) -> None:
     # the DataLoader client is left alone: its workers' start-up (seconds of imports)
     # would dominate what the figure measures
-    names = sorted(n for n in soak.clients if "loader" not in n)
+    names = _victims(n for n in soak.clients if "loader" not in n)
     rec.target = soak.rng.choice(names)
     proc = soak.clients[rec.target]
     proc.kill(signal.SIGKILL)
