@@ -78,6 +78,22 @@ def test_every_row_reads_the_plans_batches(record: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
+def test_the_first_block_pass_is_held_to_a_bare_decode_of_the_files(
+        record: dict[str, Any]) -> None:
+    decodes = record["rounds"][0]["processes"]["block"]["bare_decode"]
+    assert len(decodes) == 2  # before and after the epoch
+    rows = {r["row"]: r for r in record["rounds"][0]["rows"]}
+    assert all(d["rows"] == record["rows_of_data"] and d["seconds"] > 0 for d in decodes)
+    cold = rows["block_shuffled_cold"]
+    assert cold["decode_ratio"] == pytest.approx(
+        sum(d["seconds"] for d in decodes) / 2 / cold["seconds"])
+    assert cold["verdict"] == ("PASS" if cold["decode_ratio"] >= TARGETS[cold["row"]]
+                               else "FAIL")
+    assert record["summary"]["block_shuffled_cold"]["ratios"] == [cold["decode_ratio"]]
+    assert "decode_ratio" not in rows["block_shuffled_warm"]
+
+
+@pytest.mark.slow
 def test_every_row_epoch_is_bracketed_by_reference_epochs(record: dict[str, Any]) -> None:
     processes = record["rounds"][0]["processes"]
     for kind, row_epochs in (("block", [0, 1, 2]), ("tier", [1, 2])):
