@@ -5,6 +5,7 @@ retention, a bounded batch at a time."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
+from structlog.testing import capture_logs
 
 import windpipe.catalog.jobs
 from windpipe.catalog.jobs import PRUNE_BATCH, Jobs, request_key
@@ -176,3 +178,41 @@ def test_an_interrupted_job_is_kept_until_it_reads_as_interrupted(
         assert _job_ids(sessions) == {"j-run" + "0" * 29}
     finally:
         runner.close()
+
+
+def test_progress_waits_quietly_while_another_writer_holds_sqlite(
+    tmp_path: Path, no_timer: None,
+) -> None:
+    path = tmp_path / "locked.db"
+    engine = create_engine(f"sqlite:///{path}", sqlite_busy_timeout_s=0.05)
+    upgrade_engine(engine)
+    sessions = sessionmaker(engine, expire_on_commit=False)
+    release, reported = threading.Event(), threading.Event()
+
+    def work(progress: Callable[[str, int, int], None]) -> tuple[dict[str, Any], bool]:
+        progress("checking", 5, 9)
+        reported.set()
+        release.wait()
+        return {"id": "v-x"}, True
+
+    with ThreadPoolExecutor(1) as pool:
+        jobs = Jobs(sessions, pool.submit, stale_after_s=30, retention_s=3600)
+        try:
+            job = jobs.start(dataset="d", key="k", principal="p", work=work)
+            assert reported.wait(30)
+            writer = sqlite3.connect(path, isolation_level=None)
+            writer.execute("BEGIN IMMEDIATE")  # a long write: a job storing its rows
+            with capture_logs() as logs:
+                jobs._record_progress()
+            writer.execute("ROLLBACK")
+            writer.close()
+            assert not [e for e in logs if e["log_level"] == "warning"], logs
+            jobs._record_progress()  # the lock is free: this beat records it
+            with sessions() as session:
+                row = session.get(RegistrationJob, job.id)
+                assert row is not None
+                assert (row.phase, row.checked, row.total) == ("checking", 5, 9)
+        finally:
+            release.set()
+            jobs.close()
+    engine.dispose()

@@ -55,7 +55,7 @@ from windpipe.services.contract.errors import (
     error_from_envelope,
 )
 from windpipe.services.contract.identity import canonical_json
-from windpipe.services.database import session_scope
+from windpipe.services.database import is_database_locked, session_scope
 from windpipe.services.logging import get_logger
 
 __all__ = [
@@ -370,6 +370,9 @@ class Jobs:
                         .where(RegistrationJob.id == job_id,
                                RegistrationJob.state == "running")
                         .values(**values, updated_at=utcnow()))
-        except Exception:  # a database outage: the next beat tries again
+        except Exception as exc:  # a database outage: the next beat tries again
+            if is_database_locked(exc):  # SQLite's one writer busy (a job storing its rows)
+                _log.debug("jobs.progress_deferred", reason="database is locked")
+                return
             _log.warning("could not record the progress of registration jobs",
                          exc_info=True)

@@ -32,6 +32,7 @@ __all__ = [
     "create_engine",
     "database_unavailable",
     "is_database_down",
+    "is_database_locked",
     "session_scope",
     "translate_outage",
 ]
@@ -51,7 +52,9 @@ def is_database_down(exc: BaseException) -> bool:
         isinstance(exc, sa_exc.DBAPIError) and bool(exc.connection_invalidated))
 
 
-def _is_locked(exc: BaseException) -> bool:
+def is_database_locked(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite's "database is locked": another writer held the file's
+    one write lock past the busy timeout (a long write, not an outage)."""
     return "database is locked" in str(getattr(exc, "orig", exc))
 
 
@@ -60,7 +63,7 @@ def database_unavailable(exc: BaseException, *, who: str = "the catalog",
     """The ``unavailable`` error (503, ``details.retryable``) of a database that cannot
     answer; the driver's text (it may name the database's address) stays out of it
     (``details.request_id``, when given, names the log line that has it)."""
-    if _is_locked(exc):
+    if is_database_locked(exc):
         message = (f"{who} database is locked by another writer (SQLite busy timeout "
                    "passed); retry later")
     else:
