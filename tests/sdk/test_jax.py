@@ -226,11 +226,13 @@ def test_the_direct_placement_is_what_device_put_gives(dtype: Any) -> None:
 
 @pytest.mark.parametrize("channels", [1, 2, 3, 4, 5, 9])
 def test_dense_copies_equal_the_window_views(channels: int) -> None:
-    """``dense()`` copies a few channels one at a time and more in one call: both give
-    the views' bytes, in aligned memory, and the same ``target_valid`` as the property."""
+    """``dense()`` copies a step's channels as one item, one channel at a time or in one
+    call, by their count: each gives the views' bytes (a NaN's payload bits included), in
+    aligned memory, and the same ``target_valid`` as the property."""
     rng = np.random.default_rng(channels)
     windows = rng.standard_normal((5, 13, channels + 2)).astype(np.float32)
     windows[1, 4, -1] = np.nan
+    windows.view(np.uint32)[3, 2:9:3, :channels] = 0x7FC0_BEEF  # a quiet NaN, payload set
     mask = np.ones((5, 12), dtype=np.bool_)
     mask[0, 7:] = False
     batch = ArrayBatch(inputs=windows[:, :-1, :channels], targets=windows[:, 1:, channels:],
