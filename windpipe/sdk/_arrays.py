@@ -233,11 +233,12 @@ def _dense(array: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
-_ONE_MOVE = {2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64),
-             16: np.dtype((np.void, 16))}
+_ONE_MOVE: dict[int, np.dtype[Any]] = {
+    2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64),
+    16: np.dtype((np.void, 16))}
 
 
-def _step_item(array: np.ndarray) -> np.dtype | None:
+def _step_item(array: np.ndarray) -> np.dtype[Any] | None:
     """The dtype that holds one step's channels of a 3-d ``array`` as one item (its bit
     patterns copied as they are, NaN payloads included), or None where copying so does
     not pay: numpy moves 2, 4, 8 and 16 bytes at once and other widths by ``memcpy``
