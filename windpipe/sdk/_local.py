@@ -133,6 +133,17 @@ class LocalReader:
                 pass
         self._window_builder()  # with the blocks (~2-4 ms once), not in the first pass
 
+    def release(self) -> None:
+        """Drop the kept passes and the mapped blocks (the catalog that made this reader
+        closed). Their cycles would hold every mapping, and a descriptor each, until the
+        collector found them: a process that reconnects after each error (a renewed
+        token) grew by a plan's blocks each time. A pass still running maps what it
+        needs again."""
+        self._passes = Memo(PASSES_KEPT, max_bytes=PASS_BYTES_KEPT, weigh=_pass_bytes)
+        self._windows = None
+        self._mapped = False
+        self.cache.clear()
+
     def records(self, *, epoch: int, rank: int, world_size: int, start_batch: int,
                 memory: BatchMemory | None = None,
                 ) -> Iterator[tuple[BuiltBatch, BatchMetadata]]:
@@ -204,6 +215,15 @@ class LocalReaders:
         self._found: tuple[Tier, str] | None = None
         self._looked = False
         self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Let go of every reader's mapped blocks and of the tier found (a later read
+        looks again)."""
+        with self._lock:
+            readers, self._readers = self._readers.values(), Memo(8)
+            self._found, self._looked = None, False
+        for reader in readers:
+            reader.release()
 
     def reader(self, plan_id: str, *, transport: str, progress: bool | None = None,
                input_valid: bool = False) -> LocalReader | None:

@@ -137,8 +137,10 @@ class ClientState:
         return f"ClientState({self.settings.url!r})"
 
     def close(self) -> None:
-        """Close the HTTP and Flight connections (an in-process catalog: its app too)."""
+        """Close the HTTP and Flight connections and let go of the same-host readers'
+        mapped blocks (an in-process catalog: its app too)."""
         self._rest.close()
+        self._local.close()
         if self._in_process is not None:
             self._in_process.close()
         with self._lock:

@@ -72,6 +72,11 @@ class Memo(Generic[K, V]):
         with self._lock:
             return self._cached(key)
 
+    def values(self) -> list[V]:
+        """The values kept now, least recently used first (a copy: safe to act on)."""
+        with self._lock:
+            return list(self._items.values())
+
     def forget_where(self, test: Callable[[K], bool]) -> None:
         """Drop every key ``test`` holds for."""
         with self._lock:
