@@ -93,3 +93,15 @@ def test_deep_nbytes_counts_arrays_inside_values():
     assert deep_nbytes(value) == 80 + 20 + 3
     assert deep_nbytes({"k": [np.zeros(2)]}) == 16
     assert deep_nbytes("text") == 0
+
+
+def test_values_are_a_copy_least_recently_used_first():
+    memo: Memo[str, int] = Memo(2)
+    memo.put("a", 1)
+    memo.put("b", 2)
+    memo.peek("a")  # now the most recent
+    values = memo.values()
+    assert values == [2, 1]
+    memo.put("c", 3)  # evicts "b"; the list handed out does not change
+    assert values == [2, 1]
+    assert memo.values() == [1, 3]

@@ -55,6 +55,7 @@ PASSES_KEPT = 8  # passes (epoch, rank, world size) a reader keeps ready to run 
 # ... within this many bytes of schedules and rank batches: a pass of a large plan is long
 # enough that setting it up again costs nothing per batch, and its schedule is large
 PASS_BYTES_KEPT = 64 << 20
+_READERS_KEPT = 8  # plans a Catalog keeps a same-host reader of
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -73,6 +74,11 @@ def _pass_bytes(p: _Pass) -> int:
     return deep_nbytes(p.schedule) + int(p.batches.nbytes)
 
 
+def _kept_passes() -> Memo[tuple[int, int, int], _Pass]:
+    """A reader's kept passes, none yet."""
+    return Memo(PASSES_KEPT, max_bytes=PASS_BYTES_KEPT, weigh=_pass_bytes)
+
+
 @dataclass(eq=False)
 class LocalReader:
     """Builds one plan's batches in this process from blocks in a shared tier.
@@ -89,8 +95,7 @@ class LocalReader:
     location: str
     cache: ChunkCache  # the mapped blocks, shared by every pass of this reader
     _passes: Memo[tuple[int, int, int], _Pass] = field(
-        default_factory=lambda: Memo(PASSES_KEPT, max_bytes=PASS_BYTES_KEPT, weigh=_pass_bytes),
-        init=False, repr=False)
+        default_factory=_kept_passes, init=False, repr=False)
     _mapped: bool = field(default=False, init=False, repr=False)
     _wire_schema: pa.Schema | None = field(default=None, init=False, repr=False)
     # the builder every kept window path reads blocks and provenance through (neither
@@ -139,7 +144,7 @@ class LocalReader:
         collector found them: a process that reconnects after each error (a renewed
         token) grew by a plan's blocks each time. A pass still running maps what it
         needs again."""
-        self._passes = Memo(PASSES_KEPT, max_bytes=PASS_BYTES_KEPT, weigh=_pass_bytes)
+        self._passes = _kept_passes()
         self._windows = None
         self._mapped = False
         self.cache.clear()
@@ -211,7 +216,7 @@ class LocalReaders:
                  artifact: Callable[[str], bytes]) -> None:
         self._stream = stream
         self._artifact = artifact
-        self._readers: Memo[tuple[str, bool], LocalReader] = Memo(8)
+        self._readers: Memo[tuple[str, bool], LocalReader] = Memo(_READERS_KEPT)
         self._found: tuple[Tier, str] | None = None
         self._looked = False
         self._lock = threading.Lock()
@@ -220,7 +225,7 @@ class LocalReaders:
         """Let go of every reader's mapped blocks and of the tier found (a later read
         looks again)."""
         with self._lock:
-            readers, self._readers = self._readers.values(), Memo(8)
+            readers, self._readers = self._readers.values(), Memo(_READERS_KEPT)
             self._found, self._looked = None, False
         for reader in readers:
             reader.release()
