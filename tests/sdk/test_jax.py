@@ -31,6 +31,7 @@ from windpipe.sdk import (
     ValidationConfig,
     WindowConfig,
 )
+from windpipe.sdk import _arrays as arrays_module
 from windpipe.sdk._arrays import (
     ALIGNMENT,
     INLINE_COPY_BYTES,
@@ -248,6 +249,26 @@ def test_dense_copies_equal_the_window_views(channels: int) -> None:
     assert not dense["target_valid"][1, 3]
     assert not dense["target_valid"][0, 7]
     assert dense["target_valid"].sum() == 5 * 12 - 5 - 1
+
+
+@pytest.mark.parametrize("lanes_per_group", [1, 2, 3, 64])
+def test_dense_copies_a_group_of_lanes_at_a_time_the_same(monkeypatch: pytest.MonkeyPatch,
+                                                          lanes_per_group: int) -> None:
+    """A large batch is copied a group of lanes at a time (its window rows stay in cache
+    for inputs and targets): any group size, an uneven last group included, gives the
+    views' bytes, NaN payloads too."""
+    rng = np.random.default_rng(lanes_per_group)
+    windows = rng.standard_normal((7, 11, 5)).astype(np.float32)
+    windows.view(np.uint32)[2, 1:8:2, :] = 0x7FC0_BEEF
+    monkeypatch.setattr(arrays_module, "_LANE_GROUP_BYTES", windows.strides[0] * lanes_per_group)
+    batch = ArrayBatch(inputs=windows[:, :-1, :3], targets=windows[:, 1:, 3:],
+                       mask=np.ones((7, 10), dtype=np.bool_),
+                       has_channel=np.ones((7, 5), dtype=np.bool_),
+                       channels=tuple(f"c{i}" for i in range(5)), batch_idx=0, windows=windows)
+    dense = batch.dense()
+    for name in ("inputs", "targets"):
+        _same(dense[name], np.ascontiguousarray(getattr(batch, name)))
+    _same(dense["target_valid"], batch.target_valid)
 
 
 def _off_boundary(shape: tuple[int, ...], fill: np.ndarray) -> np.ndarray:
