@@ -22,7 +22,7 @@ from windpipe.catalog.api.routes.jobs import DEFAULT_WAIT_S, MAX_WAIT_S, prefer_
 from windpipe.services.settings import Settings
 
 ASYNC = {"Prefer": "respond-async"}
-N_CELLS, N_CYCLES = 50, 50  # 5,000 segments: a few seconds of checks, several heartbeats
+N_CELLS, N_CYCLES = 50, 50  # 5,000 segments: 0.5-3 s of checks, by the machine's load
 
 
 @pytest.fixture(scope="module")
@@ -185,10 +185,10 @@ def test_a_server_killed_mid_job_leaves_nothing_and_the_same_request_registers_a
     try:
         with httpx.Client(base_url=url, timeout=60) as client:
             job = client.post("/v1/datasets/many/versions", json=body, headers=ASYNC).json()
-            while job["checked"] == 0:  # killed once its checks are under way
-                assert job["state"] == "running", job
-                time.sleep(0.05)
-                job = client.get(f"/v1/jobs/{job['id']}").json()
+            assert job["state"] == "running", job
+            # killed mid-job, not after seeing progress: these 5,000 segments can be
+            # registered within one 0.5 s heartbeat, before any poll sees a count
+            time.sleep(0.05)
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
     finally:
