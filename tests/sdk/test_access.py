@@ -46,8 +46,9 @@ def test_stored_tokens_through_the_sdk(tmp_path: Path, synth_dataset: Any) -> No
             # The unscoped reader streams it too; the scoped writer cannot read elsewhere.
             assert len(list(reader.plan(plan.id).batches(epoch=0, transport="flight"))) == len(
                 batches)
-            with pytest.raises(sdk.Forbidden):
-                Catalog(d.url, token=_mint(d.url, "b", "reader", "b-*")).plan(plan.id)
+            with Catalog(d.url, token=_mint(d.url, "b", "reader", "b-*")) as scoped, \
+                    pytest.raises(sdk.Forbidden):
+                scoped.plan(plan.id)
         finally:
             reader.close()
             lab.close()

@@ -294,19 +294,19 @@ def test_errors_surface_as_the_tree(dep: Any, tmp_path: Path, synth_dataset: Any
     if not torch.cuda.is_available():
         with pytest.raises(sdk.InvalidConfig, match="CUDA is not available"):
             dep.extra["plan"].loader(device="cuda")
-    down = Catalog("http://127.0.0.1:9", retries=1)
-    with pytest.raises(sdk.Unavailable, match="cannot reach the catalog"):
+    with Catalog("http://127.0.0.1:9", retries=1) as down, \
+            pytest.raises(sdk.Unavailable, match="cannot reach the catalog"):
         down.datasets()
-    nowhere = Catalog(dep.url, flight_locations=["grpc://127.0.0.1:9"])
-    with pytest.raises(sdk.Unavailable):
+    with Catalog(dep.url, flight_locations=["grpc://127.0.0.1:9"]) as nowhere, \
+            pytest.raises(sdk.Unavailable):
         list(nowhere.plan(dep.extra["plan"].id).batches())
 
 
 def test_token_is_required_and_sent(tmp_path: Path, synth_dataset: Any) -> None:
     with deployment(f"sqlite:///{tmp_path / 'c.db'}", tmp_path / "state",
                     token="s3cret") as d:
-        with pytest.raises(sdk.Unauthenticated, match="bearer token"):
-            Catalog(d.url).datasets()
-        cat = Catalog(d.url, token="s3cret")
-        assert cat.datasets() == []
-        cat.close()
+        with Catalog(d.url) as anonymous, \
+                pytest.raises(sdk.Unauthenticated, match="bearer token"):
+            anonymous.datasets()
+        with Catalog(d.url, token="s3cret") as cat:
+            assert cat.datasets() == []

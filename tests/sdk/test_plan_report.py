@@ -44,8 +44,8 @@ def _action(location: str, kind: str, body: dict[str, str] | None = None) -> lis
 def test_report_fields_read_as_attributes(sqlite_url: str, tmp_path: Path) -> None:
     root = tmp_path / "data"
     write_small_dataset(root)
-    with deployment(sqlite_url, tmp_path / "state", tier_bytes=64 << 20) as dep:
-        cat = Catalog(dep.url)
+    with deployment(sqlite_url, tmp_path / "state", tier_bytes=64 << 20) as dep, \
+            Catalog(dep.url) as cat:
         ver = cat.register("d", root=root.as_uri(), manifest="manifest.parquet")
         plan = ver.split(ValidationConfig.sample(fraction=0.0)).plan(CONFIG)
 
