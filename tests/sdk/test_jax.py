@@ -251,16 +251,21 @@ def test_dense_copies_equal_the_window_views(channels: int) -> None:
     assert dense["target_valid"].sum() == 5 * 12 - 5 - 1
 
 
+@pytest.mark.parametrize("wider", [True, False])
 @pytest.mark.parametrize("lanes_per_group", [1, 2, 3, 64])
-def test_dense_copies_a_group_of_lanes_at_a_time_the_same(monkeypatch: pytest.MonkeyPatch,
-                                                          lanes_per_group: int) -> None:
+def test_dense_copies_a_group_of_lanes_at_a_time_the_same(
+    monkeypatch: pytest.MonkeyPatch, lanes_per_group: int, *, wider: bool,
+) -> None:
     """A large batch is copied a group of lanes at a time (its window rows stay in cache
-    for inputs and targets): any group size, an uneven last group included, gives the
-    views' bytes, NaN payloads too."""
+    for inputs and targets), its 3 input channels as 16-byte items that overlap the next
+    step (``wider``) or one channel at a time: any group size, an uneven last group
+    included, gives the views' bytes, NaN payloads too, and leaves ``targets`` (carved
+    after ``inputs``) whole."""
     rng = np.random.default_rng(lanes_per_group)
     windows = rng.standard_normal((7, 11, 5)).astype(np.float32)
     windows.view(np.uint32)[2, 1:8:2, :] = 0x7FC0_BEEF
     monkeypatch.setattr(arrays_module, "_LANE_GROUP_BYTES", windows.strides[0] * lanes_per_group)
+    monkeypatch.setattr(arrays_module, "_WIDER_MIN_STEPS", 1 if wider else 1 << 40)
     batch = ArrayBatch(inputs=windows[:, :-1, :3], targets=windows[:, 1:, 3:],
                        mask=np.ones((7, 10), dtype=np.bool_),
                        has_channel=np.ones((7, 5), dtype=np.bool_),
@@ -269,6 +274,18 @@ def test_dense_copies_a_group_of_lanes_at_a_time_the_same(monkeypatch: pytest.Mo
     for name in ("inputs", "targets"):
         _same(dense[name], np.ascontiguousarray(getattr(batch, name)))
     _same(dense["target_valid"], batch.target_valid)
+
+
+def test_a_run_is_copied_by_wider_items_only_where_its_row_has_room() -> None:
+    """Three float32 channels (12 bytes) are copied as 16-byte items only where 16 bytes
+    from each step stay in its row: not for three channels at a row's end."""
+    windows = np.zeros((2, 9, 4), dtype=np.float32)
+    row = arrays_module._row_bytes(windows)
+    first, last = windows[:, :-1, :3], windows[:, 1:, 1:]
+    assert arrays_module._room(first, row) == 0  # 16 steps: too few to pay
+    assert arrays_module._wider_item(first, 16) == np.dtype((np.void, 16))
+    assert arrays_module._wider_item(last, 12) is None
+    assert arrays_module._wider_item(windows[:, :-1, :2], 16) is None  # 8 bytes: one move
 
 
 def _off_boundary(shape: tuple[int, ...], fill: np.ndarray) -> np.ndarray:
