@@ -5,7 +5,9 @@ catalog in a temporary directory, registers the workload's dataset, makes a spli
 with everything in ``train`` and the workload's plan, and serves it with the real
 Flight server and the real catalog app (REST) on free loopback ports; with
 ``tier_bytes`` the Flight server shares a tier of decoded blocks with this host.
-Setup is not timed.
+Setup is not timed. Once set up the process runs as ``windpipe serve`` does (startup
+heap frozen, the allocator trimmer started), trimmed once first: the setup's freed heap
+is not counted as the server's.
 
 :func:`server_figures` gives the server's own numbers: ``server_peak_rss_bytes``
 (``ru_maxrss`` of the server process), ``server_cpu_s``, ``server_base_rss_bytes``
@@ -37,10 +39,12 @@ from windpipe.catalog.plans import create_plan
 from windpipe.catalog.service import create_split, register_version
 from windpipe.flight_server.runner import start_flight_server
 from windpipe.migrations import upgrade_database
+from windpipe.services.allocator_trim import AllocatorTrimmer, trim_allocators
 from windpipe.services.contract.configs import LoaderConfig, ValidationConfig
 from windpipe.services.database import create_engine
 from windpipe.services.logging import configure_logging
 from windpipe.services.planning.sizes import chunk_row_bytes
+from windpipe.services.runtime import freeze_startup_heap
 from windpipe.services.settings import Settings
 
 __all__ = [
@@ -116,6 +120,13 @@ def _server_main(root: str, config_json: dict[str, Any], cache_bytes: int,
         catalog = start_catalog_server(
             settings.model_copy(update={"flight_locations": (running.location,)}), port=0)
         running.server.plans.get(plan.id)  # load the plan now, not inside the timed part
+        # as `windpipe serve` runs once started (its trimmer every allocator_trim_s), and
+        # trimmed once now: a deployment registers and plans long before a job trains,
+        # and by then its trimmer has handed the setup's freed heap back
+        freeze_startup_heap()
+        trim_allocators()
+        trimmer = AllocatorTrimmer(interval_s=settings.allocator_trim_s)
+        trimmer.start()
         conn.send({"location": running.location, "catalog_url": catalog.url,
                    "plan_id": plan.id, "n_batches": int(plan.n_batches),
                    "tier_dir": str(Path(tmp) / "tier"), "setup_s": time.perf_counter() - t0,
@@ -129,6 +140,7 @@ def _server_main(root: str, config_json: dict[str, Any], cache_bytes: int,
                 elif msg == "stop":
                     break
         finally:
+            trimmer.stop()
             catalog.stop(grace_s=5.0)
             running.stop(grace_s=5.0)
             engine.dispose()
