@@ -280,12 +280,15 @@ def test_a_run_is_copied_by_wider_items_only_where_its_row_has_room() -> None:
     """Three float32 channels (12 bytes) are copied as 16-byte items only where 16 bytes
     from each step stay in its row: not for three channels at a row's end."""
     windows = np.zeros((2, 9, 4), dtype=np.float32)
-    row = arrays_module._row_bytes(windows)
     first, last = windows[:, :-1, :3], windows[:, 1:, 1:]
-    assert arrays_module._room(first, row) == 0  # 16 steps: too few to pay
+    assert arrays_module._room(first, windows) == 0  # 16 steps: too few to pay
     assert arrays_module._wider_item(first, 16) == np.dtype((np.void, 16))
     assert arrays_module._wider_item(last, 12) is None
     assert arrays_module._wider_item(windows[:, :-1, :2], 16) is None  # 8 bytes: one move
+    big = np.zeros((64, 513, 5), dtype=np.float32)  # 32,768 steps: the wide path's size
+    assert arrays_module._room(big[:, :-1, :3], big) == 20
+    assert arrays_module._room(big[:, 1:, 3:], big) == 8
+    assert arrays_module._room(big[:, 1:, 3:], None) == 0
 
 
 def _off_boundary(shape: tuple[int, ...], fill: np.ndarray) -> np.ndarray:

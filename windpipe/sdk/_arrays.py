@@ -133,7 +133,7 @@ class ArrayBatch:
             (_strided(self.inputs), _strided(self.targets), (self.mask.shape, np.bool_),
              _realigned(self.mask), _realigned(self.input_valid)))
         inputs, targets = _dense_lanes(((self.inputs, inputs), (self.targets, targets)),
-                                       row_bytes=_row_bytes(self.windows))
+                                       windows=self.windows)
         mask = _copied(self.mask, mask_out)
         input_valid = (None if self.input_valid is None
                        else _copied(self.input_valid, valid_out))
@@ -218,20 +218,12 @@ def _aligned_set(specs: tuple[tuple[tuple[int, ...], Any] | None, ...],
 _LANE_GROUP_BYTES = 512 << 10
 
 
-def _row_bytes(windows: np.ndarray | None) -> int:
-    """Bytes of one step of a window block (all its channels), 0 when there is none."""
-    if windows is None or windows.ndim != 3 or not windows.flags.c_contiguous:
-        return 0
-    return int(windows.strides[1])
-
-
 def _dense_lanes(parts: tuple[tuple[np.ndarray, np.ndarray | None], ...], *,
-                 row_bytes: int) -> list[np.ndarray]:
-    """Each ``(view, out)`` of one window block's views (``row_bytes`` a step of the
-    block, 0: not known): ``view`` copied into ``out``, a group of lanes at a time
-    (:data:`_LANE_GROUP_BYTES` of the block each), or ``view`` itself where ``out`` is
-    None (it is dense already)."""
-    todo = [(view, out, _room(view, row_bytes)) for view, out in parts if out is not None]
+                 windows: np.ndarray | None) -> list[np.ndarray]:
+    """Each ``(view, out)`` of the window block ``windows`` (None: not known): ``view``
+    copied into ``out``, a group of lanes at a time (:data:`_LANE_GROUP_BYTES` of the
+    block each), or ``view`` itself where ``out`` is None (it is dense already)."""
+    todo = [(view, out, _room(view, windows)) for view, out in parts if out is not None]
     if todo:
         lanes, stride = todo[0][0].shape[0], abs(todo[0][0].strides[0]) or 1
         step = max(1, _LANE_GROUP_BYTES // stride)
@@ -241,15 +233,19 @@ def _dense_lanes(parts: tuple[tuple[np.ndarray, np.ndarray | None], ...], *,
     return [view if out is None else out for view, out in parts]
 
 
-def _room(view: np.ndarray, row_bytes: int) -> int:
-    """Bytes from each step's first value of ``view`` to the end of its row of the window
-    block (the most a copy may read from there); 0 when not known, or when ``view`` has
-    fewer than :data:`_WIDER_MIN_STEPS` steps (then copying by wider items does not pay)."""
-    if not row_bytes or view.ndim != 3 or view.shape[0] * view.shape[1] < _WIDER_MIN_STEPS:
+def _room(view: np.ndarray, windows: np.ndarray | None) -> int:
+    """Bytes from each step's first value of ``view`` (a view of the C-contiguous window
+    block ``windows``) to the end of its row (the most a copy may read from there); 0
+    when not known, or when ``view`` has fewer than :data:`_WIDER_MIN_STEPS` steps (then
+    copying by wider items does not pay)."""
+    if windows is None or view.ndim != 3 or view.shape[0] * view.shape[1] < _WIDER_MIN_STEPS:
         return 0
-    if view.strides[1] != row_bytes:
+    if windows.ndim != 3 or not windows.flags.c_contiguous:
         return 0
-    return row_bytes - (view.ctypes.data - _root(view).ctypes.data) % row_bytes
+    row = int(windows.strides[1])
+    if view.strides[1] != row:
+        return 0
+    return row - (view.ctypes.data - windows.ctypes.data) % row
 
 
 def _copy_steps(array: np.ndarray, out: np.ndarray, *, room: int = 0) -> None:
