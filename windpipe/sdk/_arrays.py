@@ -223,14 +223,24 @@ def _dense_lanes(parts: tuple[tuple[np.ndarray, np.ndarray | None], ...], *,
     """Each ``(view, out)`` of the window block ``windows`` (None: not known): ``view``
     copied into ``out``, a group of lanes at a time (:data:`_LANE_GROUP_BYTES` of the
     block each), or ``view`` itself where ``out`` is None (it is dense already)."""
-    todo = [(view, out, _room(view, windows)) for view, out in parts if out is not None]
+    todo = [(view, out, *_step_items(view, windows)) for view, out in parts
+            if out is not None]
     if todo:
         lanes, stride = todo[0][0].shape[0], abs(todo[0][0].strides[0]) or 1
         step = max(1, _LANE_GROUP_BYTES // stride)
         for lo in range(0, lanes, step):
-            for view, out, room in todo:
-                _copy_steps(view[lo:lo + step], out[lo:lo + step], room=room)
+            for view, out, item, wider in todo:
+                _copy_steps(view[lo:lo + step], out[lo:lo + step], item=item, wider=wider)
     return [view if out is None else out for view, out in parts]
+
+
+def _step_items(view: np.ndarray, windows: np.ndarray | None,
+                ) -> tuple[np.dtype[Any] | None, np.dtype[Any] | None]:
+    """How :func:`_copy_steps` moves ``view``'s steps, decided once for all its lane
+    groups: ``(item, wider)``, :func:`_step_item` and else :func:`_wider_item` (within
+    the room :func:`_room` finds in ``windows``)."""
+    item = _step_item(view)
+    return item, None if item is not None else _wider_item(view, _room(view, windows))
 
 
 def _room(view: np.ndarray, windows: np.ndarray | None) -> int:
@@ -248,8 +258,10 @@ def _room(view: np.ndarray, windows: np.ndarray | None) -> int:
     return row - (view.ctypes.data - windows.ctypes.data) % row
 
 
-def _copy_steps(array: np.ndarray, out: np.ndarray, *, room: int = 0) -> None:
-    """``array`` copied into the C-contiguous ``out`` (``room``: :func:`_room`).
+def _copy_steps(array: np.ndarray, out: np.ndarray, *, item: np.dtype[Any] | None,
+                wider: np.dtype[Any] | None) -> None:
+    """``array`` copied into the C-contiguous ``out`` (``item``, ``wider``:
+    :func:`_step_items`).
 
     A window block's ``inputs`` / ``targets`` view has a short contiguous run per step
     (``C_in`` of ``C_in + C_out`` values), which numpy copies value by value. A step's run
@@ -260,8 +272,6 @@ def _copy_steps(array: np.ndarray, out: np.ndarray, *, room: int = 0) -> None:
     step's item writes over, and the last writes into the slack after ``out``
     (:func:`_aligned_set`); 2-3x faster than channel by channel, each channel one long
     strided run, which is what is left."""
-    item = _step_item(array)
-    wider = _wider_item(array, room) if room and item is None else None
     if item is not None:
         np.copyto(out.view(item)[..., 0], array.view(item)[..., 0])
     elif wider is not None:
@@ -278,14 +288,22 @@ _ONE_MOVE: dict[int, np.dtype[Any]] = {
     16: np.dtype((np.void, 16))}
 
 
+def _run_bytes(array: np.ndarray) -> int | None:
+    """Bytes of one step's channels of a 3-d ``array`` when they are contiguous (a run),
+    else None."""
+    if array.ndim != 3 or array.strides[2] != array.itemsize:
+        return None
+    return int(array.shape[2] * array.itemsize)
+
+
 def _step_item(array: np.ndarray) -> np.dtype[Any] | None:
     """The dtype that holds one step's channels of a 3-d ``array`` as one item (its bit
     patterns copied as they are, NaN payloads included), or None where copying so does
     not pay: numpy moves 2, 4, 8 and 16 bytes at once and other widths by ``memcpy``
     per item, which beats per-channel copies only past :data:`_PER_CHANNEL` channels."""
-    if array.ndim != 3 or array.shape[2] < 2 or array.strides[2] != array.itemsize:
+    width = _run_bytes(array)
+    if width is None or array.shape[2] < 2:
         return None
-    width = array.shape[2] * array.itemsize
     if width in _ONE_MOVE:
         return _ONE_MOVE[width]
     return np.dtype((np.void, width)) if array.shape[2] > _PER_CHANNEL else None
@@ -301,11 +319,9 @@ def _wider_item(array: np.ndarray, room: int) -> np.dtype[Any] | None:
     """The narrowest one-move dtype wider than a step's run of the 3-d ``array`` that its
     row has ``room`` for, else None (also for a run that is one move wide itself:
     :func:`_step_item`; :func:`_copy_steps`)."""
-    if array.ndim != 3 or array.strides[2] != array.itemsize:
-        return None
-    width = array.shape[2] * array.itemsize
-    if width in _ONE_MOVE:
-        return None  # moved as it is (_step_item)
+    width = _run_bytes(array)
+    if width is None or width in _ONE_MOVE:
+        return None  # not a run, or moved as it is (_step_item)
     wider = [n for n in _ONE_MOVE if width < n <= min(room, width + _SLACK)]
     return _ONE_MOVE[min(wider)] if wider else None
 
