@@ -32,7 +32,6 @@ from windpipe.flight_server.plan_sources import PlanCache, PlanSource
 from windpipe.flight_server.server import WindpipeFlightServer
 from windpipe.services.exposure import check_exposure
 from windpipe.services.planning.artifact import PlanArtifact
-from windpipe.services.runtime import warm_imports
 from windpipe.services.settings import Settings
 from windpipe.services.storage.packs import PackStore
 
@@ -83,7 +82,6 @@ def start_flight_server(
     it cannot start. ``cache_bytes`` overrides ``settings.cache_bytes`` (tests use
     budgets below the settings' 1 MiB floor).
     """
-    warm_imports()
     config = FlightServerConfig.from_settings(settings, port=port, cache_bytes=cache_bytes)
     if backend is None and plan_source is None:
         if not settings.catalog_url:

@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from windpipe.sdk._batch_state import BatchState, batch_state, list_values
 from windpipe.sdk._parts import grouped_parts
+from windpipe.services.arrow_values import to_numpy
 from windpipe.services.contract.wire import INPUT_VALID_COLUMN, BatchMetadata
 from windpipe.services.materialize.builder import BuiltBatch
 
@@ -361,7 +362,7 @@ def _values(column: pa.Array, shape: tuple[int, ...], what: str) -> np.ndarray:
     if expected == 0:
         return np.empty(shape, dtype=np.uint8 if pa.types.is_uint8(values.type) else
                         np.float32)
-    return values.to_numpy(zero_copy_only=True).reshape(shape)
+    return to_numpy(values).reshape(shape)
 
 
 def _from_arrow(batch: pa.RecordBatch, meta: BatchMetadata) -> ArrayBatch:

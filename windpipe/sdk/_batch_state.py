@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from windpipe.services.arrow_values import to_numpy
 from windpipe.services.contract.wire import BatchMetadata
 
 __all__ = ["BatchSegmentRef", "BatchState", "batch_state", "list_values"]
@@ -91,7 +92,7 @@ def _key(text: str) -> tuple[Any, ...]:
 
 def _segments(batch: pa.RecordBatch) -> tuple[BatchSegmentRef, ...]:
     paths = batch.column("seg_path")
-    lens = paths.value_lengths().to_numpy(zero_copy_only=False)
+    lens = to_numpy(paths.value_lengths())
     flat = [
         list_values(batch.column(name)).to_pylist()
         for name in ("seg_path", "seg_row_start", "seg_row_count", "seg_window_row_start",

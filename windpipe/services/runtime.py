@@ -19,14 +19,16 @@ the allocator's default. Importing a package sets nothing: a program of its own 
 notebook, a training script) keeps the default unless its environment sets
 ``MIMALLOC_ALLOW_THP=0``.
 
-**Imports a first request would pay.** pyarrow imports pandas (when installed) the
-first time it converts a Python or numpy value (``pyarrow.array``, ``to_numpy``):
-0.45 s alone, ~0.76 s of thread time inside a fresh catalog's first registration
-(sampled), and paid inside a fresh Flight server's first stream (its provenance
-columns). anyio loads its asyncio backend on its first thread hop (``anyio.to_thread``,
-and FastAPI's with it), on the event loop: 50-175 ms inside a fresh catalog's first
-registration. :func:`warm_imports` makes that conversion and that import once, when a
-server starts, so no request waits on an import.
+**Imports a first request would pay.** anyio loads its asyncio backend on its first
+thread hop (``anyio.to_thread``, and FastAPI's with it), on the event loop: 50-175 ms
+inside a fresh catalog's first registration. :func:`warm_imports` makes that import
+when a catalog starts, so no request waits on it. pyarrow imports pandas (when
+installed) the first time it converts a Python or numpy value (``pyarrow.array``,
+``to_numpy``): 0.45 s and ~46 MiB of RSS a process. Nothing warms it: registering,
+splitting, planning, the pages and streaming convert through
+:mod:`windpipe.services.arrow_values`, which never loads it, so a server (and a
+training process) holds pandas only where a job needs it (an instrument file's
+conversion).
 
 **Full collections.** CPython's oldest-generation collection walks every tracked object
 while it holds the GIL, on whichever thread allocates: the catalog's event loop (and
@@ -57,13 +59,8 @@ def prefer_small_pages() -> None:
 
 
 def warm_imports() -> None:
-    """Make the conversions whose first call imports a library (pyarrow's pandas shim),
-    and import anyio's asyncio backend."""
+    """Import anyio's asyncio backend (a catalog's first thread hop would)."""
     import anyio._backends._asyncio  # noqa: F401, PLC0415
-    import numpy as np  # noqa: PLC0415  (this module runs before pyarrow may load)
-    import pyarrow as pa  # noqa: PLC0415
-
-    pa.array(np.zeros(1)).to_numpy()
 
 
 def freeze_startup_heap() -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from windpipe.services.arrow_values import from_numpy, string_array
 from windpipe.services.materialize.plan import PlanContext
 
 __all__ = ["PlanTables", "plan_tables", "take_strings"]
@@ -53,7 +54,7 @@ class PlanTables:
         key = (n_lanes, per_lane)
         arr = self.list_offsets.get(key)
         if arr is None:
-            arr = pa.array(np.arange(n_lanes + 1, dtype=np.int32) * np.int32(per_lane))
+            arr = from_numpy(np.arange(n_lanes + 1, dtype=np.int32) * np.int32(per_lane))
             self.list_offsets[key] = arr
         return arr
 
@@ -74,12 +75,12 @@ def plan_tables(plan: PlanContext) -> PlanTables:
             piece_ptr=streams.piece_ptr,
             piece_mrid=np.asarray(streams.piece_manifest_row_id, dtype=_I64),
             piece_path=_strings(stored.get("piece_path"), streams.piece_path, empty=True),
-            protocol=pa.array(list(protocols), type=pa.string()),
+            protocol=string_array(protocols),
             group_key=_strings(stored.get("stream_group_key"), plan.group_key_json,
                                empty=True),
             alignment_key=_strings(stored.get("stream_alignment_key"),
                                    plan.alignment_key_json, empty=False),
-            key=pa.array(list(plan.key_json), type=pa.string()) if plan.key_json else None,
+            key=string_array(plan.key_json) if plan.key_json else None,
         )
         _TABLES[plan] = tables
     return tables
@@ -89,17 +90,17 @@ def _strings(stored: pa.Array | None, values: tuple[str, ...], *, empty: bool) -
     """``values`` as an Arrow string array (then ``""`` when ``empty``): the artifact's own
     array when it holds them (no Python string converted), else made from them."""
     if stored is None or len(stored) != len(values) or not pa.types.is_string(stored.type):
-        return pa.array([*values, ""] if empty else list(values), type=pa.string())
+        return string_array([*values, ""] if empty else values)
     if not empty:
         return stored
     if stored.null_count:
-        return pa.concat_arrays([stored, pa.array([""], type=pa.string())])
+        return pa.concat_arrays([stored, string_array([""])])
     # "" appended by one more offset over the same bytes: no copy, and no Arrow call that
     # gives up the interpreter lock (see take_strings: on a busy process each such call
     # waits a switch interval to get it back)
     n, buffers = len(stored), stored.buffers()
     if not n or buffers[1] is None:
-        return pa.array([""], type=pa.string())
+        return string_array([""])
     offsets = np.frombuffer(buffers[1], dtype=np.int32, count=n + 1, offset=stored.offset * 4)
     return pa.StringArray.from_buffers(n + 1, pa.py_buffer(np.append(offsets, offsets[-1])),
                                        buffers[2] if buffers[2] is not None else pa.py_buffer(b""))

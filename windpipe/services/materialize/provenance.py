@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from windpipe.services.arrow_values import from_numpy
 from windpipe.services.materialize.plan import PlanContext
 from windpipe.services.materialize.plan_tables import PlanTables
 from windpipe.services.planning.segment_refs import lane_segment_refs
@@ -49,25 +50,25 @@ def provenance_batch(
     mrid = tables.piece_mrid[first_piece] if n_pieces else np.zeros(n, _I64)
     if none.any():
         mrid = np.where(none, -1, mrid)
-    seg_off = pa.array(np.concatenate(
+    seg_off = from_numpy(np.concatenate(
         [[0], np.cumsum(np.bincount(refs.lane, minlength=n))]).astype(np.int32))
 
     def seg_list(values: Any) -> pa.Array:
         return pa.ListArray.from_arrays(seg_off, values)
 
-    row_count = pa.array(refs.row_count)
+    row_count = from_numpy(refs.row_count)
     columns = [
         tables.take("protocol", lane_protocol),
-        pa.array(mrid),
+        from_numpy(mrid),
         tables.take("piece_path", np.where(first_ref >= 0, first_piece, n_pieces)),
-        pa.array(offsets),
+        from_numpy(offsets),
         tables.take("group_key", np.where(none, len(tables.group_key) - 1, lane_stream)),
         tables.take("key", lane_key) if lane_key is not None and tables.key is not None
         else tables.take("alignment_key", lane_stream),
         seg_list(tables.take("piece_path", refs.piece)),
-        seg_list(pa.array(refs.row_start)),
+        seg_list(from_numpy(refs.row_start)),
         seg_list(row_count),
-        seg_list(pa.array(refs.window_row_start)),
+        seg_list(from_numpy(refs.window_row_start)),
         seg_list(row_count),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)

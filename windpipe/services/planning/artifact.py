@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from windpipe.services.arrow_values import from_numpy, string_array, to_numpy
 from windpipe.services.contract.configs import PlanSpec
 from windpipe.services.contract.errors import InternalError, InvalidRequest, WindpipeError
 from windpipe.services.contract.reports import PlanReportData
@@ -185,7 +186,7 @@ class PlanArtifact:
             "piece_fingerprint": list(self.pieces.fingerprint),
         }
         for name in _STRING_ARRAYS:
-            columns[name] = _list_of(pa.array(strings[name], pa.string()))
+            columns[name] = _list_of(string_array(strings[name]))
         stored = self.schedule.arrays() if self.schedule is not None else {}
         for name, dtype in SCHEDULE_ARRAYS.items():
             columns[name] = _list_of(stored.get(name, np.zeros(0, dtype=dtype)))
@@ -227,7 +228,7 @@ class PlanArtifact:
         if batch.num_rows != 1:
             raise _bad(f"a plan artifact has one row, got {batch.num_rows}")
         col = {name: batch.column(name).values for name in batch.schema.names}
-        num = {name: col[name].to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+        num = {name: to_numpy(col[name]).astype(dtype, copy=False)
                for name, dtype in {**_STREAM_ARRAYS, **SCHEDULE_ARRAYS}.items()}
         text = {name: col[name].to_pylist() for name in _STRING_ARRAYS}
         spec = PlanSpec.model_validate(header["spec"])
@@ -254,13 +255,13 @@ class PlanArtifact:
         streams.__dict__["alignment_key_json"] = tuple(text["stream_alignment_key"])
         channels = None
         if _CHANNELS in col:
-            flat = col[_CHANNELS].to_numpy(zero_copy_only=False).astype(np.bool_)
+            flat = to_numpy(col[_CHANNELS]).astype(np.bool_, copy=False)
             channels = flat.reshape(n_rows.shape[0], len(spec.columns()))
         stored = header.get("schedule")
         schedule = None if stored is None else Schedule(
             epoch=int(stored["epoch"]), dropped=DropCounts(**stored["dropped"]),
             parts=int(stored.get("parts", 1)),
-            lane_key=(col[_LANE_KEY].to_numpy(zero_copy_only=False).astype(_I64)
+            lane_key=(to_numpy(col[_LANE_KEY]).astype(_I64)
                       if _LANE_KEY in col else None),
             **{name: num[name] for name in SCHEDULE_ARRAYS},
         )
@@ -293,8 +294,9 @@ def make_artifact(
 
 def _list_of(values: np.ndarray | pa.Array) -> pa.LargeListArray:
     """A one-row list column holding ``values`` (numpy arrays are wrapped without a copy)."""
-    arr = values if isinstance(values, pa.Array) else pa.array(values)
-    return pa.LargeListArray.from_arrays(pa.array([0, len(arr)], pa.int64()), arr)
+    arr = values if isinstance(values, pa.Array) else from_numpy(values)
+    return pa.LargeListArray.from_arrays(from_numpy(np.array([0, len(arr)], dtype=np.int64)),
+                                         arr)
 
 
 def _bad(message: str) -> WindpipeError:

@@ -50,6 +50,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from windpipe.services.arrow_values import from_numpy, string_array, to_numpy
 from windpipe.services.logging import get_logger
 from windpipe.services.memo import Memo
 from windpipe.services.settings import Settings
@@ -241,7 +242,7 @@ class PackWriter:
         columns = [np.concatenate([part[1][j] for part in pending]) if len(pending) > 1
                    else pending[0][1][j] for j in range(len(names))]
         number = len(self._files)
-        batch = pa.record_batch([pa.array(c) for c in columns], names=names)
+        batch = pa.record_batch([from_numpy(c) for c in columns], names=names)
         _write_ipc(self._tmp / f"rows-{number}.arrow", batch)
         self._files.append({"columns": names, "rows": batch.num_rows})
         start = 0
@@ -263,8 +264,10 @@ class PackWriter:
                  "start": pa.int64(), "rows": pa.int64()}
         meta = json.dumps({"format": PACK_FORMAT, "root": self._root, "files": self._files})
         schema = pa.schema(list(types.items()), metadata={_META: meta})
-        batch = pa.record_batch([pa.array(index[k], type=t) for k, t in types.items()],
-                                schema=schema)
+        batch = pa.record_batch(
+            [string_array(map(str, index[k])) if t == pa.string()
+             else from_numpy(np.asarray(index[k], dtype=t.to_pandas_dtype()))
+             for k, t in types.items()], schema=schema)
         _write_ipc(self._tmp / _INDEX, batch)
 
     def _fail(self, exc: BaseException) -> None:
@@ -346,21 +349,21 @@ class VersionPack:
         if not n or not index.num_rows:
             k = np.full(n, -1, dtype=np.int64)
         else:
-            k = pc.index_in(path_arr, value_set=index.column("path")).fill_null(-1).to_numpy(
-                zero_copy_only=False).astype(np.int64)
+            k = to_numpy(pc.index_in(path_arr, value_set=index.column("path")),
+                         null=-1).astype(np.int64)
         found = k >= 0
         at = np.where(found, k, 0)
         if found.any():
-            same = found & pc.equal(index.column("fingerprint").take(pa.array(at)),
-                                    fp_arr).to_numpy(zero_copy_only=False)
+            same = found & to_numpy(pc.equal(index.column("fingerprint").take(from_numpy(at)),
+                                             fp_arr), null=False)
         else:
             same = found
         return PackedPieces(
-            file=np.where(same, index.column("file").to_numpy()[at], -1).astype(np.int32),
-            start=index.column("start").to_numpy()[at],
-            size=index.column("size").to_numpy()[at],
-            inode=index.column("inode").to_numpy()[at],
-            mtime_ns=index.column("mtime_ns").to_numpy()[at],
+            file=np.where(same, to_numpy(index.column("file"))[at], -1).astype(np.int32),
+            start=to_numpy(index.column("start"))[at],
+            size=to_numpy(index.column("size"))[at],
+            inode=to_numpy(index.column("inode"))[at],
+            mtime_ns=to_numpy(index.column("mtime_ns"))[at],
         )
 
     def files_with(self, names: frozenset[str]) -> np.ndarray:
@@ -385,10 +388,10 @@ class VersionPack:
                 batch = pa.ipc.open_file(source).get_batch(0)
                 if batch.num_rows != self._files[file]["rows"]:
                     raise ValueError(f"{batch.num_rows} rows, not {self._files[file]['rows']}")
-                self._columns[file] = {name: batch.column(name).to_numpy(zero_copy_only=True)
+                self._columns[file] = {name: to_numpy(batch.column(name))
                                        for name in batch.schema.names}
                 return True
-            except (OSError, ValueError, pa.ArrowException) as exc:
+            except (OSError, ValueError, TypeError, pa.ArrowException) as exc:
                 _log.warning("packs.unreadable", pack=self._directory.name, file=file,
                              error=f"{type(exc).__name__}: {exc}")
                 self._broken.add(file)
@@ -403,5 +406,5 @@ def _write_ipc(path: Path, batch: pa.RecordBatch) -> None:
 def _strings(values: Sequence[str] | pa.Array) -> pa.Array:
     """``values`` as an Arrow string array (an Arrow one is taken as it is, or cast)."""
     if not isinstance(values, pa.Array):
-        return pa.array(list(values), type=pa.string())
+        return string_array(values)
     return values if values.type == pa.string() else values.cast(pa.string())

@@ -20,6 +20,7 @@ from typing import TypeVar
 import numpy as np
 import pyarrow as pa
 
+from windpipe.services.arrow_values import from_numpy
 from windpipe.services.contract.errors import ErrorType, SegmentChanged, SegmentError, WindpipeError
 from windpipe.services.logging import get_logger
 from windpipe.services.storage.formats import FORMATS as FORMATS_BY_NAME
@@ -253,8 +254,8 @@ def read_chunks(storage: Storage, info: SegmentInfo, chunks: Sequence[int],
         if table is not None:
             return table
     parts = [read_chunk(storage, info, k, names) for k in chunks]
-    return pa.table({name: (np.concatenate([part[name] for part in parts]) if parts
-                            else np.empty(0, dtype=np.float64)) for name in names})
+    return pa.table({name: from_numpy(np.concatenate([part[name] for part in parts]) if parts
+                                      else np.empty(0, dtype=np.float64)) for name in names})
 
 
 def _small_file(storage: Storage, info: SegmentInfo, chunks: Sequence[int],

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from windpipe.services.arrow_values import to_numpy
 from windpipe.services.contract.errors import SegmentChanged, SegmentError
 from windpipe.services.storage.readahead import AheadRead
 from windpipe.services.storage.store import Storage
@@ -165,10 +166,7 @@ def to_float64(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """An arrow column as float64 numpy (null -> NaN)."""
     if not pa.types.is_float64(column.type):
         column = pc.cast(column, pa.float64())
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    out = column.to_numpy(zero_copy_only=False)
-    return np.asarray(out, dtype=np.float64)
+    return to_numpy(column)
 
 
 def float64_columns(tables: list[pa.Table], names: list[str]) -> dict[str, np.ndarray]:
