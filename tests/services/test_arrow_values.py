@@ -1,6 +1,6 @@
 """Arrow arrays to numpy and back without pandas: every conversion equal to pyarrow's own
-(the reference), and a Flight server and the SDK readers in a fresh process that stream
-a plan's batches without ever importing pandas."""
+(the reference), and a catalog, a Flight server and the SDK in a fresh process that
+register, plan and stream without ever importing pandas."""
 
 from __future__ import annotations
 
@@ -14,10 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tests.fixtures.servers import run_catalog_server
-from windpipe.sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
 from windpipe.services.arrow_values import from_numpy, string_array, to_numpy
-from windpipe.services.settings import Settings
 from windpipe.services.synth import write_synthetic_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,61 +97,70 @@ def test_string_array_makes_what_pa_array_makes() -> None:
 
 
 _PROCESS = """
-    import json, sys
+    import json, sys, urllib.request
     from pathlib import Path
+    from windpipe.catalog.api.server import start_catalog_server
     from windpipe.catalog.flight_adapters import DatabaseBackend
     from windpipe.flight_server.runner import start_flight_server
-    from windpipe.sdk import Catalog
+    from windpipe.sdk import Catalog, LoaderConfig, ValidationConfig, WindowConfig
     from windpipe.sdk._arrays import AlignedMemory, array_batches
     from windpipe.services.settings import Settings
 
-    data_dir, tier_dir, root, url, plan_id = sys.argv[1:6]
-    settings = Settings(data_dir=Path(data_dir), port=0, flight_port=0, log_level="WARNING",
-                        tier_bytes=64 << 20, tier_dir=Path(tier_dir), allowed_roots=(root,))
+    base, data = Path(sys.argv[1]), Path(sys.argv[2])
+    settings = Settings(data_dir=base / "state", port=0, flight_port=0, log_level="WARNING",
+                        tier_bytes=64 << 20, tier_dir=base / "tier", allowed_roots=(str(data),))
     flight = start_flight_server(settings, backend=DatabaseBackend.from_settings(settings))
-    out = {}
-    with Catalog(url, flight_locations=[flight.location]) as cat:
-        plan = cat.plan(plan_id)
-        for transport in ("flight", "local"):
-            source = plan._source(epoch=0, progress=False, transport=transport)
-            arrays = list(array_batches(source.records(
-                epoch=0, rank=0, world_size=1, start_batch=0, memory=AlignedMemory())))
-            out[f"numpy {transport}"] = [len(arrays), float(arrays[0].inputs.sum()),
-                                         arrays[-1].state.segments[0].path]
-            torch_batches = list(plan.batches(1, transport=transport, progress=False))
-            out[f"torch {transport}"] = [len(torch_batches),
-                                         torch_batches[0].state.segments[0].path]
+    catalog = start_catalog_server(
+        settings.model_copy(update={"flight_locations": (flight.location,)}), port=0)
+    out = {"pages": []}
+    with Catalog(catalog.url) as cat:
+        split = cat.register("arrow", root=data.as_uri(), manifest="manifest.parquet",
+                             progress=False).split(ValidationConfig.sample(fraction=0.2, seed=1))
+        out["stats"] = sorted({e.column for e in split.stats(side="train").stats})
+        for strategy in ("shuffled", "block_shuffled"):
+            plan = split.plan(LoaderConfig(
+                default_window=WindowConfig(batch_size=4, seq_len=32), strategy=strategy,
+                seed=2, shuffle_block_bytes=1 << 20 if strategy == "block_shuffled" else None,
+                inputs={"cycling": ("current_a", "temperature_c")},
+                targets={"cycling": ("voltage_v",)}))
+            out[strategy] = {"batches": plan.n_batches}
+            for transport in ("flight", "local"):
+                source = plan._source(epoch=0, progress=False, transport=transport)
+                arrays = list(array_batches(source.records(
+                    epoch=0, rank=0, world_size=1, start_batch=0, memory=AlignedMemory())))
+                out[strategy][f"numpy {transport}"] = [
+                    len(arrays), float(sum(a.inputs.sum() for a in arrays)),
+                    arrays[-1].state.segments[0].path]
+                torch_batches = list(plan.batches(1, transport=transport, progress=False))
+                out[strategy][f"torch {transport}"] = [
+                    len(torch_batches), torch_batches[0].state.segments[0].path]
+        for page in ("/ui", f"/ui/splits/{split.id}", f"/ui/plans/{plan.id}"):
+            with urllib.request.urlopen(catalog.url + page, timeout=60) as answer:
+                out["pages"].append(answer.status)
+    catalog.stop(grace_s=5.0)
     flight.stop(grace_s=5.0)
     out["pandas"] = sorted(m for m in sys.modules if m.split(".")[0] == "pandas")
     print(json.dumps(out))
 """
 
 
-def test_a_flight_server_and_the_readers_stream_without_importing_pandas(
+def test_a_server_and_its_readers_register_plan_and_stream_without_importing_pandas(
         tmp_path: Path) -> None:
-    # pyarrow's own conversions import pandas (~46 MiB, ~0.3 s) in a process that needs none
+    # pyarrow's own conversions import pandas (~46 MiB, ~0.3 s) in a process that needs none:
+    # a catalog and a Flight server in one process (as `windpipe serve`) and the SDK beside
     data = write_synthetic_dataset(tmp_path / "data", cells=2, cycles=2, rows_per_cycle=400,
                                    seed=3)
-    settings = Settings(data_dir=tmp_path / "state", port=0, flight_port=0,
-                        log_level="WARNING", tier_bytes=64 << 20, tier_dir=tmp_path / "tier",
-                        allowed_roots=(str(tmp_path),))
-    config = LoaderConfig(default_window=WindowConfig(batch_size=4, seq_len=32),
-                          strategy="shuffled", seed=2,
-                          inputs={"cycling": ("current_a", "temperature_c")},
-                          targets={"cycling": ("voltage_v",)})
-    with run_catalog_server(settings) as url, Catalog(url) as cat:
-        plan = cat.register("arrow", root=data.path.as_uri(), manifest="manifest.parquet",
-                            progress=False).split(
-            ValidationConfig.sample(fraction=0.2, seed=1)).plan(config)
-        result = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(_PROCESS), str(settings.data_dir),
-             str(tmp_path / "tier"), str(tmp_path), url, plan.id],
-            capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_PROCESS), str(tmp_path), str(data.path)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
-    n = plan.n_batches
-    assert out["numpy flight"][0] == out["numpy local"][0] == n > 0
-    assert out["numpy flight"][1:] == out["numpy local"][1:]  # the same batches either way
-    assert out["torch flight"][0] == out["torch local"][0] > 0
-    assert out["numpy flight"][2].startswith("segments/")  # the provenance decoded
+    assert "voltage_v" in out["stats"]
+    for strategy in ("shuffled", "block_shuffled"):
+        got = out[strategy]
+        assert got["numpy flight"][0] == got["numpy local"][0] == got["batches"] > 0
+        assert got["numpy flight"][1:] == got["numpy local"][1:]  # the same batches both ways
+        assert got["torch flight"][0] == got["torch local"][0] > 0
+        assert got["numpy flight"][2].startswith("segments/")  # the provenance decoded
+    assert out["pages"] == [200, 200, 200]
     assert out["pandas"] == []
