@@ -1,4 +1,4 @@
-"""Arrow arrays to numpy and from Python strings without pyarrow's pandas bridge.
+"""Arrow arrays to and from numpy and Python strings without pyarrow's pandas bridge.
 
 ``pa.Array.to_numpy`` (and ``np.asarray`` on an Arrow array) runs pyarrow's pandas
 conversion, and ``pa.array`` of Python or numpy values checks for pandas types first:
